@@ -1,0 +1,65 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/daemon"
+)
+
+func serve(args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	cfgPath := fs.String("config", "", "YAML config file (default: the embedded 2-node array)")
+	data := fs.String("data", "", "directory for LUN backing files (overrides the config's data:)")
+	target := fs.String("target", "", "iSCSI target name (overrides the config's target:)")
+	verbose := fs.Bool("v", false, "debug logging")
+	nop := fs.Duration("nop-interval", 0, "send NOP-In keepalives to idle initiators at this interval (0: off)")
+	grace := fs.Duration("grace", 10*time.Second, "how long in-flight commands may run at shutdown")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	cfg := array.DefaultConfig()
+	if *cfgPath != "" {
+		var err error
+		if cfg, err = array.LoadConfig(*cfgPath); err != nil {
+			return err
+		}
+	}
+	if *data != "" {
+		cfg.Data = *data
+	}
+	if *target != "" {
+		cfg.Target = *target
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	d, err := daemon.Start(cfg, daemon.Options{Logger: log, NopInterval: *nop})
+	if err != nil {
+		return err
+	}
+	for _, p := range d.Portals() {
+		fmt.Printf("portal %s %s %s %s\n", p.Node, p.Port, p.Addr, p.Target)
+	}
+	log.Info("serving", "nodes", len(d.Array.Nodes), "luns", len(d.Array.LUNs), "data", cfg.Data)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	s := <-sig
+	log.Info("stopping", "signal", s.String())
+	if err := d.Stop(*grace); err != nil {
+		return err
+	}
+	log.Info("stopped; data flushed")
+	return nil
+}

@@ -1,0 +1,268 @@
+// Package array owns the storage array's structure: storage nodes
+// (controllers), their target ports, the LUNs with their preferred and
+// current owners, and the routing of every command to the owner node (I/O
+// arriving on a non-owner port is forwarded over the inter-node link and
+// counted). It sits below pkg/scsi (it implements scsi.Backend without
+// importing it) and above pkg/media; it must not import pkg/iscsi.
+package array
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aluad/aluad/pkg/media"
+)
+
+// Node is one storage node (controller).
+type Node struct {
+	Name  string
+	Index int
+	// GroupID is the ALUA target port group id of the node's ports.
+	GroupID uint16
+	Ports   []*Port
+	up      atomic.Bool
+}
+
+// Up reports whether the node is serving.
+func (n *Node) Up() bool { return n.up.Load() }
+
+// Port is one target port.
+type Port struct {
+	Name string
+	Addr string
+	// RelativeID is the SCSI relative target port identifier (also the iSCSI TPGT).
+	RelativeID uint16
+	Node       *Node
+}
+
+// LUN is one logical unit of the array.
+type LUN struct {
+	ID        uint64
+	Size      int64
+	BlockSize int
+	Media     string
+	Group     string
+	Preferred *Node
+	owner     atomic.Pointer[Node]
+	store     media.Store
+	arr       *Array
+	stats     []NodeStats // per node the command arrived on
+}
+
+// NodeStats counts commands that arrived at one node for one LUN.
+type NodeStats struct {
+	Commands       atomic.Uint64
+	Bytes          atomic.Uint64
+	Forwarded      atomic.Uint64 // commands shipped to the owner over the interlink
+	ForwardedBytes atomic.Uint64
+}
+
+// Owner returns the node that currently owns the LUN.
+func (l *LUN) Owner() *Node { return l.owner.Load() }
+
+// Stats returns the per-node counters (indexed by Node.Index).
+func (l *LUN) Stats() []NodeStats { return l.stats }
+
+// Array is the set of nodes, ports and LUNs.
+type Array struct {
+	cfg      Config
+	Nodes    []*Node
+	Ports    []*Port
+	LUNs     []*LUN
+	portByID map[uint16]*Port
+	penalty  time.Duration
+	sleep    func(time.Duration)
+	mu       sync.Mutex
+	closed   bool
+}
+
+// Options are the array's injected dependencies.
+type Options struct {
+	// Sleep implements delays (inter-node penalty, media profiles); nil uses time.Sleep.
+	Sleep func(time.Duration)
+}
+
+// New builds the array and opens each LUN's backing file under cfg.Data.
+func New(cfg Config, opt Options) (*Array, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if opt.Sleep == nil {
+		opt.Sleep = time.Sleep
+	}
+	a := &Array{cfg: cfg, portByID: map[uint16]*Port{}, penalty: cfg.Interlink.Penalty, sleep: opt.Sleep}
+	byName := map[string]*Node{}
+	var rel uint16 = 1
+	for i, nc := range cfg.Nodes {
+		n := &Node{Name: nc.Name, Index: i, GroupID: uint16(i + 1)}
+		n.up.Store(true)
+		for _, pc := range nc.Ports {
+			p := &Port{Name: pc.Name, Addr: pc.Addr, RelativeID: rel, Node: n}
+			rel++
+			n.Ports = append(n.Ports, p)
+			a.Ports = append(a.Ports, p)
+			a.portByID[p.RelativeID] = p
+		}
+		a.Nodes = append(a.Nodes, n)
+		byName[n.Name] = n
+	}
+	for _, lc := range cfg.LUNs {
+		prof, ok := media.Profiles[lc.Media]
+		if !ok {
+			a.Close()
+			return nil, fmt.Errorf("LUN %d: unknown media profile %q (ram, ssd, hdd)", lc.ID, lc.Media)
+		}
+		f, err := media.OpenFile(filepath.Join(cfg.Data, fmt.Sprintf("lun%d.img", lc.ID)), int64(lc.Size))
+		if err != nil {
+			a.Close()
+			return nil, err
+		}
+		l := &LUN{ID: lc.ID, Size: int64(lc.Size), BlockSize: lc.BlockSize, Media: lc.Media, Group: lc.Group,
+			Preferred: byName[lc.Preferred], store: media.WithProfile(f, prof, opt.Sleep), arr: a,
+			stats: make([]NodeStats, len(a.Nodes))}
+		l.owner.Store(l.Preferred)
+		a.LUNs = append(a.LUNs, l)
+	}
+	sort.Slice(a.LUNs, func(i, j int) bool { return a.LUNs[i].ID < a.LUNs[j].ID })
+	return a, nil
+}
+
+// Config returns the validated configuration.
+func (a *Array) Config() Config { return a.cfg }
+
+// Port returns a port by relative id.
+func (a *Array) Port(id uint16) *Port { return a.portByID[id] }
+
+// LUN returns a LUN by id.
+func (a *Array) LUN(id uint64) *LUN {
+	for _, l := range a.LUNs {
+		if l.ID == id {
+			return l
+		}
+	}
+	return nil
+}
+
+// Node returns a node by name.
+func (a *Array) Node(name string) *Node {
+	for _, n := range a.Nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// NAA returns the LU's NAA-6 designator: an IEEE company id field followed
+// by a vendor-specific hash of the target name and LUN id, so it is stable
+// across restarts and the same on every path.
+func (a *Array) NAA(l *LUN) [16]byte {
+	var b [16]byte
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%s/%d", a.cfg.Target, l.ID)))
+	// NAA 6h, IEEE company id 0x000000 (locally administered use), then 100 bits of hash.
+	b[0] = 0x60
+	copy(b[3:], sum[:13])
+	b[3] = b[3]&0x0f | 0x00
+	return b
+}
+
+// Serial is the LU's unit serial number (VPD 0x80).
+func (a *Array) Serial(l *LUN) string {
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%s/%d", a.cfg.Target, l.ID)))
+	return fmt.Sprintf("ALUAD%03d%x", l.ID, sum[:6])
+}
+
+// route accounts a command arriving on port via and applies the forwarding
+// penalty when that port's node is not the owner.
+func (l *LUN) route(via uint16, n int) error {
+	p := l.arr.portByID[via]
+	if p == nil {
+		return fmt.Errorf("array: command on unknown port %d", via)
+	}
+	st := &l.stats[p.Node.Index]
+	st.Commands.Add(1)
+	st.Bytes.Add(uint64(n))
+	if owner := l.owner.Load(); owner != p.Node {
+		st.Forwarded.Add(1)
+		st.ForwardedBytes.Add(uint64(n))
+		if l.arr.penalty > 0 {
+			l.arr.sleep(l.arr.penalty)
+		}
+	}
+	return nil
+}
+
+// ReadAt implements scsi.Backend.
+func (l *LUN) ReadAt(via uint16, p []byte, off int64) error {
+	if err := l.route(via, len(p)); err != nil {
+		return err
+	}
+	return l.store.ReadAt(p, off)
+}
+
+// WriteAt implements scsi.Backend; fua makes the write durable before it completes.
+func (l *LUN) WriteAt(via uint16, p []byte, off int64, fua bool) error {
+	if err := l.route(via, len(p)); err != nil {
+		return err
+	}
+	if err := l.store.WriteAt(p, off); err != nil {
+		return err
+	}
+	if fua {
+		return l.store.Sync()
+	}
+	return nil
+}
+
+// Flush implements scsi.Backend (SYNCHRONIZE CACHE).
+func (l *LUN) Flush(via uint16) error {
+	if err := l.route(via, 0); err != nil {
+		return err
+	}
+	return l.store.Sync()
+}
+
+// Unmap implements scsi.Backend.
+func (l *LUN) Unmap(via uint16, off, length int64) error {
+	if err := l.route(via, 0); err != nil {
+		return err
+	}
+	return l.store.Punch(off, length)
+}
+
+// Sync flushes every LUN to stable storage.
+func (a *Array) Sync() error {
+	var errs []error
+	for _, l := range a.LUNs {
+		if err := l.store.Sync(); err != nil {
+			errs = append(errs, fmt.Errorf("LUN %d: %w", l.ID, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Close syncs and closes every LUN.
+func (a *Array) Close() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nil
+	}
+	a.closed = true
+	var errs []error
+	for _, l := range a.LUNs {
+		if err := l.store.Sync(); err != nil {
+			errs = append(errs, err)
+		}
+		if err := l.store.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

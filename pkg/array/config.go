@@ -1,0 +1,222 @@
+package array
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is the array's configuration (the YAML file; see examples/aluad.yaml).
+type Config struct {
+	// Target is the iSCSI target name served on every port.
+	Target string `yaml:"target"`
+	// Data is the directory holding one sparse file per LUN.
+	Data string `yaml:"data"`
+	// ALUA is "implicit" (the product) or "explicit" (the baseline that
+	// implicit ALUA is measured against).
+	ALUA  string       `yaml:"alua"`
+	Nodes []NodeConfig `yaml:"nodes"`
+	LUNs  []LUNConfig  `yaml:"luns"`
+	// Interlink is the inter-node link that carries forwarded (ANO) I/O.
+	Interlink InterlinkConfig `yaml:"interlink"`
+}
+
+// NodeConfig is one storage node (controller).
+type NodeConfig struct {
+	Name  string       `yaml:"name"`
+	Ports []PortConfig `yaml:"ports"`
+}
+
+// PortConfig is one target port of a node.
+type PortConfig struct {
+	Name string `yaml:"name"`
+	Addr string `yaml:"addr"`
+}
+
+// LUNConfig is one logical unit.
+type LUNConfig struct {
+	ID        uint64 `yaml:"id"`
+	Size      Size   `yaml:"size"`
+	Preferred string `yaml:"preferred"`
+	// Media is a latency profile: ram, ssd or hdd.
+	Media string `yaml:"media"`
+	// Group is the drive group (a performance class for batching moves).
+	Group     string `yaml:"group"`
+	BlockSize int    `yaml:"block_size"`
+}
+
+// InterlinkConfig models the link between nodes.
+type InterlinkConfig struct {
+	// Penalty is added to every forwarded command.
+	Penalty time.Duration `yaml:"penalty"`
+}
+
+// Size is a byte count that reads "1GiB", "512MiB", "4096" in YAML.
+type Size int64
+
+// UnmarshalYAML parses a size with an optional binary or decimal suffix.
+func (s *Size) UnmarshalYAML(n *yaml.Node) error {
+	v, err := ParseSize(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	*s = Size(v)
+	return nil
+}
+
+// ParseSize parses "1GiB", "100MB", "512k", "4096".
+func ParseSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10},
+		{"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"T", 1 << 40}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}, {"k", 1 << 10}}
+	mult := int64(1)
+	for _, u := range units {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("bad size %q (want e.g. 1GiB, 512MiB, 4096)", s)
+	}
+	if n > (1<<62)/mult {
+		return 0, fmt.Errorf("size %q is too large", s)
+	}
+	return n * mult, nil
+}
+
+// DefaultConfig is the embedded default: 2 nodes ("a", "b") with 2 ports
+// each on loopback, 8 LUNs of 1 GiB with alternating preferred owners.
+func DefaultConfig() Config {
+	c := Config{Target: "iqn.2026-11.org.aluad:array", Data: "aluad-data", ALUA: "implicit",
+		Interlink: InterlinkConfig{Penalty: 50 * time.Microsecond}}
+	port := 3260
+	for _, n := range []string{"a", "b"} {
+		nc := NodeConfig{Name: n}
+		for i := 0; i < 2; i++ {
+			nc.Ports = append(nc.Ports, PortConfig{Name: fmt.Sprintf("%s%d", n, i), Addr: fmt.Sprintf("127.0.0.1:%d", port)})
+			port++
+		}
+		c.Nodes = append(c.Nodes, nc)
+	}
+	for i := 0; i < 8; i++ {
+		c.LUNs = append(c.LUNs, LUNConfig{ID: uint64(i), Size: 1 << 30, Preferred: c.Nodes[i%2].Name, Media: "ram", Group: "dg0"})
+	}
+	return c
+}
+
+// LoadConfig reads a YAML config file over the defaults for missing
+// top-level fields. Unknown keys are errors, so a typo is never ignored.
+func LoadConfig(path string) (Config, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, err
+	}
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	def := DefaultConfig()
+	if c.Target == "" {
+		c.Target = def.Target
+	}
+	if c.Data == "" {
+		c.Data = def.Data
+	}
+	if c.ALUA == "" {
+		c.ALUA = def.ALUA
+	}
+	if len(c.Nodes) == 0 {
+		c.Nodes = def.Nodes
+	}
+	if len(c.LUNs) == 0 {
+		c.LUNs = def.LUNs
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Validate checks the configuration and fills per-LUN defaults.
+func (c *Config) Validate() error {
+	if !strings.HasPrefix(c.Target, "iqn.") && !strings.HasPrefix(c.Target, "eui.") && !strings.HasPrefix(c.Target, "naa.") {
+		return fmt.Errorf("target %q is not an iSCSI name (iqn.YYYY-MM.reverse.domain:name)", c.Target)
+	}
+	if c.ALUA != "implicit" && c.ALUA != "explicit" {
+		return fmt.Errorf("alua must be implicit or explicit, not %q", c.ALUA)
+	}
+	if len(c.Nodes) < 1 {
+		return fmt.Errorf("at least one node is needed")
+	}
+	nodes := map[string]bool{}
+	addrs := map[string]string{}
+	ports := map[string]bool{}
+	for _, n := range c.Nodes {
+		if n.Name == "" || nodes[n.Name] {
+			return fmt.Errorf("node names must be unique and non-empty (%q)", n.Name)
+		}
+		nodes[n.Name] = true
+		if len(n.Ports) == 0 {
+			return fmt.Errorf("node %s has no ports", n.Name)
+		}
+		for _, p := range n.Ports {
+			if p.Name == "" || ports[p.Name] {
+				return fmt.Errorf("port names must be unique and non-empty (%q on node %s)", p.Name, n.Name)
+			}
+			ports[p.Name] = true
+			if _, _, err := net.SplitHostPort(p.Addr); err != nil {
+				return fmt.Errorf("port %s: address %q: %v", p.Name, p.Addr, err)
+			}
+			if other, dup := addrs[p.Addr]; dup {
+				return fmt.Errorf("ports %s and %s both listen on %s", other, p.Name, p.Addr)
+			}
+			addrs[p.Addr] = p.Name
+		}
+	}
+	ids := map[uint64]bool{}
+	for i := range c.LUNs {
+		l := &c.LUNs[i]
+		if ids[l.ID] {
+			return fmt.Errorf("LUN %d defined twice", l.ID)
+		}
+		if l.ID > 16383 {
+			return fmt.Errorf("LUN %d: ids above 16383 are not addressable", l.ID)
+		}
+		ids[l.ID] = true
+		if l.BlockSize == 0 {
+			l.BlockSize = 512
+		}
+		if l.BlockSize != 512 && l.BlockSize != 4096 {
+			return fmt.Errorf("LUN %d: block_size must be 512 or 4096", l.ID)
+		}
+		if l.Size <= 0 || int64(l.Size)%int64(l.BlockSize) != 0 {
+			return fmt.Errorf("LUN %d: size must be a positive multiple of the block size", l.ID)
+		}
+		if l.Preferred == "" {
+			l.Preferred = c.Nodes[int(l.ID)%len(c.Nodes)].Name
+		}
+		if !nodes[l.Preferred] {
+			return fmt.Errorf("LUN %d: preferred owner %q is not a node", l.ID, l.Preferred)
+		}
+		if l.Media == "" {
+			l.Media = "ram"
+		}
+		if l.Group == "" {
+			l.Group = "dg0"
+		}
+	}
+	return nil
+}

@@ -1,0 +1,545 @@
+package iscsi
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Reject reasons (RFC 7143 11.17.1).
+const (
+	RejectDataDigest      = 0x02
+	RejectSNACK           = 0x03
+	RejectProtocolError   = 0x04
+	RejectNotSupported    = 0x05
+	RejectImmediate       = 0x06
+	RejectTaskInProgress  = 0x07
+	RejectInvalidDataAck  = 0x08
+	RejectInvalidPDUField = 0x09
+	RejectLongOperation   = 0x0a
+	RejectWaitingLogout   = 0x0c
+)
+
+// outPDU is a PDU queued for the writer. The writer fills in StatSN,
+// ExpCmdSN and MaxCmdSN at send time so they are always in order.
+type outPDU struct {
+	pdu       PDU
+	advance   bool // consumes a StatSN (a response)
+	noStatSN  bool // StatSN field reserved (Data-In without status)
+	noWindow  bool // ExpCmdSN/MaxCmdSN not carried (login uses its own)
+	release   func()
+	closeConn bool // close after sending
+}
+
+// conn is one TCP connection of a session.
+type conn struct {
+	t      *Target
+	nc     net.Conn
+	portal Portal
+	br     *bufio.Reader
+	cid    uint16
+
+	params Params
+	sess   *session
+
+	out      chan *outPDU
+	writerWG sync.WaitGroup
+	statSN   uint32 // owned by the writer (login: by serve before the writer starts)
+
+	mu        sync.Mutex
+	tasks     map[uint32]*task // by ITT
+	nextTTT   uint32
+	closed    bool
+	detached  bool
+	closeOnce sync.Once
+	done      chan struct{}
+	tasksWG   sync.WaitGroup
+
+	lastRecv   atomic.Int64
+	pingTTT    atomic.Uint32
+	pingSentAt atomic.Int64
+	stopRead   atomic.Bool
+
+	textPending []byte // accumulating a Text Request with the C bit
+	textOut     []byte // remaining Text Response data after a C bit
+	textTTT     uint32
+}
+
+func newConn(t *Target, nc net.Conn, p Portal) *conn {
+	return &conn{t: t, nc: nc, portal: p, br: bufio.NewReaderSize(nc, 64*1024),
+		out: make(chan *outPDU, 512), tasks: map[uint32]*task{}, done: make(chan struct{}), nextTTT: 1}
+}
+
+func (c *conn) close(reason string) {
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		c.mu.Unlock()
+		close(c.done)
+		c.nc.Close()
+	})
+}
+
+// stopReading makes the read loop exit at the next PDU boundary (graceful shutdown).
+func (c *conn) stopReading() {
+	c.stopRead.Store(true)
+	c.nc.SetReadDeadline(time.Now())
+}
+
+// detach marks the connection as replaced: its end does not end the session.
+func (c *conn) detach() {
+	c.mu.Lock()
+	c.detached = true
+	c.mu.Unlock()
+}
+
+func (c *conn) serve() {
+	defer c.close("done")
+	sess, ok := c.login()
+	if !ok {
+		return
+	}
+	c.sess = sess
+	c.writerWG.Add(1)
+	go c.writer()
+	if !sess.discovery {
+		c.t.handler.NexusUp(sess.nexus)
+		c.t.event(Event{Kind: "login", Nexus: sess.nexus, Portal: c.portal})
+	}
+	if c.t.cfg.NopInterval > 0 {
+		go c.keepalive()
+	}
+	err := c.readLoop()
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !c.stopRead.Load() {
+		c.t.log.Debug("connection ended", "initiator", sess.initiator, "err", err)
+	}
+	c.abortAll()
+	c.tasksWG.Wait()
+	close(c.out)
+	c.writerWG.Wait()
+	c.mu.Lock()
+	detached := c.detached
+	c.mu.Unlock()
+	if !detached {
+		sess.close("connection closed")
+	}
+}
+
+// login runs the login phase with a deadline.
+func (c *conn) login() (*session, bool) {
+	c.nc.SetDeadline(time.Now().Add(c.t.cfg.LoginTimeout))
+	defer c.nc.SetDeadline(time.Time{})
+	lg := NewLogin(LoginConfig{TargetName: c.t.cfg.Name, TargetAlias: c.t.cfg.Alias, TPGT: c.portal.TPGT,
+		Limits: c.t.cfg.Limits, Auth: c.t.cfg.Auth, AuthDiscovery: c.t.cfg.AuthDiscovery})
+	first := true
+	var cmdSN uint32
+	for {
+		p, err := ReadPDU(c.br, Digests{}, 64*1024, nil)
+		if err != nil {
+			return nil, false
+		}
+		if p.BHS.Opcode() != OpLoginReq {
+			c.sendLoginReject(&p.BHS, LoginInvalidDuringLogin)
+			return nil, false
+		}
+		if first {
+			c.statSN = p.BHS.ExpStatSN()
+			cmdSN = p.BHS.CmdSN()
+			c.cid = p.BHS.CID()
+			first = false
+		}
+		r := lg.Step(&p.BHS, p.Data)
+		var sess *session
+		if r.Status == LoginSuccess && r.Done {
+			var st LoginStatus
+			sess, st = c.t.bindSession(c, lg)
+			if st != LoginSuccess {
+				r = LoginReply{Status: st, Done: true}
+			}
+		}
+		tsih := lg.TSIH
+		if sess != nil {
+			tsih = sess.tsih
+		}
+		c.writeLoginResponse(&p.BHS, r, tsih, cmdSN)
+		if r.Status != LoginSuccess {
+			return nil, false
+		}
+		if r.Done {
+			c.params = lg.Params
+			if lg.TSIH == 0 {
+				sess.start(cmdSN)
+				sess.mu.Lock()
+				sess.conn = c
+				sess.mu.Unlock()
+			}
+			return sess, true
+		}
+	}
+}
+
+func (c *conn) writeLoginResponse(req *BHS, r LoginReply, tsih uint16, cmdSN uint32) {
+	var h BHS
+	h.SetOpcode(OpLoginResp)
+	f := byte(r.CSG<<2 | r.NSG)
+	if r.Transit {
+		f |= FlagTransit
+	}
+	h.SetFlags(f)
+	h.SetISID(req.ISID())
+	h.SetTSIH(tsih)
+	h.SetITT(req.ITT())
+	h.SetStatSN(c.statSN)
+	c.statSN++
+	h.SetExpCmdSN(cmdSN)
+	h.SetMaxCmdSN(cmdSN + c.t.cfg.CmdWindow - 1)
+	h.SetStatus(byte(r.Status>>8), byte(r.Status))
+	p := &PDU{BHS: h, Data: AppendText(nil, r.KVs)}
+	c.nc.Write(AppendPDU(nil, p, Digests{}))
+}
+
+func (c *conn) sendLoginReject(req *BHS, st LoginStatus) {
+	c.writeLoginResponse(req, LoginReply{Status: st}, 0, req.CmdSN())
+}
+
+func (c *conn) digests() Digests {
+	return Digests{Header: c.params.HeaderDigest, Data: c.params.DataDigest}
+}
+
+// writer is the only goroutine writing to the socket after login.
+func (c *conn) writer() {
+	defer c.writerWG.Done()
+	bw := bufio.NewWriterSize(c.nc, 256*1024)
+	dg := c.digests()
+	var hdr []byte
+	broken := false
+	for o := range c.out {
+		if broken {
+			if o.release != nil {
+				o.release()
+			}
+			continue
+		}
+		h := &o.pdu.BHS
+		if !o.noStatSN {
+			h.SetStatSN(c.statSN)
+		}
+		if o.advance {
+			c.statSN++
+		}
+		if !o.noWindow && c.sess != nil {
+			exp, max := c.sess.window()
+			h.SetExpCmdSN(exp)
+			h.SetMaxCmdSN(max)
+		}
+		head, trailer := headerInto(hdr[:0], &o.pdu, dg)
+		hdr = head
+		_, err := bw.Write(head)
+		if err == nil && len(o.pdu.Data) > 0 {
+			if _, err = bw.Write(o.pdu.Data); err == nil {
+				_, err = bw.Write(trailer)
+			}
+		}
+		if o.release != nil {
+			o.release()
+		}
+		if err == nil && (len(c.out) == 0 || o.closeConn) {
+			err = bw.Flush()
+		}
+		if err != nil {
+			broken = true
+			c.close("write error")
+			continue
+		}
+		if o.closeConn {
+			broken = true
+			c.close("logout")
+		}
+	}
+	if !broken {
+		bw.Flush()
+	}
+}
+
+// headerInto is HeaderBytes reusing b.
+func headerInto(b []byte, p *PDU, dg Digests) (head, trailer []byte) {
+	p.BHS.SetDataLen(len(p.Data))
+	p.BHS[4] = byte(len(p.AHS) / 4)
+	b = append(b, p.BHS[:]...)
+	b = append(b, p.AHS...)
+	if dg.Header {
+		b = AppendDigest(b, CRC32C(b))
+	}
+	if len(p.Data) == 0 {
+		return b, nil
+	}
+	pad := zeroPad[:Pad4(len(p.Data))-len(p.Data)]
+	trailer = pad
+	if dg.Data {
+		trailer = AppendDigest(append([]byte(nil), pad...), CRC32C(p.Data, pad))
+	}
+	return b, trailer
+}
+
+// send queues a PDU; it returns false if the connection is gone.
+func (c *conn) send(o *outPDU) bool {
+	select {
+	case <-c.done:
+		if o.release != nil {
+			o.release()
+		}
+		return false
+	default:
+	}
+	select {
+	case c.out <- o:
+		return true
+	case <-c.done:
+		if o.release != nil {
+			o.release()
+		}
+		return false
+	}
+}
+
+func (c *conn) reject(h *BHS, reason byte) {
+	var r BHS
+	r.SetOpcode(OpReject)
+	r.SetFlags(FlagFinal)
+	r[2] = reason
+	r.SetITT(ReservedTag)
+	c.send(&outPDU{pdu: PDU{BHS: r, Data: append([]byte(nil), h[:]...)}, advance: true})
+}
+
+func (c *conn) readLoop() error {
+	dg := c.digests()
+	maxData := c.params.MaxRecvDataSegment
+	for {
+		if c.stopRead.Load() {
+			return nil
+		}
+		p, err := ReadPDU(c.br, dg, maxData, nil)
+		if err != nil {
+			var de ErrDigest
+			if errors.As(err, &de) && !de.Header && p != nil {
+				c.reject(&p.BHS, RejectDataDigest)
+				continue
+			}
+			if p != nil && errors.Is(err, ErrTooLarge) {
+				c.reject(&p.BHS, RejectProtocolError)
+			}
+			return err
+		}
+		c.lastRecv.Store(time.Now().UnixNano())
+		if err := c.dispatch(p); err != nil {
+			return err
+		}
+	}
+}
+
+var errCloseConn = errors.New("iscsi: connection closed by protocol")
+
+func (c *conn) dispatch(p *PDU) error {
+	h := &p.BHS
+	if c.sess.discovery {
+		switch h.Opcode() {
+		case OpTextReq, OpLogoutReq, OpNOPOut:
+		default:
+			c.reject(h, RejectProtocolError)
+			return nil
+		}
+	}
+	switch h.Opcode() {
+	case OpSCSICmd:
+		return c.onSCSICommand(p)
+	case OpDataOut:
+		return c.onDataOut(p)
+	case OpNOPOut:
+		return c.onNOPOut(p)
+	case OpTaskMgmt:
+		c.admitThen(h, func() { c.onTaskMgmt(p) })
+	case OpTextReq:
+		c.admitThen(h, func() { c.onText(p) })
+	case OpLogoutReq:
+		c.admitThen(h, func() { c.onLogout(p) })
+	case OpSNACKReq:
+		c.reject(h, RejectNotSupported) // ERL 0: no SNACK
+	case OpLoginReq:
+		c.reject(h, RejectProtocolError)
+	default:
+		c.reject(h, RejectNotSupported)
+	}
+	return nil
+}
+
+// admitThen runs f under CmdSN ordering. Non-SCSI commands hold no window
+// slot once run.
+func (c *conn) admitThen(h *BHS, f func()) {
+	imm := h.Immediate()
+	run := func() {
+		f()
+		if !imm {
+			c.sess.completed()
+		}
+	}
+	if _, ready := c.sess.admit(h.CmdSN(), imm, run); ready != nil {
+		for _, r := range ready {
+			r()
+		}
+	}
+}
+
+func (c *conn) onNOPOut(p *PDU) error {
+	h := &p.BHS
+	if h.ITT() == ReservedTag {
+		// Answer to our NOP-In ping.
+		if h.TTT() == c.pingTTT.Load() {
+			c.pingSentAt.Store(0)
+		}
+		return nil
+	}
+	data := append([]byte(nil), p.Data...)
+	c.admitThen(h, func() {
+		var r BHS
+		r.SetOpcode(OpNOPIn)
+		r.SetFlags(FlagFinal)
+		r.SetLUN(h.LUN())
+		r.SetITT(h.ITT())
+		r.SetTTT(ReservedTag)
+		if len(data) > c.params.MaxXmitDataSegment {
+			data = data[:c.params.MaxXmitDataSegment]
+		}
+		c.send(&outPDU{pdu: PDU{BHS: r, Data: data}, advance: true})
+	})
+	return nil
+}
+
+// keepalive pings an idle initiator and drops the connection if it does
+// not answer (the target side of iSCSI path-failure detection).
+func (c *conn) keepalive() {
+	iv, to := c.t.cfg.NopInterval, c.t.cfg.NopTimeout
+	tick := time.NewTicker(iv / 2)
+	defer tick.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case now := <-tick.C:
+			if sent := c.pingSentAt.Load(); sent != 0 {
+				if to > 0 && now.Sub(time.Unix(0, sent)) > to {
+					c.t.log.Warn("NOP-In ping not answered; dropping connection", "initiator", c.sess.initiator)
+					c.close("nop timeout")
+					return
+				}
+				continue
+			}
+			if now.Sub(time.Unix(0, c.lastRecv.Load())) < iv {
+				continue
+			}
+			ttt := c.allocTTT()
+			c.pingTTT.Store(ttt)
+			c.pingSentAt.Store(now.UnixNano())
+			var r BHS
+			r.SetOpcode(OpNOPIn)
+			r.SetFlags(FlagFinal)
+			r.SetITT(ReservedTag)
+			r.SetTTT(ttt)
+			c.send(&outPDU{pdu: PDU{BHS: r}})
+		}
+	}
+}
+
+func (c *conn) allocTTT() uint32 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.nextTTT++
+	if c.nextTTT == ReservedTag || c.nextTTT == 0 {
+		c.nextTTT = 1
+	}
+	return c.nextTTT
+}
+
+// onLogout waits for in-flight commands, answers and closes (RFC 7143 11.14).
+func (c *conn) onLogout(p *PDU) {
+	h := &p.BHS
+	reason := h.Flags() & 0x7f
+	var r BHS
+	r.SetOpcode(OpLogoutResp)
+	r.SetFlags(FlagFinal)
+	r.SetITT(h.ITT())
+	switch reason {
+	case 0, 1:
+		c.waitTasksExcept(nil)
+		r[2] = 0
+	default:
+		r[2] = 2 // connection recovery is not supported
+		c.send(&outPDU{pdu: PDU{BHS: r}, advance: true})
+		return
+	}
+	c.stopRead.Store(true)
+	c.send(&outPDU{pdu: PDU{BHS: r}, advance: true, closeConn: true})
+}
+
+// onText answers Text Requests: SendTargets, declarations, continuation.
+func (c *conn) onText(p *PDU) {
+	h := &p.BHS
+	var r BHS
+	r.SetOpcode(OpTextResp)
+	r.SetITT(h.ITT())
+	r.SetLUN(h.LUN())
+	if h.TTT() != ReservedTag && h.TTT() == c.textTTT && len(c.textOut) > 0 {
+		c.sendTextChunk(r)
+		return
+	}
+	if h.Continue() {
+		c.textPending = append(c.textPending, p.Data...)
+		if len(c.textPending) > 64*1024 {
+			c.textPending = nil
+			c.reject(h, RejectProtocolError)
+			return
+		}
+		r.SetTTT(c.allocTTT())
+		c.send(&outPDU{pdu: PDU{BHS: r}, advance: true})
+		return
+	}
+	data := append(c.textPending, p.Data...)
+	c.textPending = nil
+	kvs, err := ParseText(data)
+	if err != nil {
+		c.reject(h, RejectProtocolError)
+		return
+	}
+	var out []KV
+	for _, kv := range kvs {
+		switch kv.Key {
+		case "SendTargets":
+			out = append(out, c.t.sendTargets(kv.Value)...)
+		case "MaxRecvDataSegmentLength":
+			// Declarative; renegotiation takes effect for later PDUs.
+		default:
+			out = append(out, KV{kv.Key, "NotUnderstood"})
+		}
+	}
+	c.textOut = AppendText(nil, out)
+	c.sendTextChunk(r)
+}
+
+func (c *conn) sendTextChunk(r BHS) {
+	n := min(len(c.textOut), c.params.MaxXmitDataSegment)
+	chunk := c.textOut[:n]
+	c.textOut = c.textOut[n:]
+	if len(c.textOut) > 0 {
+		r.SetFlags(FlagContinue)
+		c.textTTT = c.allocTTT()
+		r.SetTTT(c.textTTT)
+	} else {
+		r.SetFlags(FlagFinal)
+		r.SetTTT(ReservedTag)
+		c.textOut, c.textTTT = nil, 0
+	}
+	c.send(&outPDU{pdu: PDU{BHS: r, Data: chunk}, advance: true})
+}

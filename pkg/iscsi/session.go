@@ -1,0 +1,155 @@
+package iscsi
+
+import (
+	"sync"
+
+	"github.com/aluad/aluad/pkg/scsi"
+)
+
+// session is one iSCSI session (one I_T nexus): its CmdSN window and its
+// single connection (MaxConnections=1).
+type session struct {
+	t         *Target
+	key       sessionKey
+	tsih      uint16
+	discovery bool
+	nexus     scsi.Nexus
+	portal    Portal
+	initiator string
+
+	mu       sync.Mutex
+	conn     *conn
+	expCmdSN uint32
+	maxCmdSN uint32
+	inflight uint32 // non-immediate commands received but not completed
+	// pending holds non-immediate commands that arrived ahead of a gap in
+	// CmdSN (within the window), released in order as the gap fills.
+	pending map[uint32]func()
+	closed  bool
+}
+
+func newSession(t *Target, key sessionKey, tsih uint16, l *Login, p Portal) *session {
+	s := &session{t: t, key: key, tsih: tsih, discovery: l.SessionType == "Discovery", portal: p,
+		initiator: l.Initiator, pending: map[uint32]func(){}}
+	s.nexus = scsi.Nexus{
+		InitiatorName: l.Initiator,
+		InitiatorPort: InitiatorPortName(l.Initiator, l.ISID),
+		TargetPort:    p.RelativeID,
+	}
+	return s
+}
+
+// start sets the initial CmdSN from the leading login request.
+func (s *session) start(cmdSN uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.expCmdSN = cmdSN
+	s.maxCmdSN = cmdSN + s.t.cfg.CmdWindow - 1
+}
+
+func (s *session) currentConn() *conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conn
+}
+
+func (s *session) replaceConn(c *conn) {
+	s.mu.Lock()
+	old := s.conn
+	s.conn = c
+	s.mu.Unlock()
+	if old != nil && old != c {
+		old.detach()
+		old.close("connection reinstated")
+	}
+}
+
+// window returns ExpCmdSN and MaxCmdSN for a PDU being sent now.
+func (s *session) window() (exp, max uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cand := s.expCmdSN + s.t.cfg.CmdWindow - 1 - min(s.inflight, s.t.cfg.CmdWindow-1)
+	if SerialLess(s.maxCmdSN, cand) {
+		s.maxCmdSN = cand
+	}
+	return s.expCmdSN, s.maxCmdSN
+}
+
+// cmdSNResult says what to do with a non-immediate command.
+type cmdSNResult int
+
+const (
+	cmdSNRun    cmdSNResult = iota // in order: run it now
+	cmdSNQueued                    // ahead of a gap: queued
+	cmdSNDrop                      // outside the window: silently ignored (RFC 7143 4.2.2.1)
+)
+
+// admit checks a command's CmdSN against the window. run is called (now or
+// when the gap before it fills) for in-window commands; the caller runs the
+// returned ready functions in order.
+func (s *session) admit(cmdSN uint32, immediate bool, run func()) (cmdSNResult, []func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if immediate {
+		return cmdSNRun, []func(){run}
+	}
+	if SerialLess(cmdSN, s.expCmdSN) || SerialLess(s.maxCmdSN, cmdSN) {
+		return cmdSNDrop, nil
+	}
+	if cmdSN != s.expCmdSN {
+		if len(s.pending) >= int(s.t.cfg.CmdWindow) {
+			return cmdSNDrop, nil
+		}
+		s.pending[cmdSN] = run
+		return cmdSNQueued, nil
+	}
+	ready := []func(){run}
+	s.expCmdSN++
+	s.inflight++
+	for {
+		f, ok := s.pending[s.expCmdSN]
+		if !ok {
+			break
+		}
+		delete(s.pending, s.expCmdSN)
+		ready = append(ready, f)
+		s.expCmdSN++
+		s.inflight++
+	}
+	return cmdSNRun, ready
+}
+
+// completed releases a window slot held by a non-immediate command.
+func (s *session) completed() {
+	s.mu.Lock()
+	if s.inflight > 0 {
+		s.inflight--
+	}
+	s.mu.Unlock()
+}
+
+// close ends the session: its connection is closed and the I_T nexus is
+// lost for the device server.
+func (s *session) close(reason string) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	c := s.conn
+	s.mu.Unlock()
+	if c != nil {
+		c.close(reason)
+	}
+	s.end(reason)
+}
+
+// end is the nexus-loss bookkeeping, run once.
+func (s *session) end(reason string) {
+	s.t.dropSession(s)
+	if !s.discovery {
+		s.t.handler.NexusLost(s.nexus)
+		s.t.event(Event{Kind: "logout", Nexus: s.nexus, Portal: s.portal, Reason: reason})
+	}
+}

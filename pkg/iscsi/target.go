@@ -1,0 +1,293 @@
+package iscsi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aluad/aluad/pkg/scsi"
+)
+
+// Portal is one listening address of a target port: an iSCSI target portal
+// group with one portal. Each is a SCSI target port of its own.
+type Portal struct {
+	Addr string // host:port
+	TPGT uint16
+	// RelativeID is the SCSI relative target port identifier (unique in the array).
+	RelativeID uint16
+	// Node and Name label the port for logs and events.
+	Node, Name string
+}
+
+// Event is something the control path wants to know about a nexus.
+type Event struct {
+	Kind   string // "login", "logout"
+	Nexus  scsi.Nexus
+	Portal Portal
+	Reason string
+}
+
+// Config configures a Target.
+type Config struct {
+	// Name is the target IQN served on every portal.
+	Name    string
+	Alias   string
+	Portals []Portal
+	Limits  Limits
+	// Auth, when set, authenticates logins (CHAP).
+	Auth          Authenticator
+	AuthDiscovery bool
+	// CmdWindow is the CmdSN window per session (MaxCmdSN - ExpCmdSN + 1).
+	CmdWindow uint32
+	// NopInterval is the idle time after which the target sends a NOP-In
+	// ping; NopTimeout is how long it waits for the answer. Zero disables.
+	NopInterval, NopTimeout time.Duration
+	// LoginTimeout bounds the login phase.
+	LoginTimeout time.Duration
+	Logger       *slog.Logger
+	// OnEvent, if set, receives nexus events (never blocks the caller for long).
+	OnEvent func(Event)
+}
+
+// Target is a running iSCSI target.
+type Target struct {
+	cfg     Config
+	handler scsi.Handler
+	log     *slog.Logger
+
+	mu        sync.Mutex
+	listeners []net.Listener
+	sessions  map[sessionKey]*session
+	conns     map[*conn]struct{}
+	nextTSIH  uint16
+	closing   bool
+	wg        sync.WaitGroup
+}
+
+type sessionKey struct {
+	initiator string
+	isid      [6]byte
+	tpgt      uint16
+}
+
+// NewTarget creates a target that feeds commands to h.
+func NewTarget(cfg Config, h scsi.Handler) (*Target, error) {
+	if cfg.Name == "" {
+		return nil, errors.New("iscsi: target needs a name")
+	}
+	if len(cfg.Portals) == 0 {
+		return nil, errors.New("iscsi: target needs at least one portal")
+	}
+	if cfg.Limits.MaxRecvDataSegment == 0 {
+		cfg.Limits = DefaultLimits()
+	}
+	if cfg.CmdWindow == 0 {
+		cfg.CmdWindow = 128
+	}
+	if cfg.LoginTimeout == 0 {
+		cfg.LoginTimeout = 15 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Target{cfg: cfg, handler: h, log: cfg.Logger, sessions: map[sessionKey]*session{},
+		conns: map[*conn]struct{}{}}, nil
+}
+
+// Listen opens every portal. It returns once all are listening.
+func (t *Target) Listen() error {
+	for _, p := range t.cfg.Portals {
+		l, err := net.Listen("tcp", p.Addr)
+		if err != nil {
+			t.Close()
+			return fmt.Errorf("iscsi: portal %s/%s: %w", p.Node, p.Name, err)
+		}
+		t.mu.Lock()
+		t.listeners = append(t.listeners, l)
+		t.mu.Unlock()
+		t.wg.Add(1)
+		go t.accept(l, p)
+	}
+	return nil
+}
+
+// Addrs returns the bound address of each portal (useful with port 0).
+func (t *Target) Addrs() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]string, len(t.listeners))
+	for i, l := range t.listeners {
+		out[i] = l.Addr().String()
+	}
+	return out
+}
+
+func (t *Target) accept(l net.Listener, p Portal) {
+	defer t.wg.Done()
+	for {
+		nc, err := l.Accept()
+		if err != nil {
+			return
+		}
+		if tc, ok := nc.(*net.TCPConn); ok {
+			tc.SetNoDelay(true)
+		}
+		c := newConn(t, nc, p)
+		t.mu.Lock()
+		if t.closing {
+			t.mu.Unlock()
+			nc.Close()
+			return
+		}
+		t.conns[c] = struct{}{}
+		t.mu.Unlock()
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			c.serve()
+			t.mu.Lock()
+			delete(t.conns, c)
+			t.mu.Unlock()
+		}()
+	}
+}
+
+// Shutdown stops accepting, lets in-flight commands finish (bounded by
+// ctx), then closes every connection.
+func (t *Target) Shutdown(ctx context.Context) error {
+	t.mu.Lock()
+	t.closing = true
+	for _, l := range t.listeners {
+		l.Close()
+	}
+	conns := make([]*conn, 0, len(t.conns))
+	for c := range t.conns {
+		conns = append(conns, c)
+	}
+	t.mu.Unlock()
+	for _, c := range conns {
+		c.stopReading()
+	}
+	done := make(chan struct{})
+	go func() {
+		for _, c := range conns {
+			c.tasksWG.Wait()
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	for _, c := range conns {
+		c.close("shutdown")
+	}
+	t.wg.Wait()
+	return ctx.Err()
+}
+
+// Close shuts down without waiting for commands.
+func (t *Target) Close() {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	t.Shutdown(ctx)
+}
+
+func (t *Target) event(e Event) {
+	if t.cfg.OnEvent != nil {
+		t.cfg.OnEvent(e)
+	}
+}
+
+// sendTargets builds the SendTargets answer (RFC 7143 13.3, appendix C):
+// the target name and every portal with its TPGT.
+func (t *Target) sendTargets(value string) []KV {
+	if value != "All" && value != "" && !strings.EqualFold(value, t.cfg.Name) {
+		return nil
+	}
+	out := []KV{{"TargetName", t.cfg.Name}}
+	for i, p := range t.cfg.Portals {
+		addr := p.Addr
+		if as := t.Addrs(); i < len(as) {
+			addr = as[i]
+		}
+		if h, port, err := net.SplitHostPort(addr); err == nil && strings.Contains(h, ":") {
+			addr = "[" + h + "]:" + port
+		}
+		out = append(out, KV{"TargetAddress", fmt.Sprintf("%s,%d", addr, p.TPGT)})
+	}
+	return out
+}
+
+// bindSession attaches a logged-in connection to a session: a new one
+// (TSIH 0), with reinstatement of an old session with the same ISID
+// (RFC 7143 6.3.5), or connection reinstatement of an existing TSIH.
+func (t *Target) bindSession(c *conn, l *Login) (*session, LoginStatus) {
+	t.mu.Lock()
+	key := sessionKey{strings.ToLower(l.Initiator), l.ISID, c.portal.TPGT}
+	old := t.sessions[key]
+	if l.TSIH != 0 {
+		if old == nil || old.tsih != l.TSIH {
+			t.mu.Unlock()
+			return nil, LoginSessionDoesNotExist
+		}
+		if old.discovery != (l.SessionType == "Discovery") {
+			t.mu.Unlock()
+			return nil, LoginCantIncludeInSess
+		}
+		// One connection per session: a login with the same CID reinstates it.
+		t.mu.Unlock()
+		if oc := old.currentConn(); oc != nil && oc.cid != l.CID {
+			return nil, LoginTooManyConnections
+		}
+		old.replaceConn(c)
+		return old, LoginSuccess
+	}
+	t.nextTSIH++
+	if t.nextTSIH == 0 {
+		t.nextTSIH = 1
+	}
+	s := newSession(t, key, t.nextTSIH, l, c.portal)
+	t.sessions[key] = s
+	t.mu.Unlock()
+	if old != nil {
+		t.log.Info("session reinstatement", "initiator", l.Initiator, "isid", FormatISID(l.ISID))
+		old.close("reinstated")
+	}
+	return s, LoginSuccess
+}
+
+func (t *Target) dropSession(s *session) {
+	t.mu.Lock()
+	if t.sessions[s.key] == s {
+		delete(t.sessions, s.key)
+	}
+	t.mu.Unlock()
+}
+
+// SessionCount reports the number of live sessions.
+func (t *Target) SessionCount() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.sessions)
+}
+
+// resetAllSessions closes every session but keep (TARGET COLD RESET).
+func (t *Target) resetAllSessions(keep *session) {
+	t.mu.Lock()
+	var victims []*session
+	for _, s := range t.sessions {
+		if s != keep {
+			victims = append(victims, s)
+		}
+	}
+	t.mu.Unlock()
+	for _, s := range victims {
+		s.close("target cold reset")
+	}
+}

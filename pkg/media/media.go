@@ -1,0 +1,175 @@
+// Package media owns the bottom of the I/O path: one sparse file per LUN,
+// thin-provisioning (hole punching), durability (fdatasync) and optional
+// latency profiles (ram, ssd, hdd) for the lab. It knows nothing of SCSI,
+// nodes or ownership, and imports no other aluad package.
+package media
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// Store is a block store addressed in bytes.
+type Store interface {
+	ReadAt(p []byte, off int64) error
+	WriteAt(p []byte, off int64) error
+	// Punch deallocates a range; later reads return zeros.
+	Punch(off, length int64) error
+	// Sync makes every completed write durable.
+	Sync() error
+	Size() int64
+	Close() error
+}
+
+// File is a Store on one sparse file.
+type File struct {
+	f    *os.File
+	size int64
+	path string
+}
+
+// OpenFile opens or creates a sparse file of size bytes. An existing file
+// of another size is refused rather than silently resized.
+func OpenFile(path string, size int64) (*File, error) {
+	if size <= 0 {
+		return nil, fmt.Errorf("media: %s: size must be positive", path)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("media: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("media: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("media: %w", err)
+	}
+	switch {
+	case st.Size() == 0:
+		if err := f.Truncate(size); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("media: %s: %w", path, err)
+		}
+	case st.Size() != size:
+		f.Close()
+		return nil, fmt.Errorf("media: %s holds %d bytes but the LUN is configured for %d; refusing to resize existing data",
+			path, st.Size(), size)
+	}
+	return &File{f: f, size: size, path: path}, nil
+}
+
+// ErrRange is returned for an access outside the store.
+var ErrRange = errors.New("media: access beyond end of store")
+
+func (m *File) check(off int64, n int) error {
+	if off < 0 || off+int64(n) > m.size {
+		return ErrRange
+	}
+	return nil
+}
+
+func (m *File) ReadAt(p []byte, off int64) error {
+	if err := m.check(off, len(p)); err != nil {
+		return err
+	}
+	_, err := m.f.ReadAt(p, off)
+	return err
+}
+
+func (m *File) WriteAt(p []byte, off int64) error {
+	if err := m.check(off, len(p)); err != nil {
+		return err
+	}
+	_, err := m.f.WriteAt(p, off)
+	return err
+}
+
+const (
+	fallocKeepSize  = 0x1
+	fallocPunchHole = 0x2
+)
+
+// Punch deallocates [off, off+length). Where the filesystem cannot punch
+// holes the range is written with zeros, which reads the same.
+func (m *File) Punch(off, length int64) error {
+	if err := m.check(off, int(length)); err != nil {
+		return err
+	}
+	err := syscall.Fallocate(int(m.f.Fd()), fallocPunchHole|fallocKeepSize, off, length)
+	if err == nil {
+		return nil
+	}
+	zero := make([]byte, min(length, 1<<20))
+	for done := int64(0); done < length; {
+		n := min(int64(len(zero)), length-done)
+		if _, err := m.f.WriteAt(zero[:n], off+done); err != nil {
+			return err
+		}
+		done += n
+	}
+	return nil
+}
+
+func (m *File) Sync() error  { return syscall.Fdatasync(int(m.f.Fd())) }
+func (m *File) Size() int64  { return m.size }
+func (m *File) Close() error { return m.f.Close() }
+
+// Path returns the backing file.
+func (m *File) Path() string { return m.path }
+
+// Profile is a latency model for a class of media.
+type Profile struct {
+	Name       string
+	Read       time.Duration // per command
+	Write      time.Duration
+	PerMiB     time.Duration // transfer time per MiB
+	Rotational bool
+}
+
+// Profiles are the built-in media classes.
+var Profiles = map[string]Profile{
+	"ram": {Name: "ram"},
+	"ssd": {Name: "ssd", Read: 80 * time.Microsecond, Write: 30 * time.Microsecond, PerMiB: 400 * time.Microsecond},
+	"hdd": {Name: "hdd", Read: 4 * time.Millisecond, Write: 4 * time.Millisecond, PerMiB: 5 * time.Millisecond, Rotational: true},
+}
+
+// Sleeper waits; injected so tests and the lab control time.
+type Sleeper func(time.Duration)
+
+// WithProfile wraps s so each access takes at least the profile's time.
+// A "ram" (zero) profile returns s unchanged.
+func WithProfile(s Store, p Profile, sleep Sleeper) Store {
+	if p.Read == 0 && p.Write == 0 && p.PerMiB == 0 {
+		return s
+	}
+	if sleep == nil {
+		sleep = time.Sleep
+	}
+	return &profiled{Store: s, p: p, sleep: sleep}
+}
+
+type profiled struct {
+	Store
+	p     Profile
+	sleep Sleeper
+}
+
+func (s *profiled) cost(base time.Duration, n int) time.Duration {
+	return base + time.Duration(int64(s.p.PerMiB)*int64(n)/(1<<20))
+}
+
+func (s *profiled) ReadAt(p []byte, off int64) error {
+	s.sleep(s.cost(s.p.Read, len(p)))
+	return s.Store.ReadAt(p, off)
+}
+
+func (s *profiled) WriteAt(p []byte, off int64) error {
+	s.sleep(s.cost(s.p.Write, len(p)))
+	return s.Store.WriteAt(p, off)
+}
