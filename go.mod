@@ -3,3 +3,5 @@ module github.com/aluad/aluad
 go 1.26.8
 
 require go.yaml.in/yaml/v3 v3.0.6
+
+require github.com/stretchr/testify v1.12.1

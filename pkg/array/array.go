@@ -178,8 +178,10 @@ func (a *Array) Serial(l *LUN) string {
 	return fmt.Sprintf("ALUAD%03d%x", l.ID, sum[:6])
 }
 
-// route accounts a command arriving on port via and applies the forwarding
-// penalty when that port's node is not the owner.
+// route accounts a command arriving on port via and, when that port's node
+// is not the owner, counts it as forwarded and applies the interlink
+// penalty to data transfers (n > 0); control operations (flush, unmap)
+// ship no data and pay no per-call penalty.
 func (l *LUN) route(via uint16, n int) error {
 	p := l.arr.portByID[via]
 	if p == nil {
@@ -191,7 +193,7 @@ func (l *LUN) route(via uint16, n int) error {
 	if owner := l.owner.Load(); owner != p.Node {
 		st.Forwarded.Add(1)
 		st.ForwardedBytes.Add(uint64(n))
-		if l.arr.penalty > 0 {
+		if l.arr.penalty > 0 && n > 0 {
 			l.arr.sleep(l.arr.penalty)
 		}
 	}

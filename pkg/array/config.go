@@ -177,10 +177,11 @@ func (c *Config) Validate() error {
 				return fmt.Errorf("port names must be unique and non-empty (%q on node %s)", p.Name, n.Name)
 			}
 			ports[p.Name] = true
-			if _, _, err := net.SplitHostPort(p.Addr); err != nil {
+			_, portNum, err := net.SplitHostPort(p.Addr)
+			if err != nil {
 				return fmt.Errorf("port %s: address %q: %v", p.Name, p.Addr, err)
 			}
-			if other, dup := addrs[p.Addr]; dup {
+			if other, dup := addrs[p.Addr]; dup && portNum != "0" {
 				return fmt.Errorf("ports %s and %s both listen on %s", other, p.Name, p.Addr)
 			}
 			addrs[p.Addr] = p.Name

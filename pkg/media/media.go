@@ -95,20 +95,40 @@ const (
 	fallocPunchHole = 0x2
 )
 
-// Punch deallocates [off, off+length). Where the filesystem cannot punch
-// holes the range is written with zeros, which reads the same.
+// AllocUnit is the thin-provisioning allocation unit: only whole, aligned
+// units are deallocated (hole-punched); the rest of a range is written with
+// zeros, which reads the same. Punching small ranges would make ext4 write
+// back dirty pages synchronously on every UNMAP.
+const AllocUnit = 1 << 20
+
+// Punch deallocates [off, off+length): later reads return zeros.
 func (m *File) Punch(off, length int64) error {
 	if err := m.check(off, int(length)); err != nil {
 		return err
 	}
-	err := syscall.Fallocate(int(m.f.Fd()), fallocPunchHole|fallocKeepSize, off, length)
-	if err == nil {
-		return nil
+	end := off + length
+	lo := (off + AllocUnit - 1) / AllocUnit * AllocUnit
+	hi := end / AllocUnit * AllocUnit
+	if lo >= hi {
+		return m.zero(off, length)
 	}
-	zero := make([]byte, min(length, 1<<20))
+	if err := m.zero(off, lo-off); err != nil {
+		return err
+	}
+	if err := syscall.Fallocate(int(m.f.Fd()), fallocPunchHole|fallocKeepSize, lo, hi-lo); err != nil {
+		if err := m.zero(lo, hi-lo); err != nil {
+			return err
+		}
+	}
+	return m.zero(hi, end-hi)
+}
+
+var zeros = make([]byte, 1<<20)
+
+func (m *File) zero(off, length int64) error {
 	for done := int64(0); done < length; {
-		n := min(int64(len(zero)), length-done)
-		if _, err := m.f.WriteAt(zero[:n], off+done); err != nil {
+		n := min(int64(len(zeros)), length-done)
+		if _, err := m.f.WriteAt(zeros[:n], off+done); err != nil {
 			return err
 		}
 		done += n

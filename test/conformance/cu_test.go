@@ -1,0 +1,75 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/daemon"
+	"github.com/stretchr/testify/require"
+)
+
+func TestSummarize(t *testing.T) {
+	out := `Suite: Inquiry
+  Test: Standard ...passed
+  Test: EVPD ...    [SKIPPED] not implemented.
+passed
+  Test: AllocLength ...FAILED
+    1. test_x.c:10  - CU_ASSERT(0)
+Suite: Other
+  Test: Inline ...    [FAILED] bad
+    [FAILED] bad
+FAILED
+    1. t.c:1 - x
+  Test: Last ...passed
+
+Run Summary:    Type  Total    Ran Passed Failed Inactive
+`
+	s := Summarize(out)
+	require.Equal(t, 2, s.Passed)
+	require.Equal(t, 1, s.Skipped)
+	require.Equal(t, 2, s.Failed)
+	require.Equal(t, []string{"AllocLength", "Inline"}, s.Failures)
+}
+
+// TestLibiscsiConformance runs iscsi-test-cu -d --test=ALL against an
+// in-process aluad, with a second portal (on the other node) as the
+// multipath URL, and requires zero failures.
+func TestLibiscsiConformance(t *testing.T) {
+	bin, err := exec.LookPath("iscsi-test-cu")
+	if err != nil {
+		t.Skip("iscsi-test-cu (Debian libiscsi-bin) is not installed; scripts/test.sh installs it")
+	}
+	cfg := array.DefaultConfig()
+	cfg.Data = t.TempDir()
+	for i := range cfg.Nodes {
+		for j := range cfg.Nodes[i].Ports {
+			cfg.Nodes[i].Ports[j].Addr = "127.0.0.1:0"
+		}
+	}
+	for i := range cfg.LUNs {
+		cfg.LUNs[i].Size = 64 << 20
+	}
+	d, err := daemon.Start(cfg, daemon.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	defer d.Stop(5 * time.Second)
+	ps := d.Portals()
+	url := func(i int) string { return fmt.Sprintf("iscsi://%s/%s/1", ps[i].Addr, ps[i].Target) }
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "-d", "--test=ALL", url(0), url(2))
+	out, _ := cmd.CombinedOutput() // exit status is non-zero on any failure; the summary decides
+	if dir := os.Getenv("ALUAD_RESULTS"); dir != "" {
+		os.WriteFile(dir+"/iscsi-test-cu-aluad.txt", out, 0o644)
+	}
+	s := Summarize(string(out))
+	t.Logf("aluad: %d real passes, %d skips, %d failures", s.Passed, s.Skipped, s.Failed)
+	require.Greater(t, s.Passed+s.Skipped, 200, "suite did not run:\n%s", out)
+	require.Zero(t, s.Failed, "failures: %v", s.Failures)
+}
