@@ -310,6 +310,11 @@ func (s *Session) wait(ctx context.Context, itt uint32, c *call) (*Result, error
 	case <-c.ch:
 		return &c.res, nil
 	case <-s.done:
+		select { // the response may have arrived just before the connection closed
+		case <-c.ch:
+			return &c.res, nil
+		default:
+		}
 		return nil, s.sessionErr()
 	case <-ctx.Done():
 		s.mu.Lock()

@@ -11,7 +11,7 @@ import (
 // as "[SKIPPED]" and then counts it as passed; Skipped separates them.
 type Summary struct {
 	Passed, Skipped, Failed int
-	Failures               []string
+	Failures                []string
 }
 
 var testRe = regexp.MustCompile(`(?m)^  Test: (\S+) \.\.\.`)

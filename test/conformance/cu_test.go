@@ -69,7 +69,11 @@ func TestLibiscsiConformance(t *testing.T) {
 		os.WriteFile(dir+"/iscsi-test-cu-aluad.txt", out, 0o644)
 	}
 	s := Summarize(string(out))
-	t.Logf("aluad: %d real passes, %d skips, %d failures", s.Passed, s.Skipped, s.Failed)
+	line := fmt.Sprintf("aluad: %d real passes, %d skips, %d failures", s.Passed, s.Skipped, s.Failed)
+	t.Log(line)
+	if dir := os.Getenv("ALUAD_RESULTS"); dir != "" {
+		os.WriteFile(dir+"/aluad-conformance.txt", []byte(line+"\n"), 0o644)
+	}
 	require.Greater(t, s.Passed+s.Skipped, 200, "suite did not run:\n%s", out)
 	require.Zero(t, s.Failed, "failures: %v", s.Failures)
 }

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The project's test command (README): installs what it needs on a bare
+# Debian machine, then runs vet, the race-enabled unit and integration
+# tests, short fuzz runs of every parser, and libiscsi's iscsi-test-cu
+# against aluad (test/conformance) with tgtd run the same way for comparison.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/deps.sh
+mkdir -p results
+export ALUAD_RESULTS="$PWD/results"
+echo "== go vet"; go vet ./...
+echo "== gofmt"; test -z "$(gofmt -l cmd pkg test)" || { gofmt -l cmd pkg test; exit 1; }
+echo "== go test -race"
+go test -race -count=1 ./... 2>&1 | tee results/go-test.txt
+FUZZTIME=${FUZZTIME:-10s}
+echo "== fuzz ($FUZZTIME each)"
+for f in FuzzReadPDU FuzzParseText FuzzLoginStep; do go test -run='^$' -fuzz="^$f\$" -fuzztime="$FUZZTIME" ./pkg/iscsi/; done
+for f in FuzzExecute FuzzParseSense; do go test -run='^$' -fuzz="^$f\$" -fuzztime="$FUZZTIME" ./pkg/scsi/; done
+echo "== iscsi-test-cu against tgtd (same command, for comparison)"
+scripts/tgtd-conformance.sh | tee results/tgtd-conformance.txt
+grep -h "real passes" results/*.txt 2>/dev/null || true

@@ -1,0 +1,73 @@
+// Command writeload drives a bounded write workload through the Go
+// initiator against any iSCSI target and prints IOPS and MB/s, so aluad
+// and tgtd are measured with the same client in the same run.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aluad/aluad/pkg/initiator"
+)
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:3260", "portal")
+	target := flag.String("target", "iqn.2026-11.org.aluad:array", "target IQN")
+	lun := flag.Uint64("lun", 0, "LUN")
+	bsize := flag.Int("size", 4096, "bytes per write")
+	qd := flag.Int("qd", 16, "outstanding writes")
+	dur := flag.Duration("t", 5*time.Second, "duration (bounded)")
+	flag.Parse()
+	if *dur > 2*time.Minute {
+		*dur = 2 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *dur+10*time.Second)
+	defer cancel()
+	s, err := initiator.Dial(ctx, initiator.Config{Addr: *addr, Target: *target, InitiatorName: "iqn.2026-11.org.aluad:writeload"})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "writeload:", err)
+		os.Exit(1)
+	}
+	defer s.Logout(context.Background())
+	s.ClearUA(ctx, *lun, 8)
+	blocks, bs, err := s.ReadCapacity16(ctx, *lun)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "writeload:", err)
+		os.Exit(1)
+	}
+	per := uint64(*bsize / bs)
+	span := min(blocks, 1<<30/uint64(bs)) / per
+	var ops atomic.Int64
+	var failed atomic.Int64
+	deadline := time.Now().Add(*dur)
+	var wg sync.WaitGroup
+	buf := make([]byte, *bsize)
+	for i := range buf {
+		buf[i] = byte(i)
+	}
+	start := time.Now()
+	for w := 0; w < *qd; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				lba := rand.Uint64N(span) * per
+				if err := s.Write16(ctx, *lun, lba, buf, bs, false); err != nil {
+					failed.Add(1)
+					return
+				}
+				ops.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start).Seconds()
+	n := ops.Load()
+	fmt.Printf("iops %.0f mbps %.1f errors %d\n", float64(n)/el, float64(n)*float64(*bsize)/el/1e6, failed.Load())
+}
