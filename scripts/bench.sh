@@ -30,12 +30,8 @@ luns:
   - {id: 0, size: 1GiB, preferred: a}
 YAML
 bin/aluad serve --config "$work/aluad.yaml" >"$work/aluad.out" 2>"$work/aluad.err" & APID=$!
-truncate -s 1G "$work/tgt.img"
-tgtd -C 7 -f --iscsi portal=127.0.0.1:3370 >"$work/tgtd.log" 2>&1 & TPID=$!
-sleep 1
-tgtadm -C 7 --lld iscsi --op new --mode target --tid 1 -T iqn.2026-11.org.aluad:tgtbench
-tgtadm -C 7 --lld iscsi --op new --mode logicalunit --tid 1 --lun 1 -b "$work/tgt.img"
-tgtadm -C 7 --lld iscsi --op bind --mode target --tid 1 -I ALL
+. scripts/lib-tgtd.sh
+start_tgtd 3370 7 iqn.2026-11.org.aluad:tgtbench "$work/tgt.img" "$work/tgtd.log"
 A_URL=iscsi://127.0.0.1:3360/iqn.2026-11.org.aluad:bench/0
 T_URL=iscsi://127.0.0.1:3370/iqn.2026-11.org.aluad:tgtbench/1
 # Pre-fill so reads hit allocated data on both.

@@ -6,12 +6,8 @@ cd "$(dirname "$0")/.."
 work=$(mktemp -d /dev/shm/aluad-tgt.XXXX)
 cleanup() { kill "${TPID:-}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
-truncate -s 1G "$work/tgt.img"
-tgtd -C 9 -f --iscsi portal=127.0.0.1:3371 >"$work/tgtd.log" 2>&1 & TPID=$!
-sleep 1
-tgtadm -C 9 --lld iscsi --op new --mode target --tid 1 -T iqn.2026-11.org.aluad:tgtcu
-tgtadm -C 9 --lld iscsi --op new --mode logicalunit --tid 1 --lun 1 -b "$work/tgt.img"
-tgtadm -C 9 --lld iscsi --op bind --mode target --tid 1 -I ALL
+. scripts/lib-tgtd.sh
+start_tgtd 3371 9 iqn.2026-11.org.aluad:tgtcu "$work/tgt.img" "$work/tgtd.log"
 timeout 900 iscsi-test-cu -d --test=ALL iscsi://127.0.0.1:3371/iqn.2026-11.org.aluad:tgtcu/1 > "$work/cu.txt" 2>&1 || true
 cp "$work/cu.txt" results/iscsi-test-cu-tgtd.txt 2>/dev/null || true
 python3 scripts/cu-summary.py "$work/cu.txt" tgtd
