@@ -14,8 +14,9 @@ command -v iscsi-perf >/dev/null && command -v tgtd >/dev/null || scripts/deps.s
 go build -o bin/aluad ./cmd/aluad
 go build -o bin/writeload ./test/bench/writeload
 
+. scripts/lib-tgtd.sh
 work=$(mktemp -d /dev/shm/aluad-bench.XXXX)
-cleanup() { kill "${APID:-}" "${TPID:-}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
+cleanup() { stop_tgtd 7; kill "${APID:-}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 
 cat > "$work/aluad.yaml" <<YAML
@@ -30,7 +31,6 @@ luns:
   - {id: 0, size: 1GiB, preferred: a}
 YAML
 bin/aluad serve --config "$work/aluad.yaml" >"$work/aluad.out" 2>"$work/aluad.err" & APID=$!
-. scripts/lib-tgtd.sh
 start_tgtd 3370 7 iqn.2026-11.org.aluad:tgtbench "$work/tgt.img" "$work/tgtd.log"
 A_URL=iscsi://127.0.0.1:3360/iqn.2026-11.org.aluad:bench/0
 T_URL=iscsi://127.0.0.1:3370/iqn.2026-11.org.aluad:tgtbench/1

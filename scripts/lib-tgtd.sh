@@ -10,3 +10,14 @@ start_tgtd() {
   tgtadm -C "$ctl" --lld iscsi --op new --mode logicalunit --tid 1 --lun 1 -b "$img"
   tgtadm -C "$ctl" --lld iscsi --op bind --mode target --tid 1 -I ALL
 }
+
+# stop_tgtd CONTROL_PORT: tgtd ignores SIGTERM while it has targets; ask it
+# to shut down, then make sure.
+stop_tgtd() {
+  [ -n "${TPID:-}" ] || return 0
+  tgtadm -C "$1" --op delete --mode system >/dev/null 2>&1 || true
+  sleep 0.5
+  kill -9 "$TPID" 2>/dev/null || true
+  wait "$TPID" 2>/dev/null || true
+  TPID=
+}
