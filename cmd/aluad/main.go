@@ -1,6 +1,6 @@
 // Command aluad emulates the firmware of a multi-controller storage array
 // with implicit ALUA. Subcommands: serve (the array on the embedded pure-Go
-// iSCSI fabric).
+// iSCSI fabric) and the control clients move, luns and events.
 package main
 
 import (
@@ -12,7 +12,13 @@ const usage = `aluad: an implicit-ALUA multi-controller storage array emulator
 
 Usage:
   aluad serve [--config FILE] [--data DIR]   run the array (embedded default: 2 nodes, 4 ports, 8 LUNs)
+  aluad move --lun N --to NODE               move a LUN's ownership (TRANSITIONING, then UA 2A/06)
+  aluad luns [--json]                        owners, ALUA states and forwarded I/O per LUN
+  aluad events [--since SEQ] [--follow]      the event feed (logins, RTPGs, I/O, ALUA changes) as JSON lines
   aluad help                                 this text
+
+The client commands reach the running daemon on its control socket
+(--control PATH, default <data>/aluad.sock).
 
 Run 'aluad <command> -h' for a command's flags.
 `
@@ -26,6 +32,12 @@ func main() {
 	switch os.Args[1] {
 	case "serve":
 		err = serve(os.Args[2:])
+	case "move":
+		err = move(os.Args[2:])
+	case "luns":
+		err = luns(os.Args[2:])
+	case "events":
+		err = events(os.Args[2:])
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return

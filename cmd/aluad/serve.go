@@ -21,6 +21,8 @@ func serve(args []string) error {
 	verbose := fs.Bool("v", false, "debug logging")
 	nop := fs.Duration("nop-interval", 0, "send NOP-In keepalives to idle initiators at this interval (0: off)")
 	grace := fs.Duration("grace", 10*time.Second, "how long in-flight commands may run at shutdown")
+	control := fs.String("control", "", "control socket path (default: <data>/aluad.sock; \"off\" for none)")
+	stats := fs.Duration("stats-interval", time.Second, "emit per-nexus I/O events at this interval")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -45,14 +47,25 @@ func serve(args []string) error {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	d, err := daemon.Start(cfg, daemon.Options{Logger: log, NopInterval: *nop})
+	ctl := *control
+	switch ctl {
+	case "":
+		ctl = defaultControl(cfg.Data)
+	case "off":
+		ctl = ""
+	}
+	if *stats <= 0 {
+		return fmt.Errorf("--stats-interval must be positive")
+	}
+	d, err := daemon.Start(cfg, daemon.Options{Logger: log, NopInterval: *nop, Control: ctl, StatsInterval: *stats})
 	if err != nil {
 		return err
 	}
 	for _, p := range d.Portals() {
 		fmt.Printf("portal %s %s %s %s\n", p.Node, p.Port, p.Addr, p.Target)
 	}
-	log.Info("serving", "nodes", len(d.Array.Nodes), "luns", len(d.Array.LUNs), "data", cfg.Data)
+	log.Info("serving", "nodes", len(d.Array.Nodes), "luns", len(d.Array.LUNs), "data", cfg.Data,
+		"alua", cfg.ALUA, "control", ctl)
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	s := <-sig

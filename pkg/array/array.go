@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,10 +50,14 @@ type LUN struct {
 	Media     string
 	Group     string
 	Preferred *Node
-	owner     atomic.Pointer[Node]
-	store     media.Store
-	arr       *Array
-	stats     []NodeStats // per node the command arrived on
+	alua      atomic.Pointer[aluaSnap]
+	// io is held shared by every media operation and exclusively by a
+	// move, which thereby drains in-flight commands before the hand-over.
+	io     sync.RWMutex
+	moveMu sync.Mutex
+	store  media.Store
+	arr    *Array
+	stats  []NodeStats // per node the command arrived on
 }
 
 // NodeStats counts commands that arrived at one node for one LUN.
@@ -64,7 +69,7 @@ type NodeStats struct {
 }
 
 // Owner returns the node that currently owns the LUN.
-func (l *LUN) Owner() *Node { return l.owner.Load() }
+func (l *LUN) Owner() *Node { return l.alua.Load().owner }
 
 // Stats returns the per-node counters (indexed by Node.Index).
 func (l *LUN) Stats() []NodeStats { return l.stats }
@@ -76,16 +81,23 @@ type Array struct {
 	Ports    []*Port
 	LUNs     []*LUN
 	portByID map[uint16]*Port
+	lunByID  map[uint64]*LUN
 	penalty  time.Duration
 	sleep    func(time.Duration)
-	mu       sync.Mutex
-	closed   bool
+	now      func() time.Time
+	// hosts maps a lower-cased initiator name to its declared host.
+	hosts     map[string]Host
+	mu        sync.Mutex
+	listeners []func(Change)
+	closed    bool
 }
 
 // Options are the array's injected dependencies.
 type Options struct {
 	// Sleep implements delays (inter-node penalty, media profiles); nil uses time.Sleep.
 	Sleep func(time.Duration)
+	// Now reads the clock (transition stop times); nil uses time.Now.
+	Now func() time.Time
 }
 
 // New builds the array and opens each LUN's backing file under cfg.Data.
@@ -96,7 +108,17 @@ func New(cfg Config, opt Options) (*Array, error) {
 	if opt.Sleep == nil {
 		opt.Sleep = time.Sleep
 	}
-	a := &Array{cfg: cfg, portByID: map[uint16]*Port{}, penalty: cfg.Interlink.Penalty, sleep: opt.Sleep}
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	a := &Array{cfg: cfg, portByID: map[uint16]*Port{}, lunByID: map[uint64]*LUN{}, penalty: cfg.Interlink.Penalty, sleep: opt.Sleep,
+		now: opt.Now, hosts: map[string]Host{}}
+	for _, hc := range cfg.Hosts {
+		h := Host{Name: hc.Name, Type: HostTypes[hc.Type], Initiators: hc.Initiators}
+		for _, in := range hc.Initiators {
+			a.hosts[strings.ToLower(in)] = h
+		}
+	}
 	byName := map[string]*Node{}
 	var rel uint16 = 1
 	for i, nc := range cfg.Nodes {
@@ -126,8 +148,9 @@ func New(cfg Config, opt Options) (*Array, error) {
 		l := &LUN{ID: lc.ID, Size: int64(lc.Size), BlockSize: lc.BlockSize, Media: lc.Media, Group: lc.Group,
 			Preferred: byName[lc.Preferred], store: media.WithProfile(f, prof, opt.Sleep), arr: a,
 			stats: make([]NodeStats, len(a.Nodes))}
-		l.owner.Store(l.Preferred)
+		l.alua.Store(&aluaSnap{owner: l.Preferred, status: make([]byte, len(a.Nodes))})
 		a.LUNs = append(a.LUNs, l)
+		a.lunByID[l.ID] = l
 	}
 	sort.Slice(a.LUNs, func(i, j int) bool { return a.LUNs[i].ID < a.LUNs[j].ID })
 	return a, nil
@@ -140,14 +163,7 @@ func (a *Array) Config() Config { return a.cfg }
 func (a *Array) Port(id uint16) *Port { return a.portByID[id] }
 
 // LUN returns a LUN by id.
-func (a *Array) LUN(id uint64) *LUN {
-	for _, l := range a.LUNs {
-		if l.ID == id {
-			return l
-		}
-	}
-	return nil
-}
+func (a *Array) LUN(id uint64) *LUN { return a.lunByID[id] }
 
 // Node returns a node by name.
 func (a *Array) Node(name string) *Node {
@@ -190,7 +206,7 @@ func (l *LUN) route(via uint16, n int) error {
 	st := &l.stats[p.Node.Index]
 	st.Commands.Add(1)
 	st.Bytes.Add(uint64(n))
-	if owner := l.owner.Load(); owner != p.Node {
+	if owner := l.Owner(); owner != p.Node {
 		st.Forwarded.Add(1)
 		st.ForwardedBytes.Add(uint64(n))
 		if l.arr.penalty > 0 && n > 0 {
@@ -202,6 +218,8 @@ func (l *LUN) route(via uint16, n int) error {
 
 // ReadAt implements scsi.Backend.
 func (l *LUN) ReadAt(via uint16, p []byte, off int64) error {
+	l.io.RLock()
+	defer l.io.RUnlock()
 	if err := l.route(via, len(p)); err != nil {
 		return err
 	}
@@ -210,6 +228,8 @@ func (l *LUN) ReadAt(via uint16, p []byte, off int64) error {
 
 // WriteAt implements scsi.Backend; fua makes the write durable before it completes.
 func (l *LUN) WriteAt(via uint16, p []byte, off int64, fua bool) error {
+	l.io.RLock()
+	defer l.io.RUnlock()
 	if err := l.route(via, len(p)); err != nil {
 		return err
 	}
@@ -224,6 +244,8 @@ func (l *LUN) WriteAt(via uint16, p []byte, off int64, fua bool) error {
 
 // Flush implements scsi.Backend (SYNCHRONIZE CACHE).
 func (l *LUN) Flush(via uint16) error {
+	l.io.RLock()
+	defer l.io.RUnlock()
 	if err := l.route(via, 0); err != nil {
 		return err
 	}
@@ -232,6 +254,8 @@ func (l *LUN) Flush(via uint16) error {
 
 // Unmap implements scsi.Backend.
 func (l *LUN) Unmap(via uint16, off, length int64) error {
+	l.io.RLock()
+	defer l.io.RUnlock()
 	if err := l.route(via, 0); err != nil {
 		return err
 	}

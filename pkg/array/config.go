@@ -25,6 +25,21 @@ type Config struct {
 	LUNs  []LUNConfig  `yaml:"luns"`
 	// Interlink is the inter-node link that carries forwarded (ANO) I/O.
 	Interlink InterlinkConfig `yaml:"interlink"`
+	// TransitionTime is reported as the implicit transition time (RTPG
+	// extended header byte 5, whole seconds, at most 255 s): how long a host
+	// should wait out TRANSITIONING before giving up on a group.
+	TransitionTime time.Duration `yaml:"transition_time"`
+	// Hosts declares known hosts: their initiator names and host type.
+	// Initiators not listed get host type "default".
+	Hosts []HostConfig `yaml:"hosts"`
+}
+
+// HostConfig declares one host (a server with one or more initiators).
+type HostConfig struct {
+	Name string `yaml:"name"`
+	// Type is a host type from HostTypes (OS and multipath stack).
+	Type       string   `yaml:"type"`
+	Initiators []string `yaml:"initiators"`
 }
 
 // NodeConfig is one storage node (controller).
@@ -99,7 +114,7 @@ func ParseSize(s string) (int64, error) {
 // each on loopback, 8 LUNs of 1 GiB with alternating preferred owners.
 func DefaultConfig() Config {
 	c := Config{Target: "iqn.2026-11.org.aluad:array", Data: "aluad-data", ALUA: "implicit",
-		Interlink: InterlinkConfig{Penalty: 50 * time.Microsecond}}
+		Interlink: InterlinkConfig{Penalty: 50 * time.Microsecond}, TransitionTime: DefaultTransitionTime}
 	port := 3260
 	for _, n := range []string{"a", "b"} {
 		nc := NodeConfig{Name: n}
@@ -122,7 +137,8 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
-	var c Config
+	// Durations start as unset so that an explicit 0 in the file is kept.
+	c := Config{TransitionTime: unset, Interlink: InterlinkConfig{Penalty: unset}}
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil {
@@ -143,6 +159,12 @@ func LoadConfig(path string) (Config, error) {
 	}
 	if len(c.LUNs) == 0 {
 		c.LUNs = def.LUNs
+	}
+	if c.TransitionTime == unset {
+		c.TransitionTime = def.TransitionTime
+	}
+	if c.Interlink.Penalty == unset {
+		c.Interlink.Penalty = def.Interlink.Penalty
 	}
 	if err := c.Validate(); err != nil {
 		return Config{}, fmt.Errorf("%s: %w", path, err)
@@ -217,6 +239,46 @@ func (c *Config) Validate() error {
 		}
 		if l.Group == "" {
 			l.Group = "dg0"
+		}
+	}
+	return c.validateHosts()
+}
+
+// DefaultTransitionTime is the implicit transition time reported when the
+// config does not set one.
+const DefaultTransitionTime = 10 * time.Second
+
+const unset = time.Duration(-1)
+
+func (c *Config) validateHosts() error {
+	if c.TransitionTime < 0 || c.TransitionTime > 255*time.Second || c.TransitionTime%time.Second != 0 {
+		return fmt.Errorf("transition_time must be whole seconds from 0s to 255s, not %v", c.TransitionTime)
+	}
+	if c.Interlink.Penalty < 0 {
+		return fmt.Errorf("interlink penalty must not be negative")
+	}
+	names := map[string]bool{}
+	inits := map[string]string{}
+	for i := range c.Hosts {
+		h := &c.Hosts[i]
+		if h.Name == "" || names[h.Name] {
+			return fmt.Errorf("host names must be unique and non-empty (%q)", h.Name)
+		}
+		names[h.Name] = true
+		if h.Type == "" {
+			h.Type = "default"
+		}
+		if _, ok := HostTypes[h.Type]; !ok {
+			return fmt.Errorf("host %s: unknown type %q (known: %s)", h.Name, h.Type, strings.Join(HostTypeNames(), ", "))
+		}
+		if len(h.Initiators) == 0 {
+			return fmt.Errorf("host %s: no initiators", h.Name)
+		}
+		for _, in := range h.Initiators {
+			if other, dup := inits[in]; dup {
+				return fmt.Errorf("initiator %s is declared by hosts %s and %s", in, other, h.Name)
+			}
+			inits[in] = h.Name
 		}
 	}
 	return nil

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/aluad/aluad/pkg/array"
@@ -21,7 +22,18 @@ type Daemon struct {
 	Array  *array.Array
 	SCSI   *scsi.Server
 	Target *iscsi.Target
-	log    *slog.Logger
+	// Events is the feed of logins, logouts, RTPGs, I/O intervals and
+	// ALUA changes.
+	Events  *EventLog
+	log     *slog.Logger
+	now     func() time.Time
+	control *controlServer
+	done    chan struct{}
+	wg      sync.WaitGroup
+
+	ioMu   sync.Mutex
+	ioPrev map[ioKey]scsi.NexusIO
+	ioLast time.Time
 }
 
 // PortalInfo describes one listening target port.
@@ -35,24 +47,40 @@ type Options struct {
 	Logger *slog.Logger
 	// NopInterval enables target NOP-In keepalives (0 disables).
 	NopInterval time.Duration
+	// Control is the path of the control socket (aluad move, luns,
+	// events); empty serves none.
+	Control string
+	// StatsInterval is how often io events are emitted (0: 1s; <0: never).
+	StatsInterval time.Duration
+	// OnEvent receives every event as it is added; it must not block.
+	OnEvent func(Event)
+	// Now and Sleep inject the clock (tests); nil uses the real one.
+	Now   func() time.Time
+	Sleep func(time.Duration)
+	// EventCapacity is how many events the log keeps (0: 16384).
+	EventCapacity int
 }
 
-// Start builds everything from cfg and starts listening.
-func Start(cfg array.Config, opt Options) (*Daemon, error) {
+// New builds the array and its device server with ALUA, without any
+// network: what Start serves, and what scenario tests drive directly.
+func New(cfg array.Config, opt Options) (*Daemon, error) {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
-	arr, err := array.New(cfg, array.Options{})
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	if opt.EventCapacity <= 0 {
+		opt.EventCapacity = 16384
+	}
+	arr, err := array.New(cfg, array.Options{Now: opt.Now, Sleep: opt.Sleep})
 	if err != nil {
 		return nil, err
 	}
 	srv := scsi.NewServer()
-	var portals []iscsi.Portal
+	srv.SetClock(opt.Now)
 	for _, p := range arr.Ports {
-		name := iscsi.TargetPortName(cfg.Target, p.RelativeID)
-		srv.AddTargetPort(scsi.TargetPortInfo{RelativeID: p.RelativeID, Name: name})
-		portals = append(portals, iscsi.Portal{Addr: p.Addr, TPGT: p.RelativeID, RelativeID: p.RelativeID,
-			Node: p.Node.Name, Name: p.Name})
+		srv.AddTargetPort(scsi.TargetPortInfo{RelativeID: p.RelativeID, Name: iscsi.TargetPortName(cfg.Target, p.RelativeID)})
 	}
 	for _, l := range arr.LUNs {
 		_, err := srv.AddLU(scsi.LUConfig{LUN: l.ID, BlockSize: l.BlockSize, Blocks: uint64(l.Size / int64(l.BlockSize)),
@@ -64,17 +92,78 @@ func Start(cfg array.Config, opt Options) (*Daemon, error) {
 			return nil, err
 		}
 	}
-	tgt, err := iscsi.NewTarget(iscsi.Config{Name: cfg.Target, Alias: "aluad", Portals: portals,
-		Logger: opt.Logger, NopInterval: opt.NopInterval, NopTimeout: 2 * opt.NopInterval}, srv)
+	d := &Daemon{Array: arr, SCSI: srv, log: opt.Logger, now: opt.Now, done: make(chan struct{}),
+		Events: NewEventLog(opt.EventCapacity, opt.Now, opt.OnEvent), ioPrev: map[ioKey]scsi.NexusIO{}, ioLast: opt.Now()}
+	srv.SetALUA(aluaView{arr: arr, srv: srv})
+	srv.SetObserver(d)
+	arr.OnChange(func(c array.Change) {
+		announce(srv, c)
+		d.Events.Add(Event{Kind: EventALUA, Change: changeInfo(c)})
+		d.log.Info("alua change", "luns", c.LUNs, "from", c.From, "to", c.To, "cause", c.Cause,
+			"stop", c.Stop, "failed", c.Failed)
+	})
+	return d, nil
+}
+
+// Start builds everything from cfg and starts listening.
+func Start(cfg array.Config, opt Options) (*Daemon, error) {
+	d, err := New(cfg, opt)
 	if err != nil {
-		arr.Close()
+		return nil, err
+	}
+	var portals []iscsi.Portal
+	for _, p := range d.Array.Ports {
+		portals = append(portals, iscsi.Portal{Addr: p.Addr, TPGT: p.RelativeID, RelativeID: p.RelativeID,
+			Node: p.Node.Name, Name: p.Name})
+	}
+	tgt, err := iscsi.NewTarget(iscsi.Config{Name: cfg.Target, Alias: "aluad", Portals: portals,
+		Logger: opt.Logger, NopInterval: opt.NopInterval, NopTimeout: 2 * opt.NopInterval, OnEvent: d.fabricEvent}, d.SCSI)
+	if err != nil {
+		d.Array.Close()
 		return nil, err
 	}
 	if err := tgt.Listen(); err != nil {
-		arr.Close()
+		d.Array.Close()
 		return nil, err
 	}
-	return &Daemon{Array: arr, SCSI: srv, Target: tgt, log: opt.Logger}, nil
+	d.Target = tgt
+	if opt.Control != "" {
+		if d.control, err = listenControl(opt.Control, d); err != nil {
+			tgt.Close()
+			d.Array.Close()
+			return nil, err
+		}
+	}
+	if opt.StatsInterval >= 0 {
+		iv := opt.StatsInterval
+		if iv == 0 {
+			iv = time.Second
+		}
+		d.wg.Add(1)
+		go d.statsLoop(iv)
+	}
+	return d, nil
+}
+
+func (d *Daemon) statsLoop(iv time.Duration) {
+	defer d.wg.Done()
+	t := time.NewTicker(iv)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.done:
+			return
+		case <-t.C:
+			d.EmitIOStats()
+		}
+	}
+}
+
+// fabricEvent turns iSCSI login/logout into feed events.
+func (d *Daemon) fabricEvent(e iscsi.Event) {
+	ev := d.nexusEvent(e.Kind, e.Nexus)
+	ev.Reason = e.Reason
+	d.Events.Add(ev)
 }
 
 // Portals lists the bound portals in port order.
@@ -97,7 +186,15 @@ func (d *Daemon) Portals() []PortalInfo {
 func (d *Daemon) Stop(grace time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
-	terr := d.Target.Shutdown(ctx)
+	close(d.done)
+	if d.control != nil {
+		d.control.close()
+	}
+	d.wg.Wait()
+	var terr error
+	if d.Target != nil {
+		terr = d.Target.Shutdown(ctx)
+	}
 	if err := d.Array.Close(); err != nil {
 		return fmt.Errorf("flushing media: %w", err)
 	}

@@ -18,6 +18,7 @@ type LU struct {
 	resv *Nexus
 	pr   prState
 	ua   uaQueues
+	io   ioStats
 }
 
 func newLU(cfg LUConfig) *LU {

@@ -106,6 +106,19 @@ func maintenanceIn(x *exec) ([]byte, error) {
 	return nil, InvalidCDBField(1, 4)
 }
 
+// maintenanceOut dispatches MAINTENANCE OUT: only SET TARGET PORT GROUPS
+// exists, and only in the explicit mode; otherwise the opcode is unknown.
+func maintenanceOut(x *exec) ([]byte, error) {
+	explicit := x.s.alua != nil && x.s.alua.TPGS()&0x2 != 0
+	switch {
+	case !explicit:
+		return nil, Sense(ReasonInvalidOpcode)
+	case x.cdb()[1]&0x1f != SASetTPG:
+		return nil, InvalidCDBField(1, 4)
+	}
+	return setTargetPortGroups(x)
+}
+
 // reportTMFs answers REPORT SUPPORTED TASK MANAGEMENT FUNCTIONS (SPC-4 6.40).
 func reportTMFs(x *exec) ([]byte, error) {
 	allocLen := int(be32(x.cdb()[6:]))
@@ -130,7 +143,7 @@ func supportedOps() []opDesc {
 	var out []opDesc
 	for i := range opTable {
 		e := &opTable[i]
-		if e.handler == nil {
+		if e.handler == nil || e.unlisted {
 			continue
 		}
 		if len(e.sa) == 0 {
@@ -194,7 +207,7 @@ func reportOpcodes(x *exec) ([]byte, error) {
 		return alloc(b, allocLen), nil
 	case 1, 2, 3:
 		hasSAs := x.s.opHasSA(reqOp)
-		if opt == 1 && hasSAs || opt == 2 && !hasSAs && opTable[reqOp].handler != nil {
+		if opt == 1 && hasSAs || opt == 2 && !hasSAs && opTable[reqOp].handler != nil && !opTable[reqOp].unlisted {
 			return nil, InvalidCDBField(2, 2)
 		}
 		var found *opDesc
@@ -228,7 +241,7 @@ func (s *Server) opHasSA(op byte) bool {
 	if len(opTable[op].sa) > 0 {
 		return true
 	}
-	return s.alua != nil && (op == OpMaintenanceIn || op == OpMaintenanceOut)
+	return s.alua != nil && (op == OpMaintenanceIn || op == OpMaintenanceOut && s.alua.TPGS()&0x2 != 0)
 }
 
 // opsWithALUA lists the supported commands including RTPG/STPG when ALUA

@@ -94,9 +94,16 @@ type opEntry struct {
 	resv2OK bool
 	usage   []byte
 	sa      map[byte]serviceAction
+	// unlisted: left out of REPORT SUPPORTED OPERATION CODES' own table.
+	unlisted bool
 	// saInByte1: the service action is in byte 1 bits 4-0.
 	saInByte1 bool
 	timeout   uint32 // nominal command timeout, seconds (RCTD)
+	// alua: the non-active access states this command is allowed in (the
+	// ALUA gate in alua.go; service actions are resolved there).
+	alua aluaAllow
+	// io classifies the command for per-nexus I/O statistics.
+	io ioClass
 }
 
 var opTable [256]opEntry
@@ -116,33 +123,33 @@ func buildOpTable() [256]opEntry {
 	}
 	t[OpTestUnitReady] = opEntry{name: "TEST UNIT READY", cdbLen: 6, handler: testUnitReady, needsMedium: true,
 		usage: u(0x00, 0, 0, 0, 0, 0)}
-	t[OpRequestSense] = opEntry{name: "REQUEST SENSE", cdbLen: 6, handler: requestSense, noLU: true, noUA: true,
+	t[OpRequestSense] = opEntry{alua: allowAll, name: "REQUEST SENSE", cdbLen: 6, handler: requestSense, noLU: true, noUA: true,
 		resv2OK: true, usage: u(0x03, 0x01, 0, 0, 0xff, 0)}
-	t[OpRead6] = opEntry{name: "READ(6)", cdbLen: 6, handler: read6, needsMedium: true, pr: prRead,
+	t[OpRead6] = opEntry{io: ioRead, name: "READ(6)", cdbLen: 6, handler: read6, needsMedium: true, pr: prRead,
 		usage: u(0x08, 0x1f, 0xff, 0xff, 0xff, 0)}
-	t[OpWrite6] = opEntry{name: "WRITE(6)", cdbLen: 6, handler: write6, needsMedium: true, pr: prWrite,
+	t[OpWrite6] = opEntry{io: ioWrite, name: "WRITE(6)", cdbLen: 6, handler: write6, needsMedium: true, pr: prWrite,
 		usage: u(0x0a, 0x1f, 0xff, 0xff, 0xff, 0)}
-	t[OpInquiry] = opEntry{name: "INQUIRY", cdbLen: 6, handler: inquiry, noLU: true, noUA: true, resv2OK: true,
+	t[OpInquiry] = opEntry{alua: allowAll, name: "INQUIRY", cdbLen: 6, handler: inquiry, noLU: true, noUA: true, resv2OK: true,
 		usage: u(0x12, 0x01, 0xff, 0xff, 0xff, 0)}
-	t[OpModeSelect6] = opEntry{name: "MODE SELECT(6)", cdbLen: 6, handler: modeSelect6, pr: prWrite,
+	t[OpModeSelect6] = opEntry{alua: allowStandby, name: "MODE SELECT(6)", cdbLen: 6, handler: modeSelect6, pr: prWrite,
 		usage: u(0x15, 0x11, 0, 0, 0xff, 0)}
 	t[OpReserve6] = opEntry{name: "RESERVE(6)", cdbLen: 6, handler: reserve6, pr: prWrite,
 		usage: u(0x16, 0, 0, 0, 0, 0)}
 	t[OpRelease6] = opEntry{name: "RELEASE(6)", cdbLen: 6, handler: release6, pr: prWrite, resv2OK: true,
 		usage: u(0x17, 0, 0, 0, 0, 0)}
-	t[OpModeSense6] = opEntry{name: "MODE SENSE(6)", cdbLen: 6, handler: modeSense6, pr: prRead,
+	t[OpModeSense6] = opEntry{alua: allowStandby, name: "MODE SENSE(6)", cdbLen: 6, handler: modeSense6, pr: prRead,
 		usage: u(0x1a, 0x08, 0xff, 0xff, 0xff, 0)}
 	t[OpStartStopUnit] = opEntry{name: "START STOP UNIT", cdbLen: 6, handler: startStopUnit, pr: prWrite,
 		usage: u(0x1b, 0x01, 0, 0x0f, 0xf7, 0)}
-	t[OpSendDiagnostic] = opEntry{name: "SEND DIAGNOSTIC", cdbLen: 6, handler: sendDiagnostic, pr: prWrite,
+	t[OpSendDiagnostic] = opEntry{alua: allowStandby, name: "SEND DIAGNOSTIC", cdbLen: 6, handler: sendDiagnostic, pr: prWrite,
 		usage: u(0x1d, 0xf7, 0, 0xff, 0xff, 0)}
 	t[OpPreventAllow] = opEntry{name: "PREVENT ALLOW MEDIUM REMOVAL", cdbLen: 6, handler: preventAllow, pr: prWrite,
 		usage: u(0x1e, 0, 0, 0, 0x03, 0)}
-	t[OpReadCapacity10] = opEntry{name: "READ CAPACITY(10)", cdbLen: 10, handler: readCapacity10,
+	t[OpReadCapacity10] = opEntry{alua: allowStandby, name: "READ CAPACITY(10)", cdbLen: 10, handler: readCapacity10,
 		needsMedium: true, usage: u(0x25, 0, 0, 0, 0, 0, 0, 0, 0, 0)}
-	t[OpRead10] = opEntry{name: "READ(10)", cdbLen: 10, handler: readN, needsMedium: true, pr: prRead, usage: rw10(OpRead10)}
-	t[OpWrite10] = opEntry{name: "WRITE(10)", cdbLen: 10, handler: writeN, needsMedium: true, pr: prWrite, usage: rw10(OpWrite10)}
-	t[OpWriteVerify10] = opEntry{name: "WRITE AND VERIFY(10)", cdbLen: 10, handler: writeVerify, needsMedium: true,
+	t[OpRead10] = opEntry{io: ioRead, name: "READ(10)", cdbLen: 10, handler: readN, needsMedium: true, pr: prRead, usage: rw10(OpRead10)}
+	t[OpWrite10] = opEntry{io: ioWrite, name: "WRITE(10)", cdbLen: 10, handler: writeN, needsMedium: true, pr: prWrite, usage: rw10(OpWrite10)}
+	t[OpWriteVerify10] = opEntry{io: ioWrite, name: "WRITE AND VERIFY(10)", cdbLen: 10, handler: writeVerify, needsMedium: true,
 		pr: prWrite, usage: u(0x2e, 0xf2, 0xff, 0xff, 0xff, 0xff, 0x1f, 0xff, 0xff, 0)}
 	t[OpVerify10] = opEntry{name: "VERIFY(10)", cdbLen: 10, handler: verify, needsMedium: true, pr: prRead,
 		usage: u(0x2f, 0xf6, 0xff, 0xff, 0xff, 0xff, 0x1f, 0xff, 0xff, 0)}
@@ -152,29 +159,29 @@ func buildOpTable() [256]opEntry {
 		pr: prWrite, usage: u(0x35, 0x02, 0xff, 0xff, 0xff, 0xff, 0x1f, 0xff, 0xff, 0)}
 	t[OpReadDefect10] = opEntry{name: "READ DEFECT DATA(10)", cdbLen: 10, handler: readDefect, pr: prRead,
 		usage: u(0x37, 0, 0x1f, 0, 0, 0, 0, 0xff, 0xff, 0)}
-	t[OpWriteSame10] = opEntry{name: "WRITE SAME(10)", cdbLen: 10, handler: writeSame, needsMedium: true, pr: prWrite,
+	t[OpWriteSame10] = opEntry{io: ioWrite, name: "WRITE SAME(10)", cdbLen: 10, handler: writeSame, needsMedium: true, pr: prWrite,
 		usage: u(0x41, 0xe8, 0xff, 0xff, 0xff, 0xff, 0x1f, 0xff, 0xff, 0)}
-	t[OpUnmap] = opEntry{name: "UNMAP", cdbLen: 10, handler: unmap, needsMedium: true, pr: prWrite,
+	t[OpUnmap] = opEntry{io: ioWrite, name: "UNMAP", cdbLen: 10, handler: unmap, needsMedium: true, pr: prWrite,
 		usage: u(0x42, 0x01, 0, 0, 0, 0, 0x1f, 0xff, 0xff, 0)}
-	t[OpModeSelect10] = opEntry{name: "MODE SELECT(10)", cdbLen: 10, handler: modeSelect10, pr: prWrite,
+	t[OpModeSelect10] = opEntry{alua: allowStandby, name: "MODE SELECT(10)", cdbLen: 10, handler: modeSelect10, pr: prWrite,
 		usage: u(0x55, 0x11, 0, 0, 0, 0, 0, 0xff, 0xff, 0)}
-	t[OpModeSense10] = opEntry{name: "MODE SENSE(10)", cdbLen: 10, handler: modeSense10, pr: prRead,
+	t[OpModeSense10] = opEntry{alua: allowStandby, name: "MODE SENSE(10)", cdbLen: 10, handler: modeSense10, pr: prRead,
 		usage: u(0x5a, 0x18, 0xff, 0xff, 0, 0, 0, 0xff, 0xff, 0)}
-	t[OpPRIn] = opEntry{name: "PERSISTENT RESERVE IN", cdbLen: 10, handler: prIn, saInByte1: true,
+	t[OpPRIn] = opEntry{alua: allowStandby, name: "PERSISTENT RESERVE IN", cdbLen: 10, handler: prIn, saInByte1: true,
 		usage: u(0x5e, 0x1f, 0, 0, 0, 0, 0, 0xff, 0xff, 0),
 		sa: map[byte]serviceAction{0: {name: "READ KEYS"}, 1: {name: "READ RESERVATION"},
 			2: {name: "REPORT CAPABILITIES"}, 3: {name: "READ FULL STATUS"}}}
-	t[OpPROut] = opEntry{name: "PERSISTENT RESERVE OUT", cdbLen: 10, handler: prOut, pr: prPROut, saInByte1: true,
+	t[OpPROut] = opEntry{alua: allowStandby, name: "PERSISTENT RESERVE OUT", cdbLen: 10, handler: prOut, pr: prPROut, saInByte1: true,
 		usage: u(0x5f, 0x1f, 0xff, 0, 0, 0xff, 0xff, 0xff, 0xff, 0),
 		sa: map[byte]serviceAction{0: {name: "REGISTER"}, 1: {name: "RESERVE"}, 2: {name: "RELEASE"},
 			3: {name: "CLEAR"}, 4: {name: "PREEMPT"}, 5: {name: "PREEMPT AND ABORT"},
 			6: {name: "REGISTER AND IGNORE EXISTING KEY"}, 7: {name: "REGISTER AND MOVE"}}}
-	t[OpRead16] = opEntry{name: "READ(16)", cdbLen: 16, handler: readN, needsMedium: true, pr: prRead, usage: rw16(OpRead16)}
-	t[OpCompareAndWrite] = opEntry{name: "COMPARE AND WRITE", cdbLen: 16, handler: compareAndWrite, needsMedium: true,
+	t[OpRead16] = opEntry{io: ioRead, name: "READ(16)", cdbLen: 16, handler: readN, needsMedium: true, pr: prRead, usage: rw16(OpRead16)}
+	t[OpCompareAndWrite] = opEntry{io: ioWrite, name: "COMPARE AND WRITE", cdbLen: 16, handler: compareAndWrite, needsMedium: true,
 		pr: prWrite, usage: u(0x89, 0xf8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0xff, 0x1f, 0)}
-	t[OpWrite16] = opEntry{name: "WRITE(16)", cdbLen: 16, handler: writeN, needsMedium: true, pr: prWrite, usage: rw16(OpWrite16)}
-	t[OpOrWrite16] = opEntry{name: "ORWRITE(16)", cdbLen: 16, handler: orWrite, needsMedium: true, pr: prWrite, usage: rw16(OpOrWrite16)}
-	t[OpWriteVerify16] = opEntry{name: "WRITE AND VERIFY(16)", cdbLen: 16, handler: writeVerify, needsMedium: true,
+	t[OpWrite16] = opEntry{io: ioWrite, name: "WRITE(16)", cdbLen: 16, handler: writeN, needsMedium: true, pr: prWrite, usage: rw16(OpWrite16)}
+	t[OpOrWrite16] = opEntry{io: ioWrite, name: "ORWRITE(16)", cdbLen: 16, handler: orWrite, needsMedium: true, pr: prWrite, usage: rw16(OpOrWrite16)}
+	t[OpWriteVerify16] = opEntry{io: ioWrite, name: "WRITE AND VERIFY(16)", cdbLen: 16, handler: writeVerify, needsMedium: true,
 		pr: prWrite, usage: u(0x8e, 0xf2, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x1f, 0)}
 	t[OpVerify16] = opEntry{name: "VERIFY(16)", cdbLen: 16, handler: verify, needsMedium: true, pr: prRead,
 		usage: u(0x8f, 0xf6, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x1f, 0)}
@@ -182,7 +189,7 @@ func buildOpTable() [256]opEntry {
 		usage: u(0x90, 0x02, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x1f, 0)}
 	t[OpSyncCache16] = opEntry{name: "SYNCHRONIZE CACHE(16)", cdbLen: 16, handler: syncCache, needsMedium: true,
 		pr: prWrite, usage: u(0x91, 0x02, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x1f, 0)}
-	t[OpWriteSame16] = opEntry{name: "WRITE SAME(16)", cdbLen: 16, handler: writeSame, needsMedium: true, pr: prWrite,
+	t[OpWriteSame16] = opEntry{io: ioWrite, name: "WRITE SAME(16)", cdbLen: 16, handler: writeSame, needsMedium: true, pr: prWrite,
 		usage: u(0x93, 0xe9, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x1f, 0)}
 	t[OpServiceActionIn16] = opEntry{name: "SERVICE ACTION IN(16)", cdbLen: 16, handler: serviceActionIn16,
 		saInByte1: true, needsMedium: true,
@@ -192,7 +199,7 @@ func buildOpTable() [256]opEntry {
 			SAGetLBAStatus: {name: "GET LBA STATUS", usage: u(0x9e, 0x12, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
 				0xff, 0xff, 0xff, 0xff, 0, 0)},
 		}}
-	t[OpReportLUNs] = opEntry{name: "REPORT LUNS", cdbLen: 12, handler: reportLUNs, noLU: true, noUA: true, resv2OK: true,
+	t[OpReportLUNs] = opEntry{alua: allowAll, name: "REPORT LUNS", cdbLen: 12, handler: reportLUNs, noLU: true, noUA: true, resv2OK: true,
 		usage: u(0xa0, 0, 0xff, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 0)}
 	t[OpMaintenanceIn] = opEntry{name: "MAINTENANCE IN", cdbLen: 12, handler: maintenanceIn, saInByte1: true, resv2OK: true,
 		sa: map[byte]serviceAction{
@@ -201,9 +208,13 @@ func buildOpTable() [256]opEntry {
 			SAReportTMFs: {name: "REPORT SUPPORTED TASK MANAGEMENT FUNCTIONS",
 				usage: u(0xa3, 0x0d, 0x80, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 0)},
 		}}
-	t[OpRead12] = opEntry{name: "READ(12)", cdbLen: 12, handler: readN, needsMedium: true, pr: prRead, usage: rw12(OpRead12)}
-	t[OpWrite12] = opEntry{name: "WRITE(12)", cdbLen: 12, handler: writeN, needsMedium: true, pr: prWrite, usage: rw12(OpWrite12)}
-	t[OpWriteVerify12] = opEntry{name: "WRITE AND VERIFY(12)", cdbLen: 12, handler: writeVerify, needsMedium: true,
+	// MAINTENANCE OUT carries only SET TARGET PORT GROUPS, listed by REPORT
+	// SUPPORTED OPERATION CODES in the explicit mode only (opsWithALUA).
+	t[OpMaintenanceOut] = opEntry{name: "MAINTENANCE OUT", cdbLen: 12, handler: maintenanceOut, saInByte1: true,
+		pr: prWrite, unlisted: true}
+	t[OpRead12] = opEntry{io: ioRead, name: "READ(12)", cdbLen: 12, handler: readN, needsMedium: true, pr: prRead, usage: rw12(OpRead12)}
+	t[OpWrite12] = opEntry{io: ioWrite, name: "WRITE(12)", cdbLen: 12, handler: writeN, needsMedium: true, pr: prWrite, usage: rw12(OpWrite12)}
+	t[OpWriteVerify12] = opEntry{io: ioWrite, name: "WRITE AND VERIFY(12)", cdbLen: 12, handler: writeVerify, needsMedium: true,
 		pr: prWrite, usage: u(0xae, 0xf2, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x1f, 0)}
 	t[OpVerify12] = opEntry{name: "VERIFY(12)", cdbLen: 12, handler: verify, needsMedium: true, pr: prRead,
 		usage: u(0xaf, 0xf6, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x1f, 0)}

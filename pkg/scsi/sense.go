@@ -64,6 +64,7 @@ const (
 	ReasonUnmapLengthError
 	ReasonLowPowerCondition
 	ReasonDataPhaseError
+	ReasonSTPGFailed // 67/0A
 )
 
 type senseCode struct {
@@ -103,6 +104,7 @@ var reasons = map[Reason]senseCode{
 	ReasonUAImplicitTransitionFailed:        {KeyUnitAttention, 0x2a, 0x07, "IMPLICIT ASYMMETRIC ACCESS STATE TRANSITION FAILED"},
 	ReasonUACapacityChanged:                 {KeyUnitAttention, 0x2a, 0x09, "CAPACITY DATA HAS CHANGED"},
 	ReasonUAReportedLUNsChanged:             {KeyUnitAttention, 0x3f, 0x0e, "REPORTED LUNS DATA HAS CHANGED"},
+	ReasonSTPGFailed:                        {KeyHardwareError, 0x67, 0x0a, "SET TARGET PORT GROUPS COMMAND FAILED"},
 	ReasonUACommandsClearedByAnother:        {KeyUnitAttention, 0x2f, 0x00, "COMMANDS CLEARED BY ANOTHER INITIATOR"},
 	ReasonInsufficientRegistrationResources: {KeyIllegalRequest, 0x55, 0x04, "INSUFFICIENT REGISTRATION RESOURCES"},
 	ReasonMediumRemovalPrevented:            {KeyIllegalRequest, 0x53, 0x02, "MEDIUM REMOVAL PREVENTED"},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 )
 
 // Backend is the media side of one logical unit, as the array provides it.
@@ -53,8 +54,25 @@ type Server struct {
 	lus   map[uint64]*LU
 	ports map[uint16]TargetPortInfo
 	// nexuses known to the server (logged in), for UA fan-out.
-	nexuses map[Nexus]struct{}
-	alua    ALUA
+	nexuses  map[Nexus]struct{}
+	alua     ALUA
+	observer Observer
+	// now reads the clock for per-nexus busy time.
+	now func() time.Time
+}
+
+// SetObserver attaches the control path's listener (RTPG receipts).
+func (s *Server) SetObserver(o Observer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.observer = o
+}
+
+// SetClock replaces the clock used for I/O busy time (tests).
+func (s *Server) SetClock(now func() time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.now = now
 }
 
 // SetALUA attaches the array's asymmetric access view. Without it the
@@ -67,7 +85,8 @@ func (s *Server) SetALUA(a ALUA) {
 
 // NewServer creates an empty device server.
 func NewServer() *Server {
-	return &Server{lus: map[uint64]*LU{}, ports: map[uint16]TargetPortInfo{}, nexuses: map[Nexus]struct{}{}}
+	return &Server{lus: map[uint64]*LU{}, ports: map[uint16]TargetPortInfo{}, nexuses: map[Nexus]struct{}{},
+		now: time.Now}
 }
 
 // AddTargetPort registers a target port.
@@ -97,8 +116,33 @@ func (s *Server) AddLU(cfg LUConfig) (*LU, error) {
 	for n := range s.nexuses {
 		lu.ua.add(n, ReasonUAPowerOn)
 	}
+	s.lunMapChanged()
 	s.lus[cfg.LUN] = lu
 	return lu, nil
+}
+
+// RemoveLU deletes a logical unit. Commands already past the gate finish
+// on it; later ones get LOGICAL UNIT NOT SUPPORTED.
+func (s *Server) RemoveLU(lun uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.lus[lun]; !ok {
+		return fmt.Errorf("scsi: no LUN %d", lun)
+	}
+	delete(s.lus, lun)
+	s.lunMapChanged()
+	return nil
+}
+
+// lunMapChanged queues REPORTED LUNS DATA HAS CHANGED (3F/0E) on every LU
+// for every known nexus (SPC-4 6.33: the LU inventory changed). The caller
+// holds s.mu.
+func (s *Server) lunMapChanged() {
+	for _, lu := range s.lus {
+		for n := range s.nexuses {
+			lu.ua.add(n, ReasonUAReportedLUNsChanged)
+		}
+	}
 }
 
 // LU returns a logical unit.
@@ -133,6 +177,7 @@ func (s *Server) NexusUp(n Nexus) {
 	for _, lu := range lus {
 		lu.ua.reset(n, ReasonUAPowerOn)
 	}
+	s.markIOGone(n, false)
 }
 
 // NexusLost implements Handler: SPC-2 reservations held through n are
@@ -146,6 +191,7 @@ func (s *Server) NexusLost(n Nexus) {
 	for _, lu := range lus {
 		lu.nexusLost(n)
 	}
+	s.markIOGone(n, true)
 }
 
 // Reset implements Handler for LUN RESET and target resets (SAM-5 7.7, 7.10).
@@ -199,6 +245,13 @@ func (s *Server) QueueUA(lun uint64, all bool, r Reason) {
 	}
 }
 
+// ClearUA removes a pending unit attention r for n on lun, if any.
+func (s *Server) ClearUA(n Nexus, lun uint64, r Reason) {
+	if lu := s.LU(lun); lu != nil {
+		lu.ua.clear(n, r)
+	}
+}
+
 // Execute implements Handler. It runs the gate (LU existence, unit
 // attention, reservations) and dispatches through the opcode table.
 func (s *Server) Execute(c *Command) Response {
@@ -221,20 +274,41 @@ func (s *Server) Execute(c *Command) Response {
 	if lu == nil && !op.noLU {
 		return checkCondition(Sense(ReasonLUNotSupported), false)
 	}
-	x := &exec{s: s, lu: lu, c: c, desc: desc}
-	if lu != nil {
-		if !op.noUA {
-			if r, ok := lu.ua.take(c.Nexus); ok {
-				return checkCondition(Sense(r), desc)
-			}
-		}
-		if op.conflicts(lu, c) {
-			return Response{Status: StatusReservationConflict, DataOutLen: 0}
-		}
-		if lu.isStopped() && op.needsMedium {
-			return checkCondition(Sense(ReasonNotReadyInitCmdRequired), desc)
+	if lu == nil {
+		return s.run(op, &exec{s: s, c: c, desc: desc})
+	}
+	start := s.now()
+	r := s.gateAndRun(op, &exec{s: s, lu: lu, c: c, desc: desc})
+	lu.io.record(c.Nexus, op.io, &r, s.now().Sub(start))
+	return r
+}
+
+// gateAndRun applies, in order, unit attention (SPC-4 5.14), the ALUA
+// access state (SPC-4 5.15.2.4), reservations (SPC-4 5.13.1) and the
+// stopped state, then runs the handler. The order follows LIO's
+// target_cmd_parse_cdb: a pending UA is reported even on a standby path.
+func (s *Server) gateAndRun(op *opEntry, x *exec) Response {
+	lu, c, desc := x.lu, x.c, x.desc
+	if !op.noUA {
+		if r, ok := lu.ua.take(c.Nexus); ok {
+			return checkCondition(Sense(r), desc)
 		}
 	}
+	if e := s.aluaGate(c); e != nil {
+		return checkCondition(e, desc)
+	}
+	if op.conflicts(lu, c) {
+		return Response{Status: StatusReservationConflict, DataOutLen: 0}
+	}
+	if lu.isStopped() && op.needsMedium {
+		return checkCondition(Sense(ReasonNotReadyInitCmdRequired), desc)
+	}
+	return s.run(op, x)
+}
+
+// run executes a command's handler and turns its outcome into a response.
+func (s *Server) run(op *opEntry, x *exec) Response {
+	desc := x.desc
 	data, err := op.handler(x)
 	if err != nil {
 		if st, ok := err.(statusErr); ok {

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/daemon"
+)
+
+// defaultControl is the control socket of a daemon serving data dir data.
+func defaultControl(data string) string {
+	if data == "" {
+		data = array.DefaultConfig().Data
+	}
+	return filepath.Join(data, "aluad.sock")
+}
+
+// controlFlags adds --control and --data to a client subcommand.
+func controlFlags(fs *flag.FlagSet) func() *daemon.Client {
+	ctl := fs.String("control", "", "control socket of the running aluad (default: <data>/aluad.sock)")
+	data := fs.String("data", "", "data directory of the running aluad (default: aluad-data)")
+	return func() *daemon.Client {
+		p := *ctl
+		if p == "" {
+			p = defaultControl(*data)
+		}
+		return daemon.NewClient(p)
+	}
+}
+
+func move(args []string) error {
+	fs := flag.NewFlagSet("move", flag.ContinueOnError)
+	lun := fs.Int64("lun", -1, "LUN to move")
+	to := fs.String("to", "", "node to move it to")
+	client := controlFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if *lun < 0 || *to == "" {
+		return fmt.Errorf("usage: aluad move --lun N --to NODE")
+	}
+	c, err := client().Move(uint64(*lun), *to)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("LUN %d moved %s -> %s (%s); I/O held %v; UA 2A/06 queued on every nexus\n",
+		*lun, c.From, c.To, c.Cause, c.Stop.Round(time.Microsecond))
+	return nil
+}
+
+func luns(args []string) error {
+	fs := flag.NewFlagSet("luns", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON")
+	client := controlFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ls, err := client().LUNs()
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(ls)
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "LUN\tOWNER\tPREFERRED\tGROUPS\tCOMMANDS\tFORWARDED")
+	for _, l := range ls {
+		var gs, cmds, fwd []string
+		for _, g := range l.Groups {
+			p := ""
+			if g.Pref {
+				p = ",pref"
+			}
+			gs = append(gs, fmt.Sprintf("%s(%d)=%s%s", g.Node, g.ID, g.State, p))
+		}
+		for _, n := range l.Nodes {
+			cmds = append(cmds, fmt.Sprintf("%s:%d", n.Node, n.Commands))
+			fwd = append(fwd, fmt.Sprintf("%s:%d", n.Node, n.Forwarded))
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", l.ID, l.Owner, l.Preferred, strings.Join(gs, " "),
+			strings.Join(cmds, " "), strings.Join(fwd, " "))
+	}
+	return tw.Flush()
+}
+
+func events(args []string) error {
+	fs := flag.NewFlagSet("events", flag.ContinueOnError)
+	since := fs.Uint64("since", 0, "print events after this sequence number")
+	follow := fs.Bool("follow", false, "keep printing new events")
+	client := controlFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	c := client()
+	for {
+		r, err := c.Events(*since)
+		if err != nil {
+			return err
+		}
+		if r.Lost > 0 {
+			fmt.Fprintf(os.Stderr, "aluad events: %d events were overwritten before they were read\n", r.Lost)
+		}
+		enc := json.NewEncoder(os.Stdout)
+		for _, e := range r.Events {
+			if err := enc.Encode(e); err != nil {
+				return err
+			}
+			*since = e.Seq
+		}
+		if !*follow {
+			return nil
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+func printJSON(v any) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -1,0 +1,208 @@
+package array
+
+import (
+	"sort"
+	"strings"
+)
+
+// AccessState is an asymmetric access state, with the SPC-4 5.15.2.4 codes
+// (the value RTPG reports).
+type AccessState byte
+
+// The asymmetric access states (SPC-4 table 38).
+const (
+	ActiveOptimized    AccessState = 0x0
+	ActiveNonOptimized AccessState = 0x1
+	Standby            AccessState = 0x2
+	Unavailable        AccessState = 0x3
+	Offline            AccessState = 0xe
+	Transitioning      AccessState = 0xf
+)
+
+func (s AccessState) String() string {
+	switch s {
+	case ActiveOptimized:
+		return "AO"
+	case ActiveNonOptimized:
+		return "ANO"
+	case Standby:
+		return "STANDBY"
+	case Unavailable:
+		return "UNAVAILABLE"
+	case Offline:
+		return "OFFLINE"
+	case Transitioning:
+		return "TRANSITIONING"
+	}
+	return "unknown"
+}
+
+// Status codes of a target port group descriptor (SPC-4 6.36 table 268).
+const (
+	StatusNone     byte = 0x00
+	StatusExplicit byte = 0x01 // altered by SET TARGET PORT GROUPS
+	StatusImplicit byte = 0x02 // altered by implicit asymmetric access behaviour
+)
+
+// HostType is what the array knows about a host's OS and multipath stack:
+// the state it reports to that host for a non-owner group, and whether the
+// stack follows ALUA at all (only such hosts' LUNs may be moved for load
+// balance).
+type HostType struct {
+	Name string
+	// NonOwner is the state reported for a group that is up but does not
+	// own the LUN: ANO (I/O is forwarded) or STANDBY (I/O fails with 04/0B
+	// and the host moves to the owner at once).
+	NonOwner AccessState
+	// TPGS: the host's multipath stack reads RTPG and follows UA 2A/06.
+	TPGS bool
+	Doc  string
+}
+
+// HostTypes are the built-in host types.
+var HostTypes = map[string]HostType{
+	"default": {Name: "default", NonOwner: ActiveNonOptimized, TPGS: true,
+		Doc: "any ALUA-aware multipath stack; non-owner paths are ANO"},
+	"linux": {Name: "linux", NonOwner: ActiveNonOptimized, TPGS: true,
+		Doc: "Linux dm-multipath with scsi_dh_alua; non-owner paths are ANO"},
+	"linux-standby": {Name: "linux-standby", NonOwner: Standby, TPGS: true,
+		Doc: "Linux dm-multipath; non-owner paths report STANDBY so I/O leaves them on the next command"},
+	"windows": {Name: "windows", NonOwner: ActiveNonOptimized, TPGS: true,
+		Doc: "Windows MSDSM (Round Robin with Subset); non-owner paths are ANO"},
+	"vmware": {Name: "vmware", NonOwner: ActiveNonOptimized, TPGS: true,
+		Doc: "VMware NMP with SATP_ALUA; non-owner paths are ANO"},
+	"legacy": {Name: "legacy", NonOwner: ActiveNonOptimized, TPGS: false,
+		Doc: "a multipath stack that ignores ALUA; its LUNs are never moved for balance"},
+}
+
+// HostTypeNames lists the host type names in order.
+func HostTypeNames() []string {
+	out := make([]string, 0, len(HostTypes))
+	for n := range HostTypes {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Host is a declared host.
+type Host struct {
+	Name       string
+	Type       HostType
+	Initiators []string
+}
+
+// aluaSnap is one LUN's ALUA state. It is never modified once published:
+// a change stores a new snapshot, so every group of a LUN changes at once
+// and no reader sees a half-made change (DESIGN: "change all groups of a
+// LUN atomically").
+type aluaSnap struct {
+	owner *Node
+	// moving: the groups of owner and target report TRANSITIONING.
+	moving bool
+	target *Node
+	// status per node index: why that group's state last changed.
+	status []byte
+	// gen counts ownership changes of this LUN.
+	gen uint64
+}
+
+// HostOf returns the host an initiator name belongs to, or an undeclared
+// host of type "default".
+func (a *Array) HostOf(initiator string) Host {
+	if h, ok := a.hosts[strings.ToLower(initiator)]; ok {
+		return h
+	}
+	return Host{Name: initiator, Type: HostTypes["default"], Initiators: []string{initiator}}
+}
+
+// Hosts lists the declared hosts.
+func (a *Array) Hosts() []Host {
+	var out []Host
+	seen := map[string]bool{}
+	for _, h := range a.hosts {
+		if !seen[h.Name] {
+			seen[h.Name] = true
+			out = append(out, h)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// State returns the access state of group (a node) for lun as reported to
+// initiator (SPC-4 5.15.2.4). Order matters: a down node is unavailable
+// whatever else holds; a group in a move is transitioning; the owner is
+// active/optimized; other groups take the host type's non-owner state.
+func (l *LUN) State(initiator string, group *Node) AccessState {
+	return l.stateIn(l.alua.Load(), initiator, group)
+}
+
+func (l *LUN) stateIn(s *aluaSnap, initiator string, group *Node) AccessState {
+	switch {
+	case !group.Up():
+		return Unavailable
+	case s.moving && (group == s.owner || group == s.target):
+		return Transitioning
+	case group == s.owner:
+		return ActiveOptimized
+	}
+	return l.arr.HostOf(initiator).Type.NonOwner
+}
+
+// GroupState is one target port group as reported for a LUN.
+type GroupState struct {
+	Node   *Node
+	ID     uint16
+	State  AccessState
+	Pref   bool
+	Status byte
+	Ports  []uint16
+}
+
+// Groups reports every group's state for the LUN as seen by initiator,
+// from one snapshot.
+func (l *LUN) Groups(initiator string) []GroupState {
+	s := l.alua.Load()
+	out := make([]GroupState, 0, len(l.arr.Nodes))
+	for _, n := range l.arr.Nodes {
+		g := GroupState{Node: n, ID: n.GroupID, Pref: n == l.Preferred, Status: s.status[n.Index],
+			State: l.stateIn(s, initiator, n)}
+		for _, p := range n.Ports {
+			g.Ports = append(g.Ports, p.RelativeID)
+		}
+		out = append(out, g)
+	}
+	return out
+}
+
+// Moving reports whether the LUN is in an ownership transition.
+func (l *LUN) Moving() bool { return l.alua.Load().moving }
+
+// Generation counts the LUN's ownership changes since start.
+func (l *LUN) Generation() uint64 { return l.alua.Load().gen }
+
+// TPGS is the INQUIRY TPGS field: 01b implicit only, 11b when hosts may
+// also set states explicitly (the baseline mode).
+func (a *Array) TPGS() byte {
+	if a.cfg.ALUA == "explicit" {
+		return 0x3
+	}
+	return 0x1
+}
+
+// Explicit reports whether SET TARGET PORT GROUPS is honoured.
+func (a *Array) Explicit() bool { return a.cfg.ALUA == "explicit" }
+
+// TransitionTime is the implicit transition time in seconds (RTPG byte 5).
+func (a *Array) TransitionTime() byte { return byte(a.cfg.TransitionTime.Seconds()) }
+
+// NodeByGroup returns the node whose target port group id is id.
+func (a *Array) NodeByGroup(id uint16) *Node {
+	for _, n := range a.Nodes {
+		if n.GroupID == id {
+			return n
+		}
+	}
+	return nil
+}

@@ -1,0 +1,86 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+)
+
+// Client talks to a running aluad over its control socket.
+type Client struct {
+	path string
+	http *http.Client
+}
+
+// NewClient returns a client for the control socket at path.
+func NewClient(path string) *Client {
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", path)
+	}}
+	return &Client{path: path, http: &http.Client{Transport: tr, Timeout: 2 * time.Minute}}
+}
+
+func (c *Client) do(method, url string, body, out any) error {
+	var rd *bytes.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	} else {
+		rd = bytes.NewReader(nil)
+	}
+	req, err := http.NewRequest(method, "http://aluad"+url, rd)
+	if err != nil {
+		return err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("no aluad answering on %s (is 'aluad serve' running with this --control?): %w", c.path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 400 && resp.StatusCode != http.StatusInternalServerError {
+		var e struct{ Error string }
+		if json.NewDecoder(resp.Body).Decode(&e) == nil && e.Error != "" {
+			return fmt.Errorf("%s", e.Error)
+		}
+		return fmt.Errorf("%s %s: %s", method, url, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("%s %s: bad reply: %w", method, url, err)
+	}
+	if resp.StatusCode == http.StatusInternalServerError {
+		return fmt.Errorf("%s %s failed", method, url)
+	}
+	return nil
+}
+
+// LUNs lists the LUNs with their owners and group states.
+func (c *Client) LUNs() ([]LUNInfo, error) {
+	var out []LUNInfo
+	return out, c.do("GET", "/v1/luns", nil, &out)
+}
+
+// Move moves one LUN to node to and returns the change made.
+func (c *Client) Move(lun uint64, to string) (*ChangeInfo, error) {
+	var out ChangeInfo
+	if err := c.do("POST", fmt.Sprintf("/v1/luns/%d/move", lun), MoveRequest{To: to}, &out); err != nil {
+		if out.Error != "" {
+			return &out, fmt.Errorf("move failed and was rolled back: %s", out.Error)
+		}
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Events returns the events after seq.
+func (c *Client) Events(seq uint64) (EventsReply, error) {
+	var out EventsReply
+	return out, c.do("GET", fmt.Sprintf("/v1/events?since=%d", seq), nil, &out)
+}

@@ -1,0 +1,185 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/aluad/aluad/pkg/array"
+)
+
+// The control API: JSON over HTTP on a local Unix socket (only local users
+// with access to the socket file can move LUNs).
+//
+//	GET  /v1/luns              owners, states and per-node counters
+//	POST /v1/luns/{id}/move    {"to": "b"}: a manual move through TRANSITIONING
+//	GET  /v1/events?since=N    the event feed after sequence N
+
+// LUNInfo is one LUN as the control API reports it.
+type LUNInfo struct {
+	ID         uint64      `json:"id"`
+	Owner      string      `json:"owner"`
+	Preferred  string      `json:"preferred"`
+	Media      string      `json:"media"`
+	Group      string      `json:"group"`
+	Moving     bool        `json:"moving"`
+	Generation uint64      `json:"generation"`
+	Groups     []GroupInfo `json:"groups"`
+	Nodes      []NodeIO    `json:"nodes"`
+}
+
+// GroupInfo is a target port group's state (as a "default" host sees it).
+type GroupInfo struct {
+	Node   string   `json:"node"`
+	ID     uint16   `json:"id"`
+	State  string   `json:"state"`
+	Pref   bool     `json:"pref"`
+	Status byte     `json:"status"`
+	Ports  []uint16 `json:"ports"`
+}
+
+// NodeIO counts the commands that arrived at a node for a LUN.
+type NodeIO struct {
+	Node           string `json:"node"`
+	Commands       uint64 `json:"commands"`
+	Bytes          uint64 `json:"bytes"`
+	Forwarded      uint64 `json:"forwarded"`
+	ForwardedBytes uint64 `json:"forwarded_bytes"`
+}
+
+// MoveRequest is the body of POST /v1/luns/{id}/move.
+type MoveRequest struct {
+	To string `json:"to"`
+}
+
+// EventsReply is the answer of GET /v1/events.
+type EventsReply struct {
+	Events []Event `json:"events"`
+	Lost   uint64  `json:"lost"`
+}
+
+// LUNInfos reports every LUN.
+func (d *Daemon) LUNInfos() []LUNInfo {
+	var out []LUNInfo
+	for _, l := range d.Array.LUNs {
+		li := LUNInfo{ID: l.ID, Owner: l.Owner().Name, Preferred: l.Preferred.Name, Media: l.Media, Group: l.Group,
+			Moving: l.Moving(), Generation: l.Generation()}
+		for _, g := range l.Groups("") {
+			li.Groups = append(li.Groups, GroupInfo{Node: g.Node.Name, ID: g.ID, State: g.State.String(), Pref: g.Pref,
+				Status: g.Status, Ports: g.Ports})
+		}
+		st := l.Stats()
+		for _, n := range d.Array.Nodes {
+			s := &st[n.Index]
+			li.Nodes = append(li.Nodes, NodeIO{Node: n.Name, Commands: s.Commands.Load(), Bytes: s.Bytes.Load(),
+				Forwarded: s.Forwarded.Load(), ForwardedBytes: s.ForwardedBytes.Load()})
+		}
+		out = append(out, li)
+	}
+	return out
+}
+
+type controlServer struct {
+	ln   net.Listener
+	http *http.Server
+	path string
+}
+
+func listenControl(path string, d *Daemon) (*controlServer, error) {
+	if fi, err := os.Stat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		if c, err := net.Dial("unix", path); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("control socket %s is in use by another aluad", path)
+		}
+		os.Remove(path) // stale, from a process that died
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	cs := &controlServer{ln: ln, path: path, http: &http.Server{Handler: d.ControlHandler(), ReadHeaderTimeout: 5 * time.Second}}
+	go cs.http.Serve(ln)
+	return cs, nil
+}
+
+func (cs *controlServer) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	cs.http.Shutdown(ctx)
+	os.Remove(cs.path)
+}
+
+// ControlHandler serves the control API.
+func (d *Daemon) ControlHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/luns", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, d.LUNInfos())
+	})
+	mux.HandleFunc("POST /v1/luns/{id}/move", d.handleMove)
+	mux.HandleFunc("GET /v1/events", func(w http.ResponseWriter, r *http.Request) {
+		since, err := strconv.ParseUint(r.URL.Query().Get("since"), 10, 64)
+		if err != nil && r.URL.Query().Get("since") != "" {
+			writeError(w, http.StatusBadRequest, "since must be a sequence number")
+			return
+		}
+		ev, lost := d.Events.Since(since)
+		writeJSON(w, http.StatusOK, EventsReply{Events: ev, Lost: lost})
+	})
+	return mux
+}
+
+func (d *Daemon) handleMove(w http.ResponseWriter, r *http.Request) {
+	id, err := strconv.ParseUint(r.PathValue("id"), 10, 64)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("bad LUN %q", r.PathValue("id")))
+		return
+	}
+	var req MoveRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "body: "+err.Error())
+		return
+	}
+	if d.Array.LUN(id) == nil {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no LUN %d", id))
+		return
+	}
+	if d.Array.Node(req.To) == nil {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no node %q", req.To))
+		return
+	}
+	c, err := d.Array.Move([]uint64{id}, req.To, array.CauseManual)
+	switch {
+	case errors.Is(err, array.ErrNoChange):
+		writeError(w, http.StatusConflict, err.Error())
+	case err != nil && !c.Failed:
+		writeError(w, http.StatusConflict, err.Error())
+	case err != nil:
+		writeJSON(w, http.StatusInternalServerError, changeInfo(c))
+	default:
+		writeJSON(w, http.StatusOK, changeInfo(c))
+	}
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]string{"error": msg})
+}

@@ -1,0 +1,181 @@
+package daemon
+
+import (
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/scsi"
+)
+
+// Event kinds: what the array learns about hosts and what it changes. This
+// feed is the ownership core's input (connectivity from login, logout and
+// rtpg; workload from io; its own decisions as alua).
+const (
+	EventLogin  = "login"
+	EventLogout = "logout"
+	EventRTPG   = "rtpg"
+	EventIO     = "io"
+	EventALUA   = "alua"
+)
+
+// Event is one entry of the feed. Nexus events carry the initiator name,
+// ISID, target port and node; io events the counts of one interval.
+type Event struct {
+	Seq        uint64    `json:"seq"`
+	Time       time.Time `json:"time"`
+	Kind       string    `json:"kind"`
+	Initiator  string    `json:"initiator,omitempty"`
+	ISID       string    `json:"isid,omitempty"`
+	Host       string    `json:"host,omitempty"`
+	TargetPort uint16    `json:"target_port,omitempty"`
+	Node       string    `json:"node,omitempty"`
+	LUN        *uint64   `json:"lun,omitempty"`
+	// Extended: the RTPG asked for the extended header.
+	Extended bool        `json:"extended,omitempty"`
+	Reason   string      `json:"reason,omitempty"`
+	IO       *IOInterval `json:"io,omitempty"`
+	Change   *ChangeInfo `json:"change,omitempty"`
+}
+
+// IOInterval is the I/O of one nexus to one LUN over one interval.
+type IOInterval struct {
+	Interval     time.Duration `json:"interval_ns"`
+	Reads        uint64        `json:"reads"`
+	Writes       uint64        `json:"writes"`
+	Other        uint64        `json:"other"`
+	BytesRead    uint64        `json:"bytes_read"`
+	BytesWritten uint64        `json:"bytes_written"`
+	// Busy is the summed command time; Busy/(Reads+Writes+Other) is the
+	// mean response time inside the array.
+	Busy time.Duration `json:"busy_ns"`
+	// NonOwner: the commands arrived on a port of a node that did not own
+	// the LUN at the end of the interval (forwarded, ANO).
+	NonOwner bool `json:"non_owner"`
+}
+
+// ChangeInfo is an ALUA change as the feed reports it.
+type ChangeInfo struct {
+	LUNs   []uint64      `json:"luns"`
+	From   string        `json:"from,omitempty"`
+	To     string        `json:"to,omitempty"`
+	Cause  string        `json:"cause"`
+	Failed bool          `json:"failed,omitempty"`
+	Error  string        `json:"error,omitempty"`
+	Stop   time.Duration `json:"stop_ns"`
+}
+
+func changeInfo(c array.Change) *ChangeInfo {
+	ci := &ChangeInfo{LUNs: c.LUNs, From: c.From, To: c.To, Cause: string(c.Cause), Failed: c.Failed, Stop: c.Stop}
+	if c.Err != nil {
+		ci.Error = c.Err.Error()
+	}
+	return ci
+}
+
+// EventLog keeps the most recent events in a ring and hands each new one
+// to an optional in-process consumer.
+type EventLog struct {
+	mu      sync.Mutex
+	ring    []Event
+	next    uint64 // seq of the next event; seqs start at 1
+	now     func() time.Time
+	consume func(Event)
+}
+
+// NewEventLog makes a log holding the last capacity events.
+func NewEventLog(capacity int, now func() time.Time, consume func(Event)) *EventLog {
+	return &EventLog{ring: make([]Event, capacity), next: 1, now: now, consume: consume}
+}
+
+// Add stamps e with a sequence number and time and stores it.
+func (l *EventLog) Add(e Event) {
+	l.mu.Lock()
+	e.Seq, e.Time = l.next, l.now()
+	l.next++
+	l.ring[int(e.Seq%uint64(len(l.ring)))] = e
+	consume := l.consume
+	l.mu.Unlock()
+	if consume != nil {
+		consume(e)
+	}
+}
+
+// Since returns the stored events after seq, oldest first, and how many
+// after seq were already overwritten (lost to a slow reader).
+func (l *EventLog) Since(seq uint64) (events []Event, lost uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	first := uint64(1)
+	if l.next > uint64(len(l.ring)) {
+		first = l.next - uint64(len(l.ring))
+	}
+	from := seq + 1
+	if from < first {
+		lost = first - from
+		from = first
+	}
+	for s := from; s < l.next; s++ {
+		events = append(events, l.ring[int(s%uint64(len(l.ring)))])
+	}
+	return events, lost
+}
+
+// nexusEvent fills the nexus fields of an event.
+func (d *Daemon) nexusEvent(kind string, n scsi.Nexus) Event {
+	e := Event{Kind: kind, Initiator: n.InitiatorName, TargetPort: n.TargetPort}
+	if i := strings.LastIndex(n.InitiatorPort, ",i,0x"); i >= 0 {
+		e.ISID = n.InitiatorPort[i+len(",i,0x"):]
+	}
+	e.Host = d.Array.HostOf(n.InitiatorName).Name
+	if p := d.Array.Port(n.TargetPort); p != nil {
+		e.Node = p.Node.Name
+	}
+	return e
+}
+
+// RTPG implements scsi.Observer.
+func (d *Daemon) RTPG(n scsi.Nexus, lun uint64, extended bool) {
+	e := d.nexusEvent(EventRTPG, n)
+	e.LUN, e.Extended = &lun, extended
+	d.Events.Add(e)
+}
+
+// EmitIOStats adds one io event per (nexus, LUN) that did any I/O since
+// the previous call. The daemon calls it every stats interval.
+func (d *Daemon) EmitIOStats() {
+	d.ioMu.Lock()
+	defer d.ioMu.Unlock()
+	now := d.now()
+	interval := now.Sub(d.ioLast)
+	d.ioLast = now
+	cur := d.SCSI.IOStats()
+	for _, s := range cur {
+		k := ioKey{s.Nexus, s.LUN}
+		p := d.ioPrev[k]
+		d.ioPrev[k] = s
+		if s.Gone {
+			delete(d.ioPrev, k)
+			d.SCSI.ForgetIO(s.Nexus, s.LUN)
+		}
+		iv := &IOInterval{Interval: interval, Reads: s.Reads - p.Reads, Writes: s.Writes - p.Writes,
+			Other: s.Other - p.Other, BytesRead: s.BytesRead - p.BytesRead,
+			BytesWritten: s.BytesWritten - p.BytesWritten, Busy: s.Busy - p.Busy}
+		if iv.Reads+iv.Writes+iv.Other == 0 {
+			continue
+		}
+		e := d.nexusEvent(EventIO, s.Nexus)
+		lun := s.LUN
+		e.LUN, e.IO = &lun, iv
+		if l, p := d.Array.LUN(lun), d.Array.Port(s.Nexus.TargetPort); l != nil && p != nil {
+			iv.NonOwner = l.Owner() != p.Node
+		}
+		d.Events.Add(e)
+	}
+}
+
+type ioKey struct {
+	n   scsi.Nexus
+	lun uint64
+}
