@@ -98,6 +98,9 @@ type Options struct {
 	Sleep func(time.Duration)
 	// Now reads the clock (transition stop times); nil uses time.Now.
 	Now func() time.Time
+	// WrapStore, if set, wraps each LUN's media store (fault injection:
+	// errors, latency, a flush that blocks).
+	WrapStore func(lun uint64, s media.Store) media.Store
 }
 
 // New builds the array and opens each LUN's backing file under cfg.Data.
@@ -145,8 +148,12 @@ func New(cfg Config, opt Options) (*Array, error) {
 			a.Close()
 			return nil, err
 		}
+		var st media.Store = media.WithProfile(f, prof, opt.Sleep)
+		if opt.WrapStore != nil {
+			st = opt.WrapStore(lc.ID, st)
+		}
 		l := &LUN{ID: lc.ID, Size: int64(lc.Size), BlockSize: lc.BlockSize, Media: lc.Media, Group: lc.Group,
-			Preferred: byName[lc.Preferred], store: media.WithProfile(f, prof, opt.Sleep), arr: a,
+			Preferred: byName[lc.Preferred], store: st, arr: a,
 			stats: make([]NodeStats, len(a.Nodes))}
 		l.alua.Store(&aluaSnap{owner: l.Preferred, status: make([]byte, len(a.Nodes))})
 		a.LUNs = append(a.LUNs, l)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/iscsi"
+	"github.com/aluad/aluad/pkg/media"
 	"github.com/aluad/aluad/pkg/scsi"
 )
 
@@ -59,6 +60,8 @@ type Options struct {
 	Sleep func(time.Duration)
 	// EventCapacity is how many events the log keeps (0: 16384).
 	EventCapacity int
+	// WrapStore wraps each LUN's media store (fault injection).
+	WrapStore func(lun uint64, s media.Store) media.Store
 }
 
 // New builds the array and its device server with ALUA, without any
@@ -73,7 +76,7 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 	if opt.EventCapacity <= 0 {
 		opt.EventCapacity = 16384
 	}
-	arr, err := array.New(cfg, array.Options{Now: opt.Now, Sleep: opt.Sleep})
+	arr, err := array.New(cfg, array.Options{Now: opt.Now, Sleep: opt.Sleep, WrapStore: opt.WrapStore})
 	if err != nil {
 		return nil, err
 	}

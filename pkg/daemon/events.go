@@ -50,9 +50,9 @@ type IOInterval struct {
 	// Busy is the summed command time; Busy/(Reads+Writes+Other) is the
 	// mean response time inside the array.
 	Busy time.Duration `json:"busy_ns"`
-	// NonOwner: the commands arrived on a port of a node that did not own
-	// the LUN at the end of the interval (forwarded, ANO).
-	NonOwner bool `json:"non_owner"`
+	// NonOptimized counts the commands that arrived while this path was
+	// active/non-optimized (the array forwarded them to the owner).
+	NonOptimized uint64 `json:"non_optimized"`
 }
 
 // ChangeInfo is an ALUA change as the feed reports it.
@@ -161,16 +161,14 @@ func (d *Daemon) EmitIOStats() {
 		}
 		iv := &IOInterval{Interval: interval, Reads: s.Reads - p.Reads, Writes: s.Writes - p.Writes,
 			Other: s.Other - p.Other, BytesRead: s.BytesRead - p.BytesRead,
-			BytesWritten: s.BytesWritten - p.BytesWritten, Busy: s.Busy - p.Busy}
+			BytesWritten: s.BytesWritten - p.BytesWritten, Busy: s.Busy - p.Busy,
+			NonOptimized: s.NonOptimized - p.NonOptimized}
 		if iv.Reads+iv.Writes+iv.Other == 0 {
 			continue
 		}
 		e := d.nexusEvent(EventIO, s.Nexus)
 		lun := s.LUN
 		e.LUN, e.IO = &lun, iv
-		if l, p := d.Array.LUN(lun), d.Array.Port(s.Nexus.TargetPort); l != nil && p != nil {
-			iv.NonOwner = l.Owner() != p.Node
-		}
 		d.Events.Add(e)
 	}
 }

@@ -212,17 +212,18 @@ func aluaAllowed(cdb []byte) aluaAllow {
 	return op.alua
 }
 
-// aluaGate returns the NOT READY sense for a command the access state of
-// its target port does not allow, or nil.
-func (s *Server) aluaGate(c *Command) *SenseError {
+// aluaGate returns the access state of the command's target port for its
+// LU and the NOT READY sense if that state does not allow the command.
+func (s *Server) aluaGate(c *Command) (AccessState, *SenseError) {
 	if s.alua == nil {
-		return nil
+		return StateActiveOptimized, nil
 	}
 	var need aluaAllow
 	var r Reason
-	switch s.alua.State(c.Nexus, c.LUN) {
+	st := s.alua.State(c.Nexus, c.LUN)
+	switch st {
 	case StateActiveOptimized, StateActiveNonOptimized:
-		return nil
+		return st, nil
 	case StateStandby:
 		need, r = allowStandby, ReasonNotReadyStandby
 	case StateTransitioning:
@@ -231,7 +232,7 @@ func (s *Server) aluaGate(c *Command) *SenseError {
 		need, r = allowUnavailable, ReasonNotReadyUnavailable
 	}
 	if aluaAllowed(c.CDB)&need != 0 {
-		return nil
+		return st, nil
 	}
-	return Sense(r)
+	return st, Sense(r)
 }

@@ -278,8 +278,9 @@ func (s *Server) Execute(c *Command) Response {
 		return s.run(op, &exec{s: s, c: c, desc: desc})
 	}
 	start := s.now()
-	r := s.gateAndRun(op, &exec{s: s, lu: lu, c: c, desc: desc})
-	lu.io.record(c.Nexus, op.io, &r, s.now().Sub(start))
+	x := &exec{s: s, lu: lu, c: c, desc: desc}
+	r := s.gateAndRun(op, x)
+	lu.io.record(c.Nexus, op.io, &r, x.state == StateActiveNonOptimized, s.now().Sub(start))
 	return r
 }
 
@@ -294,7 +295,8 @@ func (s *Server) gateAndRun(op *opEntry, x *exec) Response {
 			return checkCondition(Sense(r), desc)
 		}
 	}
-	if e := s.aluaGate(c); e != nil {
+	var e *SenseError
+	if x.state, e = s.aluaGate(c); e != nil {
 		return checkCondition(e, desc)
 	}
 	if op.conflicts(lu, c) {
@@ -342,6 +344,8 @@ type exec struct {
 	desc       bool
 	status     Status
 	dataOutLen int
+	// state is the ALUA access state the command arrived in.
+	state AccessState
 }
 
 func (x *exec) cdb() []byte { return x.c.CDB }

@@ -26,6 +26,9 @@ type NexusIO struct {
 	// counts everything else that reached the LU (including errors).
 	Reads, Writes, Other    uint64
 	BytesRead, BytesWritten uint64
+	// NonOptimized counts the commands (of any kind) that arrived through
+	// an active/non-optimized port: the I/O the array forwards.
+	NonOptimized uint64
 	// Busy is the summed time from the gate to the response.
 	Busy time.Duration
 	// Gone: the nexus has ended; once its last counts are read, ForgetIO
@@ -36,6 +39,7 @@ type NexusIO struct {
 type ioCounters struct {
 	reads, writes, other    atomic.Uint64
 	bytesRead, bytesWritten atomic.Uint64
+	nonOpt                  atomic.Uint64
 	busy                    atomic.Int64
 	gone                    atomic.Bool
 }
@@ -52,8 +56,11 @@ func (st *ioStats) counters(n Nexus) *ioCounters {
 	return v.(*ioCounters)
 }
 
-func (st *ioStats) record(n Nexus, class ioClass, r *Response, busy time.Duration) {
+func (st *ioStats) record(n Nexus, class ioClass, r *Response, nonOpt bool, busy time.Duration) {
 	c := st.counters(n)
+	if nonOpt {
+		c.nonOpt.Add(1)
+	}
 	good := r.Status == StatusGood
 	switch {
 	case class == ioRead && good:
@@ -81,7 +88,7 @@ func (s *Server) IOStats() []NexusIO {
 			c := v.(*ioCounters)
 			out = append(out, NexusIO{Nexus: k.(Nexus), LUN: lun,
 				Reads: c.reads.Load(), Writes: c.writes.Load(), Other: c.other.Load(),
-				BytesRead: c.bytesRead.Load(), BytesWritten: c.bytesWritten.Load(),
+				BytesRead: c.bytesRead.Load(), BytesWritten: c.bytesWritten.Load(), NonOptimized: c.nonOpt.Load(),
 				Busy: time.Duration(c.busy.Load()), Gone: c.gone.Load()})
 			return true
 		})
