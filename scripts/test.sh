@@ -15,7 +15,7 @@ go test -race -count=1 ./... 2>&1 | tee results/go-test.txt
 FUZZTIME=${FUZZTIME:-10s}
 echo "== fuzz ($FUZZTIME each)"
 for f in FuzzReadPDU FuzzParseText FuzzLoginStep; do go test -run='^$' -fuzz="^$f\$" -fuzztime="$FUZZTIME" ./pkg/iscsi/; done
-for f in FuzzExecute FuzzParseSense; do go test -run='^$' -fuzz="^$f\$" -fuzztime="$FUZZTIME" ./pkg/scsi/; done
+for f in FuzzExecute FuzzExecuteALUA FuzzParseSense FuzzParseRTPG FuzzParseSTPG; do go test -run='^$' -fuzz="^$f\$" -fuzztime="$FUZZTIME" ./pkg/scsi/; done
 echo "== iscsi-test-cu against tgtd (same command, for comparison)"
 scripts/tgtd-conformance.sh | tee results/tgtd-conformance.txt
 cat results/tgtd-conformance.txt | head -1

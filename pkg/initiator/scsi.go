@@ -161,3 +161,17 @@ func (s *Session) SyncCache(ctx context.Context, lun uint64) error {
 	_, err := good(s.Execute(ctx, lun, cdb, nil, 0))
 	return err
 }
+
+// ReportTargetPortGroups sends REPORT TARGET PORT GROUPS (SPC-4 6.36) in
+// the extended or length-only format and returns the raw parameter data.
+func (s *Session) ReportTargetPortGroups(ctx context.Context, lun uint64, extended bool) ([]byte, error) {
+	cdb := []byte{0xa3, 0x0a, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0}
+	if extended {
+		cdb[1] |= 0x20
+	}
+	r, err := good(s.Execute(ctx, lun, cdb, nil, 4096))
+	if err != nil {
+		return nil, err
+	}
+	return r.Data, nil
+}

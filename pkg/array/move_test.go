@@ -1,0 +1,310 @@
+package array
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/aluad/aluad/pkg/media"
+)
+
+// testArray builds a 2-node array (ports 1,2 on a; 3,4 on b) with small LUNs.
+func testArray(t *testing.T, wrap func(uint64, media.Store) media.Store, hosts ...HostConfig) *Array {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Data = t.TempDir()
+	cfg.Interlink.Penalty = 0
+	cfg.Hosts = hosts
+	for i := range cfg.LUNs {
+		cfg.LUNs[i].Size = 1 << 20
+	}
+	for i := range cfg.Nodes {
+		for j := range cfg.Nodes[i].Ports {
+			cfg.Nodes[i].Ports[j].Addr = "127.0.0.1:0"
+		}
+	}
+	a, err := New(cfg, Options{WrapStore: wrap})
+	require.NoError(t, err)
+	t.Cleanup(func() { a.Close() })
+	return a
+}
+
+func TestInitialStates(t *testing.T) {
+	a := testArray(t, nil, HostConfig{Name: "h2", Type: "linux-standby", Initiators: []string{"iqn.2026-11.org.example:H2"}})
+	tests := []struct {
+		lun       uint64
+		initiator string
+		want      []AccessState
+	}{
+		{0, "iqn.2026-11.org.example:h1", []AccessState{ActiveOptimized, ActiveNonOptimized}},
+		{1, "iqn.2026-11.org.example:h1", []AccessState{ActiveNonOptimized, ActiveOptimized}},
+		{0, "iqn.2026-11.org.example:h2", []AccessState{ActiveOptimized, Standby}}, // initiator names are case-blind
+		{1, "iqn.2026-11.org.example:h2", []AccessState{Standby, ActiveOptimized}},
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprintf("lun%d/%s", tc.lun, tc.initiator), func(t *testing.T) {
+			var got []AccessState
+			for _, g := range a.LUN(tc.lun).Groups(tc.initiator) {
+				got = append(got, g.State)
+				require.Equal(t, g.Node == a.LUN(tc.lun).Preferred, g.Pref)
+				require.Equal(t, g.Node.GroupID, g.ID)
+			}
+			require.Equal(t, tc.want, got)
+		})
+	}
+	require.Equal(t, "h2", a.HostOf("IQN.2026-11.ORG.EXAMPLE:H2").Name)
+	require.Equal(t, "default", a.HostOf("iqn.2026-11.org.example:nobody").Type.Name)
+}
+
+func TestMoveErrors(t *testing.T) {
+	a := testArray(t, nil)
+	tests := []struct {
+		name string
+		ids  []uint64
+		to   string
+		want string
+	}{
+		{"unknown node", []uint64{0}, "z", `no node "z"`},
+		{"unknown LUN", []uint64{42}, "b", "no LUN 42"},
+		{"already there", []uint64{1, 3}, "b", "already owned by node b"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := a.Move(tc.ids, tc.to, CauseManual)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+	require.NoError(t, a.SetNodeUp("b", false))
+	_, err := a.Move([]uint64{0}, "b", CauseManual)
+	require.ErrorContains(t, err, "node b is down")
+	require.Equal(t, Unavailable, a.LUN(1).State("x", a.Node("b")))
+	require.ErrorContains(t, a.SetNodeUp("q", true), "no node")
+}
+
+// orderStore logs the order of media operations and can hold a read.
+type orderStore struct {
+	media.Store
+	mu        sync.Mutex
+	log       []string
+	holdRead  chan struct{}
+	readEnter chan struct{}
+	syncErr   error
+}
+
+func (o *orderStore) add(s string) {
+	o.mu.Lock()
+	o.log = append(o.log, s)
+	o.mu.Unlock()
+}
+
+func (o *orderStore) ReadAt(p []byte, off int64) error {
+	o.mu.Lock()
+	hold, enter := o.holdRead, o.readEnter
+	o.holdRead = nil
+	o.mu.Unlock()
+	if hold != nil {
+		o.add("read-start")
+		close(enter)
+		<-hold
+		defer o.add("read-end")
+	}
+	return o.Store.ReadAt(p, off)
+}
+
+func (o *orderStore) Sync() error {
+	o.add("sync")
+	if o.syncErr != nil {
+		return o.syncErr
+	}
+	return o.Store.Sync()
+}
+
+// A move waits for commands already inside the media to finish before it
+// flushes and hands over (the drain step of a transition).
+func TestMoveDrainsInFlightIO(t *testing.T) {
+	var st *orderStore
+	a := testArray(t, func(lun uint64, s media.Store) media.Store {
+		if lun == 0 {
+			st = &orderStore{Store: s}
+			return st
+		}
+		return s
+	})
+	l := a.LUN(0)
+	st.holdRead, st.readEnter = make(chan struct{}), make(chan struct{})
+	hold := st.holdRead
+	readDone := make(chan error)
+	go func() { readDone <- l.ReadAt(3, make([]byte, 512), 0) }()
+	<-st.readEnter
+	moveDone := make(chan Change)
+	go func() {
+		c, err := a.Move([]uint64{0}, "b", CauseManual)
+		require.NoError(t, err)
+		moveDone <- c
+	}()
+	for !l.Moving() {
+		runtime.Gosched()
+	}
+	require.Equal(t, Transitioning, l.State("h", a.Node("a")))
+	require.Equal(t, Transitioning, l.State("h", a.Node("b")))
+	close(hold)
+	require.NoError(t, <-readDone)
+	c := <-moveDone
+	require.Equal(t, []string{"read-start", "read-end", "sync"}, st.log)
+	require.Equal(t, "a", c.From)
+	require.Equal(t, "b", c.To)
+	require.Equal(t, a.Node("b"), l.Owner())
+	require.Equal(t, uint64(1), l.Generation())
+}
+
+func TestMoveFlushFailureRollsBack(t *testing.T) {
+	var st *orderStore
+	a := testArray(t, func(lun uint64, s media.Store) media.Store {
+		if lun == 2 {
+			st = &orderStore{Store: s, syncErr: errors.New("disk on fire")}
+			return st
+		}
+		return s
+	})
+	var got []Change
+	a.OnChange(func(c Change) { got = append(got, c) })
+	c, err := a.Move([]uint64{0, 2}, "b", CauseBalance)
+	require.ErrorContains(t, err, "disk on fire")
+	require.True(t, c.Failed)
+	for _, id := range []uint64{0, 2} {
+		require.Equal(t, a.Node("a"), a.LUN(id).Owner(), "LUN %d rolled back", id)
+		require.False(t, a.LUN(id).Moving())
+		require.Equal(t, uint64(0), a.LUN(id).Generation())
+	}
+	require.Len(t, got, 1)
+	require.True(t, got[0].Failed)
+	require.Equal(t, []uint64{0, 2}, got[0].LUNs)
+}
+
+// Randomised check against the simple model (CONVENTIONS 10): while
+// readers and writers hit every port and a mover swaps owners, every
+// snapshot of a LUN's groups is either one AO group and the rest ANO, or
+// the two groups of a move TRANSITIONING; no write is lost; every command
+// that arrived on a non-owner port is counted as forwarded.
+func TestMovesUnderLoadKeepInvariants(t *testing.T) {
+	a := testArray(t, nil)
+	const workers, ops = 4, 300
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	var bad []string
+	var badMu sync.Mutex
+	fail := func(s string) {
+		badMu.Lock()
+		bad = append(bad, s)
+		badMu.Unlock()
+	}
+	// Observer: checks the group-state invariant continuously.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, l := range a.LUNs {
+				var ao, ano, tr int
+				for _, g := range l.Groups("h") {
+					switch g.State {
+					case ActiveOptimized:
+						ao++
+					case ActiveNonOptimized:
+						ano++
+					case Transitioning:
+						tr++
+					}
+				}
+				if !(ao == 1 && ano == 1 && tr == 0) && !(ao == 0 && ano == 0 && tr == 2) {
+					fail(fmt.Sprintf("LUN %d: AO=%d ANO=%d TRANSITIONING=%d", l.ID, ao, ano, tr))
+				}
+			}
+		}
+	}()
+	// Mover.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r := rand.New(rand.NewSource(1))
+		for i := 0; i < 60; i++ {
+			id := uint64(r.Intn(len(a.LUNs)))
+			to := a.Nodes[r.Intn(2)].Name
+			if _, err := a.Move([]uint64{id}, to, CauseManual); err != nil && !errors.Is(err, ErrNoChange) {
+				fail(err.Error())
+			}
+		}
+	}()
+	// Workers: each owns distinct blocks, writes then reads back through random ports.
+	var ioWG sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		ioWG.Add(1)
+		go func(w int) {
+			defer ioWG.Done()
+			r := rand.New(rand.NewSource(int64(w)))
+			for i := 0; i < ops; i++ {
+				l := a.LUNs[r.Intn(len(a.LUNs))]
+				off := int64((w*ops + i) * 512)
+				want := bytes.Repeat([]byte{byte(w), byte(i)}, 256)
+				if err := l.WriteAt(uint16(1+r.Intn(4)), want, off, false); err != nil {
+					fail(err.Error())
+					return
+				}
+				got := make([]byte, 512)
+				if err := l.ReadAt(uint16(1+r.Intn(4)), got, off); err != nil || !bytes.Equal(got, want) {
+					fail(fmt.Sprintf("LUN %d offset %d: read back wrong data (%v)", l.ID, off, err))
+				}
+			}
+		}(w)
+	}
+	ioWG.Wait()
+	close(stop)
+	wg.Wait()
+	require.Empty(t, bad)
+	var cmds uint64
+	for _, l := range a.LUNs {
+		for i := range l.Stats() {
+			cmds += l.Stats()[i].Commands.Load()
+			require.LessOrEqual(t, l.Stats()[i].Forwarded.Load(), l.Stats()[i].Commands.Load())
+		}
+	}
+	require.Equal(t, uint64(2*workers*ops), cmds)
+}
+
+// The forwarded counters follow the owner: a command on a port of the
+// owner is local, on another node's port it is forwarded with its bytes.
+func TestForwardingFollowsOwner(t *testing.T) {
+	slept := time.Duration(0)
+	cfg := DefaultConfig()
+	cfg.Data = t.TempDir()
+	cfg.LUNs = cfg.LUNs[:1]
+	cfg.LUNs[0].Size = 1 << 20
+	a, err := New(cfg, Options{Sleep: func(d time.Duration) { slept += d }})
+	require.NoError(t, err)
+	defer a.Close()
+	l := a.LUN(0)
+	buf := make([]byte, 4096)
+	require.NoError(t, l.ReadAt(1, buf, 0)) // node a: owner
+	require.NoError(t, l.ReadAt(3, buf, 0)) // node b: forwarded
+	require.Equal(t, uint64(0), l.Stats()[0].Forwarded.Load())
+	require.Equal(t, uint64(1), l.Stats()[1].Forwarded.Load())
+	require.Equal(t, uint64(4096), l.Stats()[1].ForwardedBytes.Load())
+	require.Equal(t, cfg.Interlink.Penalty, slept, "one interlink penalty for one forwarded transfer")
+	_, err = a.Move([]uint64{0}, "b", CauseManual)
+	require.NoError(t, err)
+	require.NoError(t, l.ReadAt(1, buf, 0)) // node a is now the non-owner
+	require.NoError(t, l.ReadAt(3, buf, 0))
+	require.Equal(t, uint64(1), l.Stats()[0].Forwarded.Load())
+	require.Equal(t, uint64(1), l.Stats()[1].Forwarded.Load())
+}

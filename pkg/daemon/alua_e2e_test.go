@@ -1,0 +1,123 @@
+package daemon
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/aluad/aluad/pkg/initiator"
+	"github.com/aluad/aluad/pkg/scsi"
+)
+
+// End to end over iSCSI and the control socket: a manual move reaches
+// every nexus of the LUN as UA 2A/06 exactly once, RTPG then shows the new
+// owner with status 02h, and the event feed carries logins (with ISID),
+// RTPGs and the change.
+func TestManualMoveOverControlSocket(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(dir)
+	ctl := filepath.Join(dir, "aluad.sock")
+	d, err := Start(cfg, Options{Logger: quiet(), Control: ctl, StatsInterval: -1})
+	require.NoError(t, err)
+	defer d.Stop(5 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	const host = "iqn.2026-11.org.example:h1"
+	paths := []*initiator.Session{dial(t, d, 0, 1, host), dial(t, d, 2, 2, host)} // node a, node b
+	for _, s := range paths {
+		defer s.Close()
+		for _, lun := range []uint64{0, 1} {
+			seen, err := s.ClearUA(ctx, lun, 4)
+			require.NoError(t, err)
+			require.Equal(t, [][2]byte{{0x29, 0x00}}, seen)
+		}
+		_, err := s.ReportTargetPortGroups(ctx, 0, true)
+		require.NoError(t, err)
+	}
+
+	c := NewClient(ctl)
+	ch, err := c.Move(0, "b")
+	require.NoError(t, err)
+	require.Equal(t, "a", ch.From)
+	require.Equal(t, "manual", ch.Cause)
+
+	for _, s := range paths {
+		seen, err := s.ClearUA(ctx, 0, 4)
+		require.NoError(t, err)
+		require.Equal(t, [][2]byte{{0x2a, 0x06}}, seen, "exactly one 2A/06 per nexus")
+		seen, err = s.ClearUA(ctx, 1, 4)
+		require.NoError(t, err)
+		require.Empty(t, seen, "LUN 1 did not move")
+		for _, ext := range []bool{false, true} {
+			b, err := s.ReportTargetPortGroups(ctx, 0, ext)
+			require.NoError(t, err)
+			gs, gotExt, _, err := scsi.ParseRTPG(b)
+			require.NoError(t, err)
+			require.Equal(t, ext, gotExt)
+			require.Len(t, gs, 2)
+			require.Equal(t, scsi.StateActiveNonOptimized, gs[0].State)
+			require.True(t, gs[0].Pref, "node a stays the preferred owner")
+			require.Equal(t, scsi.StateActiveOptimized, gs[1].State)
+			require.Equal(t, byte(2), gs[0].Status)
+			require.Equal(t, byte(2), gs[1].Status)
+		}
+	}
+
+	_, err = c.Move(0, "b")
+	require.ErrorContains(t, err, "already owned by node b")
+	_, err = c.Move(77, "a")
+	require.ErrorContains(t, err, "no LUN 77")
+	_, err = c.Move(0, "q")
+	require.ErrorContains(t, err, `no node "q"`)
+
+	luns, err := c.LUNs()
+	require.NoError(t, err)
+	require.Equal(t, "b", luns[0].Owner)
+	require.Equal(t, uint64(1), luns[0].Generation)
+
+	ev, err := c.Events(0)
+	require.NoError(t, err)
+	kinds := map[string]int{}
+	for _, e := range ev.Events {
+		kinds[e.Kind]++
+		if e.Kind == EventLogin {
+			require.Equal(t, host, e.Initiator)
+			require.Contains(t, []string{"800000000001", "800000000002"}, e.ISID)
+			require.NotEmpty(t, e.Node)
+		}
+		if e.Kind == EventALUA {
+			require.Equal(t, []uint64{0}, e.Change.LUNs)
+		}
+	}
+	require.Equal(t, 2, kinds[EventLogin])
+	require.Equal(t, 6, kinds[EventRTPG], "one per path before the move, two formats per path after")
+	require.Equal(t, 1, kinds[EventALUA])
+
+	// Per-interval I/O events carry the nexus and the non-optimized share.
+	d.EmitIOStats()
+	ev, err = c.Events(ev.Events[len(ev.Events)-1].Seq)
+	require.NoError(t, err)
+	require.NotEmpty(t, ev.Events)
+	for _, e := range ev.Events {
+		require.Equal(t, EventIO, e.Kind)
+		require.NotNil(t, e.LUN)
+		require.NotZero(t, e.TargetPort)
+	}
+}
+
+// A second daemon cannot take over a live control socket; a stale one is
+// replaced.
+func TestControlSocketInUse(t *testing.T) {
+	dir := t.TempDir()
+	ctl := filepath.Join(dir, "aluad.sock")
+	d, err := Start(testConfig(dir), Options{Logger: quiet(), Control: ctl, StatsInterval: -1})
+	require.NoError(t, err)
+	cfg2 := testConfig(t.TempDir())
+	_, err = Start(cfg2, Options{Logger: quiet(), Control: ctl, StatsInterval: -1})
+	require.ErrorContains(t, err, "in use")
+	require.NoError(t, d.Stop(time.Second))
+}
