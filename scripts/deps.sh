@@ -6,6 +6,9 @@ command -v iscsi-test-cu >/dev/null || need+=(libiscsi-bin)
 command -v tgtd >/dev/null || need+=(tgt)
 command -v python3 >/dev/null || need+=(python3)
 command -v bc >/dev/null || need+=(bc)
+# test/aluacheck builds an independent ALUA client in C against libiscsi.
+command -v gcc >/dev/null || need+=(gcc libc6-dev)
+[ -f /usr/include/iscsi/iscsi.h ] || need+=(libiscsi-dev)
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=; [ "$(id -u)" -ne 0 ] && SUDO=sudo
   $SUDO apt-get update -qq

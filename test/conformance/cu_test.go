@@ -44,6 +44,9 @@ Run Summary:    Type  Total    Ran Passed Failed Inactive
 func TestLibiscsiConformance(t *testing.T) {
 	bin, err := exec.LookPath("iscsi-test-cu")
 	if err != nil {
+		if os.Getenv("ALUAD_REQUIRE_EXTERNAL") != "" {
+			t.Fatal("iscsi-test-cu (Debian libiscsi-bin) is not installed")
+		}
 		t.Skip("iscsi-test-cu (Debian libiscsi-bin) is not installed; scripts/test.sh installs it")
 	}
 	cfg := array.DefaultConfig()
