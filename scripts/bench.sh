@@ -4,6 +4,9 @@
 # and 4K random writes at QD 16 through aluad's Go initiator. Each is run
 # ROUNDS times alternating the targets; medians and ratios are printed.
 # Both targets keep their LUN on tmpfs (/dev/shm), page cache for aluad.
+# Last, aluad alone: iscsi-perf 4K random reads at QD 1 on the owner's port
+# (AO) and the other node's port (ANO, forwarded with the default 50 µs
+# interlink penalty), alternating, as mean latency = 1/IOPS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
@@ -33,6 +36,7 @@ YAML
 bin/aluad serve --config "$work/aluad.yaml" >"$work/aluad.out" 2>"$work/aluad.err" & APID=$!
 start_tgtd 3370 7 iqn.2026-11.org.aluad:tgtbench "$work/tgt.img" "$work/tgtd.log"
 A_URL=iscsi://127.0.0.1:3360/iqn.2026-11.org.aluad:bench/0
+ANO_URL=iscsi://127.0.0.1:3361/iqn.2026-11.org.aluad:bench/0
 T_URL=iscsi://127.0.0.1:3370/iqn.2026-11.org.aluad:tgtbench/1
 # Pre-fill so reads hit allocated data on both.
 dd if=/dev/urandom of="$work/fill" bs=1M count=64 status=none
@@ -51,6 +55,7 @@ for r in $(seq "$ROUNDS"); do
   R[a4k]+="$(perf "$A_URL" 8 -r 32) "; R[t4k]+="$(perf "$T_URL" 8 -r 32) "
   R[a1m]+="$(perf "$A_URL" 2048 "" 8) "; R[t1m]+="$(perf "$T_URL" 2048 "" 8) "
   R[aw]+="$(wl 127.0.0.1:3360 iqn.2026-11.org.aluad:bench 0) "; R[tw]+="$(wl 127.0.0.1:3370 iqn.2026-11.org.aluad:tgtbench 1) "
+  R[ao]+="$(perf "$A_URL" 8 -r 1) "; R[ano]+="$(perf "$ANO_URL" 8 -r 1) "
 done
 m() { echo ${R[$1]} | tr ' ' '\n' | grep . | median; }
 {
@@ -61,4 +66,11 @@ m() { echo ${R[$1]} | tr ' ' '\n' | grep . | median; }
     if [ "$k" = w ]; then a=$(m aw); t=$(m tw); else a=$(m a$k); t=$(m t$k); fi
     printf "%-38s %12.0f %12.0f %7.2fx\n" "$name" "$a" "$t" "$(echo "$a / $t" | bc -l)"
   done
+  ao=$(m ao); ano=$(m ano)
+  echo
+  echo "aluad alone: iscsi-perf 4 KiB random read QD1 on LUN 0, owner's port vs the other node's port"
+  printf "%-38s %12s %12s %8s\n" path IOPS "latency us" "vs AO"
+  printf "%-38s %12.0f %12.1f %7.2fx\n" "AO (node a, local)" "$ao" "$(echo "1000000 / $ao" | bc -l)" 1
+  printf "%-38s %12.0f %12.1f %7.2fx\n" "ANO (node b, forwarded, 50us penalty)" "$ano" "$(echo "1000000 / $ano" | bc -l)" "$(echo "$ao / $ano" | bc -l)"
+  printf "%-38s %25.1f\n" "added latency of ANO (us)" "$(echo "1000000 / $ano - 1000000 / $ao" | bc -l)"
 } | tee "$OUT"

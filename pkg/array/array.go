@@ -94,7 +94,8 @@ type Array struct {
 
 // Options are the array's injected dependencies.
 type Options struct {
-	// Sleep implements delays (inter-node penalty, media profiles); nil uses time.Sleep.
+	// Sleep implements delays (inter-node penalty, media profiles); nil
+	// uses media.PreciseWait (time.Sleep is ~1 ms coarse on some machines).
 	Sleep func(time.Duration)
 	// Now reads the clock (transition stop times); nil uses time.Now.
 	Now func() time.Time
@@ -109,7 +110,7 @@ func New(cfg Config, opt Options) (*Array, error) {
 		return nil, err
 	}
 	if opt.Sleep == nil {
-		opt.Sleep = time.Sleep
+		opt.Sleep = media.PreciseWait
 	}
 	if opt.Now == nil {
 		opt.Now = time.Now

@@ -41,7 +41,7 @@ func start(t *testing.T, cfg array.Config) *Daemon {
 	return d
 }
 
-func dial(t *testing.T, d *Daemon, port int, isid byte, name string) *initiator.Session {
+func dial(t testing.TB, d *Daemon, port int, isid byte, name string) *initiator.Session {
 	t.Helper()
 	p := d.Portals()[port]
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
