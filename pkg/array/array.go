@@ -1,9 +1,13 @@
-// Package array owns the storage array's structure: storage nodes
-// (controllers), their target ports, the LUNs with their preferred and
-// current owners, and the routing of every command to the owner node (I/O
-// arriving on a non-owner port is forwarded over the inter-node link and
-// counted). It sits below pkg/scsi (it implements scsi.Backend without
-// importing it) and above pkg/media; it must not import pkg/iscsi.
+// Package array owns the storage array's structure and its ALUA state:
+// storage nodes (controllers) = target port groups, their target ports,
+// the LUNs with their preferred and current owners, the access state each
+// group reports per LUN and host type, ownership moves (TRANSITIONING,
+// drain, flush, one atomic switch, then an announced Change), and the
+// routing of every command to the owner node (I/O arriving on a non-owner
+// port is forwarded over the inter-node link and counted). It implements
+// scsi.Backend without importing pkg/scsi (pkg/daemon adapts its ALUA view
+// to scsi.ALUA); it sits above pkg/media and must not import pkg/iscsi.
+// Who should own a LUN is not decided here: that is the ownership core's.
 package array
 
 import (

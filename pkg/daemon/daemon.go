@@ -1,7 +1,10 @@
 // Package daemon wires one running aluad: the array (nodes, ports, LUNs),
-// the SCSI device server over it, and the iSCSI fabric in front. It owns
-// start-up order and graceful shutdown (in-flight commands finish, data is
-// flushed). cmd/aluad and the integration tests use it; it holds no
+// the SCSI device server over it with the array's ALUA view, and the iSCSI
+// fabric in front. It owns start-up order and graceful shutdown (in-flight
+// commands finish, data is flushed), the announcement of ALUA changes as
+// unit attentions, the event feed (logins, logouts, RTPGs, per-interval I/O
+// per nexus, ALUA changes) and the local control API (a Unix socket) with
+// its client. cmd/aluad and the integration tests use it; it holds no
 // protocol logic of its own.
 package daemon
 

@@ -1,7 +1,10 @@
 // Package scsi is aluad's transport-independent SCSI device server (SPC-4,
 // SBC-3). It owns CDB decoding, the opcode table, INQUIRY and VPD pages,
-// mode pages, sense data, the unit-attention queues per I_T nexus, and
-// reservations (SPC-2 RESERVE/RELEASE and persistent reservations). Fabrics
+// mode pages, sense data, the unit-attention queues per I_T nexus,
+// reservations (SPC-2 RESERVE/RELEASE and persistent reservations), the
+// ALUA reporting (TPGS, VPD 0x83 designators, REPORT/SET TARGET PORT
+// GROUPS) and the one access-state gate, and per-nexus I/O counters. The
+// ALUA states themselves come from the array through the ALUA interface. Fabrics
 // (pkg/iscsi, tcmu-handler) feed it Command values and send back its
 // Response. Media access goes through the Backend interface that the array
 // implements; this package must not import pkg/iscsi, pkg/array, pkg/cache
