@@ -3,8 +3,8 @@ package daemon
 import (
 	"encoding/hex"
 	"errors"
-	"hash/crc32"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"log/slog"
 	"strconv"
