@@ -1,0 +1,61 @@
+package main
+
+import (
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/daemon"
+)
+
+// The client subcommands against a running daemon's control socket: what
+// works, and the message each mistake gets.
+func TestClientCommands(t *testing.T) {
+	cfg := array.DefaultConfig()
+	cfg.Data = t.TempDir()
+	for i := range cfg.Nodes {
+		for j := range cfg.Nodes[i].Ports {
+			cfg.Nodes[i].Ports[j].Addr = "127.0.0.1:0"
+		}
+	}
+	for i := range cfg.LUNs {
+		cfg.LUNs[i].Size = 1 << 20
+	}
+	ctl := filepath.Join(cfg.Data, "aluad.sock")
+	d, err := daemon.Start(cfg, daemon.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Control: ctl, StatsInterval: -1})
+	require.NoError(t, err)
+	defer d.Stop(time.Second)
+
+	require.NoError(t, move([]string{"--control", ctl, "--lun", "0", "--to", "b"}))
+	require.Equal(t, "b", d.Array.LUN(0).Owner().Name)
+	require.NoError(t, move([]string{"--data", cfg.Data, "--lun", "0", "--to", "a"}), "--data finds <data>/aluad.sock")
+	require.Equal(t, "a", d.Array.LUN(0).Owner().Name)
+	require.NoError(t, luns([]string{"--control", ctl}))
+	require.NoError(t, luns([]string{"--control", ctl, "--json"}))
+	require.NoError(t, events([]string{"--control", ctl}))
+
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no flags", []string{"--control", ctl}, "usage: aluad move --lun N --to NODE"},
+		{"already there", []string{"--control", ctl, "--lun", "0", "--to", "a"}, "already owned by node a"},
+		{"no such LUN", []string{"--control", ctl, "--lun", "99", "--to", "a"}, "no LUN 99"},
+		{"no such node", []string{"--control", ctl, "--lun", "0", "--to", "c"}, `no node "c"`},
+		{"stray argument", []string{"--control", ctl, "--lun", "0", "--to", "b", "extra"}, `unexpected argument "extra"`},
+		{"no daemon", []string{"--control", filepath.Join(t.TempDir(), "none.sock"), "--lun", "0", "--to", "b"},
+			"no aluad answering"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			require.ErrorContains(t, move(tc.args), tc.want)
+		})
+	}
+}
