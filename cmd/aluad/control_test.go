@@ -16,16 +16,7 @@ import (
 // The client subcommands against a running daemon's control socket: what
 // works, and the message each mistake gets.
 func TestClientCommands(t *testing.T) {
-	cfg := array.DefaultConfig()
-	cfg.Data = t.TempDir()
-	for i := range cfg.Nodes {
-		for j := range cfg.Nodes[i].Ports {
-			cfg.Nodes[i].Ports[j].Addr = "127.0.0.1:0"
-		}
-	}
-	for i := range cfg.LUNs {
-		cfg.LUNs[i].Size = 1 << 20
-	}
+	cfg := array.Loopback(t.TempDir(), 1<<20)
 	ctl := filepath.Join(cfg.Data, "aluad.sock")
 	d, err := daemon.Start(cfg, daemon.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Control: ctl, StatsInterval: -1})

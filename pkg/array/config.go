@@ -283,3 +283,20 @@ func (c *Config) validateHosts() error {
 	}
 	return nil
 }
+
+// Loopback returns the embedded default with every port on 127.0.0.1:0
+// (the OS picks free ports), every LUN lunSize bytes and data under dir:
+// for tests and in-process runs that must not collide with a running aluad.
+func Loopback(dir string, lunSize int64) Config {
+	c := DefaultConfig()
+	c.Data = dir
+	for i := range c.Nodes {
+		for j := range c.Nodes[i].Ports {
+			c.Nodes[i].Ports[j].Addr = "127.0.0.1:0"
+		}
+	}
+	for i := range c.LUNs {
+		c.LUNs[i].Size = Size(lunSize)
+	}
+	return c
+}

@@ -18,18 +18,9 @@ import (
 // testArray builds a 2-node array (ports 1,2 on a; 3,4 on b) with small LUNs.
 func testArray(t *testing.T, wrap func(uint64, media.Store) media.Store, hosts ...HostConfig) *Array {
 	t.Helper()
-	cfg := DefaultConfig()
-	cfg.Data = t.TempDir()
+	cfg := Loopback(t.TempDir(), 1<<20)
 	cfg.Interlink.Penalty = 0
 	cfg.Hosts = hosts
-	for i := range cfg.LUNs {
-		cfg.LUNs[i].Size = 1 << 20
-	}
-	for i := range cfg.Nodes {
-		for j := range cfg.Nodes[i].Ports {
-			cfg.Nodes[i].Ports[j].Addr = "127.0.0.1:0"
-		}
-	}
 	a, err := New(cfg, Options{WrapStore: wrap})
 	require.NoError(t, err)
 	t.Cleanup(func() { a.Close() })

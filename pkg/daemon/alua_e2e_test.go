@@ -121,3 +121,25 @@ func TestControlSocketInUse(t *testing.T) {
 	require.ErrorContains(t, err, "in use")
 	require.NoError(t, d.Stop(time.Second))
 }
+
+// ABORT TASK for a task that already completed (its CmdSN is below
+// ExpCmdSN) answers TASK DOES NOT EXIST, never FUNCTION COMPLETE: the
+// initiator must not believe a write it saw succeed was aborted (RFC 7143
+// 11.5.1; libiscsi's AbortTaskSimpleAsync checks the pair).
+func TestAbortOfCompletedTask(t *testing.T) {
+	d := start(t, testConfig(t.TempDir()))
+	defer d.Stop(time.Second)
+	s := dial(t, d, 0, 1, "iqn.2026-11.org.example:h1")
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := s.ClearUA(ctx, 0, 4)
+	require.NoError(t, err)
+	require.NoError(t, s.Write16(ctx, 0, 0, make([]byte, 4096), 512, false))
+	code, err := s.TaskMgmt(ctx, initiator.TMFAbortTask, 0, 0x7fff0001)
+	require.NoError(t, err)
+	require.Equal(t, byte(1), code, "task does not exist")
+	code, err = s.TaskMgmt(ctx, initiator.TMFLUNReset, 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, byte(0), code, "LUN RESET: function complete")
+}

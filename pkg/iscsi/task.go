@@ -35,8 +35,18 @@ type task struct {
 
 	started atomic.Bool
 	aborted atomic.Bool
+	// outcome decides, once, whether the task is answered or aborted:
+	// execute and ABORT TASK race for it, so a task is never both given
+	// a response and reported aborted.
+	outcome atomic.Int32
 	done    chan struct{}
 }
+
+const (
+	outcomeOpen = iota
+	outcomeAnswered
+	outcomeAborted
+)
 
 func (c *conn) onSCSICommand(p *PDU) error {
 	h := &p.BHS
@@ -225,8 +235,8 @@ func (c *conn) execute(t *task) {
 	} else {
 		resp = c.t.handler.Execute(cmd)
 	}
-	if t.aborted.Load() {
-		return
+	if !t.outcome.CompareAndSwap(outcomeOpen, outcomeAnswered) {
+		return // aborted while it ran: no response (RFC 7143 4.2.3.2)
 	}
 	c.respond(t, &resp)
 }
@@ -377,7 +387,9 @@ func (c *conn) waitTasksExcept(skip *task) {
 }
 
 // abortMatching aborts tasks selected by match (no response is sent for
-// them, RFC 7143 4.2.3.2) and waits for any that are executing to end.
+// them, RFC 7143 4.2.3.2) and waits for any that are executing to end. It
+// returns how many it aborted; a task whose response was already decided
+// is waited for but not counted (it completed, it was not aborted).
 func (c *conn) abortMatching(match func(*task) bool) int {
 	c.mu.Lock()
 	var hit []*task
@@ -387,18 +399,22 @@ func (c *conn) abortMatching(match func(*task) bool) int {
 		}
 	}
 	c.mu.Unlock()
+	n := 0
 	for _, t := range hit {
-		t.aborted.Store(true)
-		if t.started.CompareAndSwap(false, true) {
-			c.finish(t) // never started: finish it here
-			continue
+		if t.outcome.CompareAndSwap(outcomeOpen, outcomeAborted) {
+			n++
+			t.aborted.Store(true)
+			if t.started.CompareAndSwap(false, true) {
+				c.finish(t) // never started: finish it here
+				continue
+			}
 		}
 		select {
 		case <-t.done:
 		case <-c.done:
 		}
 	}
-	return len(hit)
+	return n
 }
 
 // TMF response codes (RFC 7143 11.6.1).
@@ -418,11 +434,16 @@ func (c *conn) onTaskMgmt(p *PDU) {
 	nexus := c.sess.nexus
 	switch fn {
 	case 1: // ABORT TASK
+		// RFC 7143 11.5.1: a task that is found and terminated is
+		// "function complete"; one not found whose RefCmdSN was already
+		// received (below ExpCmdSN: it completed) "does not exist"; one
+		// not found whose RefCmdSN is still ahead in the window is
+		// considered received and "function complete".
 		rtt := h.TTT()
 		if c.abortMatching(func(t *task) bool { return t.itt == rtt }) == 0 {
 			ref := h.u32(32)
 			exp, _ := c.sess.window()
-			if !SerialLess(ref, exp) {
+			if SerialLess(ref, exp) {
 				resp = tmfNoTask
 			}
 		}

@@ -99,18 +99,9 @@ func field(ans, key string) string {
 
 func startArray(t *testing.T, mode string, hosts ...array.HostConfig) *daemon.Daemon {
 	t.Helper()
-	cfg := array.DefaultConfig()
-	cfg.Data = t.TempDir()
+	cfg := array.Loopback(t.TempDir(), 16<<20)
 	cfg.ALUA = mode
 	cfg.Hosts = hosts
-	for i := range cfg.Nodes {
-		for j := range cfg.Nodes[i].Ports {
-			cfg.Nodes[i].Ports[j].Addr = "127.0.0.1:0"
-		}
-	}
-	for i := range cfg.LUNs {
-		cfg.LUNs[i].Size = 16 << 20
-	}
 	d, err := daemon.Start(cfg, daemon.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Control: filepath.Join(cfg.Data, "aluad.sock"), StatsInterval: -1})
 	require.NoError(t, err)

@@ -49,16 +49,7 @@ func TestLibiscsiConformance(t *testing.T) {
 		}
 		t.Skip("iscsi-test-cu (Debian libiscsi-bin) is not installed; scripts/test.sh installs it")
 	}
-	cfg := array.DefaultConfig()
-	cfg.Data = t.TempDir()
-	for i := range cfg.Nodes {
-		for j := range cfg.Nodes[i].Ports {
-			cfg.Nodes[i].Ports[j].Addr = "127.0.0.1:0"
-		}
-	}
-	for i := range cfg.LUNs {
-		cfg.LUNs[i].Size = 64 << 20
-	}
+	cfg := array.Loopback(t.TempDir(), 64<<20)
 	d, err := daemon.Start(cfg, daemon.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
 	defer d.Stop(5 * time.Second)
