@@ -1,0 +1,115 @@
+package ownership
+
+import "fmt"
+
+// Config holds the core's tunables. Durations are in ticks.
+type Config struct {
+	// TickMicros is the length of a tick in microseconds (for stop-time
+	// costs); the array ticks once a second.
+	TickMicros float64
+	// Alpha is the weight of the old value in the rolling averages
+	// a*old + (1-a)*new.
+	Alpha float64
+	// DiscoveryWindow: a nexus logged in this long with no RTPG and no I/O
+	// on it means the host's multipath driver is not discovering the path.
+	DiscoveryWindow int
+	// Settle: a host's connectivity constrains owners only once this long
+	// has passed since its first login, so a host still logging in to its
+	// paths one by one does not trigger failovers. (Until then its I/O on
+	// a non-owner path is forwarded, not lost.)
+	Settle int
+	// FailbackWindow: every host using a failed-over LUN must reach its
+	// preferred owner for this long before it fails back.
+	FailbackWindow int
+	// Cooldown: a LUN that moved is not moved again for balance, shipping
+	// or failback for this long (failover is never held back).
+	Cooldown int
+	// PlanInterval: how often the balancer and the shipping check run.
+	PlanInterval int
+	// StressUtil and StressExpansion: the array is stressed, and a
+	// rebalance worth considering, when a node's utilisation or its
+	// expansion factor reaches these.
+	StressUtil      float64
+	StressExpansion float64
+	// MinExpansionOps: intervals with fewer operations do not set a node's
+	// best response time.
+	MinExpansionOps float64
+	// Tolerance: nodes are balanced when the spread of their utilisation
+	// is at most this fraction of the mean utilisation.
+	Tolerance float64
+	// ROIHorizon is how long a rebalance is expected to pay off; ROIFactor
+	// how many times the cost its gain must be.
+	ROIHorizon float64
+	ROIFactor  float64
+	// MoveCost is a fixed cost per moved LUN in work units (hosts
+	// re-reading RTPG and redirecting).
+	MoveCost float64
+	// ShipShare: a LUN whose I/O arrives at one non-owner node for at
+	// least this share moves there; ShipMinWork is the least load (work
+	// per tick) for which that is worth it.
+	ShipShare   float64
+	ShipMinWork float64
+	// ShipWindow: the share must have held this long.
+	ShipWindow int
+	// BytesPerWork: one unit of work is one command or this many bytes.
+	BytesPerWork float64
+	// StopMicros is the expected I/O stop of one LUN's transfer by media
+	// type; StopBudget the most a batch may stop, in microseconds.
+	StopMicros map[string]float64
+	StopBudget float64
+	// MaxMovesPerPlan bounds one rebalance.
+	MaxMovesPerPlan int
+	// Debounce: a condition must hold (or have ended) this long before it
+	// is raised (or cleared).
+	Debounce int
+	// ThrashCount owner changes of one LUN within ThrashWindow is thrash.
+	ThrashCount  int
+	ThrashWindow int
+	// Passive: the explicit-ALUA baseline, where hosts move LUNs with
+	// SET TARGET PORT GROUPS; the core tracks and reports but never moves.
+	Passive bool
+}
+
+// DefaultConfig returns the tunables the array runs with (1 s ticks).
+func DefaultConfig() Config {
+	return Config{
+		TickMicros: 1e6, Alpha: 0.7,
+		DiscoveryWindow: 30, Settle: 5, FailbackWindow: 30, Cooldown: 300, PlanInterval: 10,
+		StressUtil: 0.5, StressExpansion: 2.0, MinExpansionOps: 50,
+		Tolerance: 0.10, ROIHorizon: 600, ROIFactor: 2, MoveCost: 100,
+		ShipShare: 0.75, ShipMinWork: 10, ShipWindow: 30, BytesPerWork: 65536,
+		StopMicros: map[string]float64{"ram": 500, "ssd": 2000, "hdd": 30000},
+		StopBudget: 60000, MaxMovesPerPlan: 64,
+		Debounce: 3, ThrashCount: 4, ThrashWindow: 60,
+	}
+}
+
+// Validate checks the tunables.
+func (c Config) Validate() error {
+	switch {
+	case c.TickMicros <= 0:
+		return fmt.Errorf("ownership: TickMicros must be positive")
+	case c.Alpha < 0 || c.Alpha >= 1:
+		return fmt.Errorf("ownership: Alpha must be in [0, 1)")
+	case c.PlanInterval < 1:
+		return fmt.Errorf("ownership: PlanInterval must be at least 1 tick")
+	case c.Tolerance <= 0:
+		return fmt.Errorf("ownership: Tolerance must be positive")
+	case c.ShipShare <= 0.5 || c.ShipShare > 1:
+		return fmt.Errorf("ownership: ShipShare must be in (0.5, 1]")
+	case c.BytesPerWork <= 0:
+		return fmt.Errorf("ownership: BytesPerWork must be positive")
+	case c.ThrashCount < 2:
+		return fmt.Errorf("ownership: ThrashCount must be at least 2")
+	case c.DiscoveryWindow < 0 || c.Settle < 0 || c.ShipWindow < 0 || c.FailbackWindow < 0 || c.Cooldown < 0 || c.Debounce < 0 || c.ThrashWindow < 1:
+		return fmt.Errorf("ownership: windows must not be negative")
+	}
+	return nil
+}
+
+func (c Config) stopMicros(media string) float64 {
+	if s, ok := c.StopMicros[media]; ok {
+		return s
+	}
+	return c.StopMicros["ram"]
+}

@@ -1,0 +1,221 @@
+package ownership
+
+import (
+	"fmt"
+	"sort"
+)
+
+// Core is the ownership state machine. It is not safe for concurrent use:
+// one goroutine owns it (CONVENTIONS 1).
+type Core struct {
+	cfg   Config
+	now   int
+	nodes map[string]*node
+	hosts map[string]*host
+	luns  map[uint64]*lun
+	// sorted keys, so every iteration is deterministic
+	nodeNames []string
+	lunIDs    []uint64
+	hostNames []string
+
+	ready    Ready
+	conds    map[condKey]*condState
+	lastPlan int
+}
+
+type node struct {
+	name     string
+	up       bool
+	capacity float64
+	portDown map[uint16]bool
+	// rt is the rolling mean response time of I/O served here (µs);
+	// bestRT the best rolling value seen with enough operations.
+	rt, bestRT float64
+	// this tick's operations and their summed response times
+	pendOps, pendRT float64
+}
+
+type lun struct {
+	id               uint64
+	preferred, owner string
+	media, group     string
+	// arrive is the rolling work per tick arriving at each node; pending
+	// collects the current tick's samples.
+	arrive, pending map[string]float64
+	// users: hosts that sent RTPG or I/O for this LUN.
+	users map[string]bool
+	// lastMove is the tick of the last ownership change (-inf: never).
+	lastMove int
+	// displaced: moved off its preferred owner by a failover; failback
+	// brings it home once the recovery is complete and stable.
+	displaced bool
+	// prefOKSince: since when every user reaches the preferred owner
+	// (-1: not now).
+	prefOKSince int
+	// changes are the ticks of recent owner changes (thrash detection).
+	changes []int
+	// shipTo/shipSince: the non-owner node most I/O has arrived at, and
+	// since when.
+	shipTo    string
+	shipSince int
+}
+
+const never = -1 << 30
+
+// New makes a core. Declare nodes, hosts and LUNs with NodeDecl, HostDecl
+// and LUNDecl events before feeding the rest.
+func New(cfg Config) (*Core, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Core{cfg: cfg, nodes: map[string]*node{}, hosts: map[string]*host{}, luns: map[uint64]*lun{},
+		conds: map[condKey]*condState{}, lastPlan: never}, nil
+}
+
+// Now is the current logical time in ticks.
+func (c *Core) Now() int { return c.now }
+
+// Owner returns a LUN's owner as the core believes it.
+func (c *Core) Owner(id uint64) string {
+	if l := c.luns[id]; l != nil {
+		return l.owner
+	}
+	return ""
+}
+
+// LUNs lists the declared LUN ids in order.
+func (c *Core) LUNs() []uint64 { return append([]uint64(nil), c.lunIDs...) }
+
+// Nodes lists the declared node names in order.
+func (c *Core) Nodes() []string { return append([]string(nil), c.nodeNames...) }
+
+// Ready returns the decisions made since the last Advance.
+func (c *Core) Ready() Ready { return c.ready }
+
+// Advance acknowledges the last Ready: its batches were started. A batch
+// that then fails must be reported with OwnerChanged{Cause: CauseRollback}.
+func (c *Core) Advance() { c.ready = Ready{} }
+
+// Step feeds one event. An error means the event was malformed (unknown
+// node, LUN or host); the state is then unchanged.
+func (c *Core) Step(e Event) error {
+	switch e := e.(type) {
+	case Tick:
+		c.now++
+		c.tick()
+	case NodeDecl:
+		return c.declareNode(e)
+	case HostDecl:
+		c.hostOf(e.Host).typ = e.Type
+	case LUNDecl:
+		return c.declareLUN(e)
+	case NodeState:
+		n := c.nodes[e.Node]
+		if n == nil {
+			return fmt.Errorf("ownership: unknown node %q", e.Node)
+		}
+		n.up = e.Up
+		c.reconcile()
+	case PortState:
+		n := c.nodes[e.Node]
+		if n == nil {
+			return fmt.Errorf("ownership: unknown node %q", e.Node)
+		}
+		n.portDown[e.Port] = !e.Up
+		c.reconcile()
+	case Login:
+		if c.nodes[e.Nexus.Node] == nil {
+			return fmt.Errorf("ownership: login to unknown node %q", e.Nexus.Node)
+		}
+		c.login(e.Nexus)
+		c.reconcile()
+	case Logout:
+		c.logout(e.Nexus)
+		c.reconcile()
+	case RTPG:
+		l := c.luns[e.LUN]
+		if l == nil || c.nodes[e.Nexus.Node] == nil {
+			return fmt.Errorf("ownership: RTPG for unknown LUN %d or node %q", e.LUN, e.Nexus.Node)
+		}
+		c.discovered(e.Nexus)
+		l.users[e.Nexus.Host] = true
+		c.reconcile()
+	case IO:
+		if err := c.io(e); err != nil {
+			return err
+		}
+	case OwnerChanged:
+		l := c.luns[e.LUN]
+		if l == nil || c.nodes[e.Owner] == nil {
+			return fmt.Errorf("ownership: owner change for unknown LUN %d or node %q", e.LUN, e.Owner)
+		}
+		if l.owner != e.Owner {
+			c.setOwner(l, e.Owner, e.Cause)
+		}
+		c.reconcile()
+	default:
+		return fmt.Errorf("ownership: unknown event %T", e)
+	}
+	return nil
+}
+
+func (c *Core) declareNode(e NodeDecl) error {
+	if e.Node == "" || e.Capacity <= 0 {
+		return fmt.Errorf("ownership: node %q needs a name and a positive capacity", e.Node)
+	}
+	if n := c.nodes[e.Node]; n != nil {
+		n.capacity = e.Capacity
+		return nil
+	}
+	c.nodes[e.Node] = &node{name: e.Node, up: true, capacity: e.Capacity, portDown: map[uint16]bool{}}
+	c.nodeNames = append(c.nodeNames, e.Node)
+	sort.Strings(c.nodeNames)
+	return nil
+}
+
+func (c *Core) declareLUN(e LUNDecl) error {
+	if c.nodes[e.Preferred] == nil || c.nodes[e.Owner] == nil {
+		return fmt.Errorf("ownership: LUN %d: preferred %q and owner %q must be declared nodes", e.LUN, e.Preferred, e.Owner)
+	}
+	l := c.luns[e.LUN]
+	if l == nil {
+		l = &lun{id: e.LUN, arrive: map[string]float64{}, users: map[string]bool{}, lastMove: never, prefOKSince: -1}
+		c.luns[e.LUN] = l
+		c.lunIDs = append(c.lunIDs, e.LUN)
+		sort.Slice(c.lunIDs, func(i, j int) bool { return c.lunIDs[i] < c.lunIDs[j] })
+	}
+	l.preferred, l.owner, l.media, l.group = e.Preferred, e.Owner, e.Media, e.Group
+	return nil
+}
+
+// setOwner records an ownership change, decided here or reported.
+func (c *Core) setOwner(l *lun, to string, cause Cause) {
+	l.owner = to
+	if cause != CauseRollback {
+		l.lastMove = c.now
+		l.changes = append(l.changes, c.now)
+	}
+	switch cause {
+	case CauseFailover:
+		l.displaced = to != l.preferred
+	default:
+		l.displaced = false
+	}
+}
+
+// tick runs the time-driven parts: failback (every tick), shipping and
+// balance at the plan interval, and the report conditions.
+func (c *Core) tick() {
+	c.foldWorkload()
+	c.trackShipping()
+	c.reconcile()
+	c.emit(c.failbacks())
+	if c.now-c.lastPlan >= c.cfg.PlanInterval {
+		c.lastPlan = c.now
+		c.plan()
+	}
+	c.evaluateReports()
+}
+
+// class is a LUN's performance class for batching.
+func (l *lun) class() string { return l.media + "/" + l.group }

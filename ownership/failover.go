@@ -1,0 +1,137 @@
+package ownership
+
+// Failover, failback and I/O shipping (reference 002 "Automatic Recovery /
+// Fail-Back"; DESIGN "The control path" 6).
+//
+//   - Failover is immediate and skips the ROI check and cooldowns: when a
+//     LUN's owner goes down, or hosts using it lose the owner while some
+//     other node would serve them all, it moves to such a node (the
+//     preferred owner when it qualifies, else the least loaded).
+//   - Failback waits until every host using a failed-over LUN reaches the
+//     preferred owner again, continuously for FailbackWindow ticks; a
+//     partial recovery does not fail back (that would strand a host). The
+//     window, not the balance cooldown, is what guards it against flaps.
+//   - I/O shipping: a LUN whose I/O mostly arrives at one non-owner node
+//     (hosts that do not follow ALUA changes) moves there.
+
+type move struct {
+	l     *lun
+	to    string
+	cause Cause
+}
+
+// reconcile applies connectivity: it updates what hosts have reached,
+// fails over what must move now, and tracks failback stability.
+func (c *Core) reconcile() {
+	for _, name := range c.hostNames {
+		h := c.hosts[name]
+		for _, n := range c.nodeNames {
+			if c.reaches(h, n) {
+				h.everReached[n] = true
+			}
+		}
+	}
+	loads := c.nodeLoads()
+	var moves []move
+	for _, id := range c.lunIDs {
+		l := c.luns[id]
+		ok, all := c.allowed(l)
+		if len(ok) == 0 {
+			continue // no node is up: nothing can serve it
+		}
+		owner := c.nodes[l.owner]
+		if !owner.up || !contains(ok, l.owner) {
+			// Owner down, or hosts lost it while another node serves
+			// them all (or more of them).
+			to := c.pickOwner(l, ok, loads)
+			loads[l.owner] -= l.load()
+			loads[to] += l.load()
+			moves = append(moves, move{l, to, CauseFailover})
+		}
+		c.trackFailback(l, ok, all)
+	}
+	c.emit(moves)
+}
+
+// pickOwner chooses among candidates: the preferred owner if it is one,
+// else the least loaded relative to capacity (ties by name).
+func (c *Core) pickOwner(l *lun, cands []string, loads map[string]float64) string {
+	if contains(cands, l.preferred) {
+		return l.preferred
+	}
+	best, bestU := "", 0.0
+	for _, n := range cands {
+		u := loads[n] / c.nodes[n].capacity
+		if best == "" || u < bestU {
+			best, bestU = n, u
+		}
+	}
+	return best
+}
+
+// trackFailback notes since when the preferred owner would serve every
+// user of a displaced LUN.
+func (c *Core) trackFailback(l *lun, ok []string, all bool) {
+	if !l.displaced || l.owner == l.preferred {
+		l.prefOKSince = -1
+		return
+	}
+	if all && contains(ok, l.preferred) {
+		if l.prefOKSince < 0 {
+			l.prefOKSince = c.now
+		}
+	} else {
+		l.prefOKSince = -1
+	}
+}
+
+// failbacks returns the displaced LUNs whose recovery is complete and has
+// been stable for the window.
+func (c *Core) failbacks() []move {
+	var out []move
+	for _, id := range c.lunIDs {
+		l := c.luns[id]
+		if l.displaced && l.prefOKSince >= 0 && c.now-l.prefOKSince >= c.cfg.FailbackWindow {
+			out = append(out, move{l, l.preferred, CauseFailback})
+		}
+	}
+	return out
+}
+
+// trackShipping notes, each tick, which non-owner node (if any) receives
+// at least ShipShare of a LUN's I/O, and since when.
+func (c *Core) trackShipping() {
+	for _, id := range c.lunIDs {
+		l := c.luns[id]
+		to, total := "", l.load()
+		if total >= c.cfg.ShipMinWork {
+			for _, n := range c.nodeNames {
+				if n != l.owner && l.arrive[n] >= c.cfg.ShipShare*total {
+					to = n
+				}
+			}
+		}
+		if to != l.shipTo {
+			l.shipTo, l.shipSince = to, c.now
+		}
+	}
+}
+
+// shipping returns LUNs whose I/O has mostly arrived at one other node,
+// serving all their users, for the whole ship window.
+func (c *Core) shipping() []move {
+	var out []move
+	for _, id := range c.lunIDs {
+		l := c.luns[id]
+		if l.shipTo == "" || c.now-l.shipSince < c.cfg.ShipWindow || !c.cooled(l) {
+			continue
+		}
+		if ok, all := c.allowed(l); all && contains(ok, l.shipTo) {
+			out = append(out, move{l, l.shipTo, CauseShipping})
+		}
+	}
+	return out
+}
+
+// cooled: the LUN has not moved within the cooldown.
+func (c *Core) cooled(l *lun) bool { return c.now-l.lastMove >= c.cfg.Cooldown }

@@ -1,0 +1,195 @@
+package ownership
+
+import (
+	"fmt"
+	"sort"
+)
+
+// Reports (DESIGN "Reports", reference 002 and its Recovery Guru
+// screenshot): a catalog of typed conditions (CONVENTIONS 11), each raised
+// once it has held for Debounce ticks and cleared once it has not held for
+// Debounce ticks, so a blip neither raises nor clears anything.
+
+// Condition names a report.
+type Condition string
+
+// The catalog.
+const (
+	HostRedundancyLost      Condition = "host-redundancy-lost"
+	VolumeNotOnPreferred    Condition = "volume-not-on-preferred-path"
+	MultipathNotDiscovering Condition = "multipath-not-discovering-paths"
+	ConnectedToOneNodeOnly  Condition = "initiator-connected-to-one-node-only"
+	OwnershipThrash         Condition = "ownership-thrash-detected"
+)
+
+// ReportChange is a condition raised or cleared.
+type ReportChange struct {
+	Condition Condition
+	Host      string // host conditions
+	Node      string
+	LUN       uint64 // LUN conditions
+	Raised    bool
+	Tick      int
+	// Cause says what caused it, in words, for the report.
+	Cause string
+}
+
+func (r ReportChange) String() string {
+	what := "cleared"
+	if r.Raised {
+		what = "raised"
+	}
+	return fmt.Sprintf("%s %s: %s", what, r.Condition, r.Cause)
+}
+
+type condKey struct {
+	cond Condition
+	host string
+	node string
+	lun  uint64
+}
+
+type condState struct {
+	// holding: since when it holds (or, when raised, since when it does
+	// not); -1 when it is steady.
+	since  int
+	raised bool
+	cause  string
+}
+
+// evaluateReports checks every condition at a tick.
+func (c *Core) evaluateReports() {
+	holds := map[condKey]string{}
+	up := 0
+	for _, n := range c.nodeNames {
+		if c.nodes[n].up {
+			up++
+		}
+	}
+	for _, name := range c.hostNames {
+		h := c.hosts[name]
+		reached := c.reachable(h)
+		for _, n := range c.nodeNames {
+			if h.everReached[n] && !contains(reached, n) {
+				why := "no usable path"
+				if !c.nodes[n].up {
+					why = "the node is down"
+				}
+				holds[condKey{HostRedundancyLost, name, n, 0}] = fmt.Sprintf("host %s lost every path to node %s (%s)", name, n, why)
+			}
+			if c.notDiscovering(h, n) {
+				holds[condKey{MultipathNotDiscovering, name, n, 0}] = fmt.Sprintf(
+					"host %s is logged in to node %s but its multipath driver sends no RTPG or I/O there: check its multipath configuration", name, n)
+			}
+		}
+		// Only when the host is not even logged in elsewhere: a login
+		// without discovery is the multipath report's business.
+		if len(reached) == 1 && up > 1 && len(h.everReached) == 1 && c.connectedCount(h) == 1 {
+			holds[condKey{ConnectedToOneNodeOnly, name, reached[0], 0}] = fmt.Sprintf(
+				"host %s has paths to node %s only; it has never reached the other nodes", name, reached[0])
+		}
+	}
+	for _, id := range c.lunIDs {
+		l := c.luns[id]
+		if l.displaced && l.owner != l.preferred {
+			holds[condKey{VolumeNotOnPreferred, "", "", id}] = fmt.Sprintf(
+				"LUN %d is owned by node %s, not its preferred owner %s, after a failover", id, l.owner, l.preferred)
+		}
+		recent := l.changes[:0]
+		for _, t := range l.changes {
+			if c.now-t < c.cfg.ThrashWindow {
+				recent = append(recent, t)
+			}
+		}
+		l.changes = recent
+		if len(recent) >= c.cfg.ThrashCount {
+			holds[condKey{OwnershipThrash, "", "", id}] = fmt.Sprintf(
+				"LUN %d changed owner %d times in %d ticks", id, len(recent), c.cfg.ThrashWindow)
+		}
+	}
+	c.debounce(holds)
+}
+
+func (c *Core) debounce(holds map[condKey]string) {
+	keys := make([]condKey, 0, len(holds)+len(c.conds))
+	seen := map[condKey]bool{}
+	for k := range holds {
+		keys, seen[k] = append(keys, k), true
+	}
+	for k := range c.conds {
+		if !seen[k] {
+			keys = append(keys, k)
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool { return condLess(keys[i], keys[j]) })
+	for _, k := range keys {
+		cause, holding := holds[k]
+		st := c.conds[k]
+		if st == nil {
+			st = &condState{since: -1}
+			c.conds[k] = st
+		}
+		if holding {
+			st.cause = cause
+		}
+		if holding == st.raised { // steady
+			st.since = -1
+			if !holding {
+				delete(c.conds, k)
+			}
+			continue
+		}
+		if st.since < 0 {
+			st.since = c.now
+		}
+		if c.now-st.since >= c.cfg.Debounce {
+			st.raised, st.since = holding, -1
+			c.ready.Reports = append(c.ready.Reports, ReportChange{Condition: k.cond, Host: k.host, Node: k.node,
+				LUN: k.lun, Raised: holding, Tick: c.now, Cause: st.cause})
+			if !holding {
+				delete(c.conds, k)
+			}
+		}
+	}
+}
+
+func condLess(a, b condKey) bool {
+	if a.cond != b.cond {
+		return a.cond < b.cond
+	}
+	if a.host != b.host {
+		return a.host < b.host
+	}
+	if a.node != b.node {
+		return a.node < b.node
+	}
+	return a.lun < b.lun
+}
+
+// Active lists the raised conditions, in catalog order.
+func (c *Core) Active() []ReportChange {
+	var keys []condKey
+	for k, st := range c.conds {
+		if st.raised {
+			keys = append(keys, k)
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool { return condLess(keys[i], keys[j]) })
+	out := make([]ReportChange, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, ReportChange{Condition: k.cond, Host: k.host, Node: k.node, LUN: k.lun, Raised: true,
+			Cause: c.conds[k].cause})
+	}
+	return out
+}
+
+// connectedCount is how many nodes the host is logged in to.
+func (c *Core) connectedCount(h *host) int {
+	n := 0
+	for _, name := range c.nodeNames {
+		if c.connected(h, name) {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,308 @@
+package ownership
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/datadriven"
+)
+
+// Scenario scripts (CONVENTIONS 6) in testdata/*.txt; regenerate with
+// go test ./ownership -run TestScenarios -rewrite. Commands:
+//
+//	init [nodes=(a,b)] [capacity=N] [passive] [cooldown=N] [plan=N] [debounce=N] [failback=N] [discovery=N]
+//	     [horizon=T] [movecost=W]
+//	lun id=N preferred=X [owner=X] [media=M] [group=G]
+//	luns n=N [media=M] [group=G]            LUNs 0..N-1, preferred alternating over the nodes
+//	host name=H [type=legacy]
+//	path host=H node=X [port=P]             login + RTPG: a discovered path
+//	login / logout / rtpg host=H node=X [port=P] [lun=N]
+//	node-down X / node-up X / port-down node=X port=P / port-up ...
+//	workload host=H luns=(..) ops=N [rt=US] [via=X]  standing I/O, sent every tick by an
+//	                                        emulated ALUA host: to the owner if it
+//	                                        reaches it, else to the first node it reaches
+//	tick [n=N]                              prints decisions and reports as they happen
+//	owners / hosts / stats / active
+//	explicit prefer=(H:X,...) rounds=N      the explicit-host baseline, N rounds
+type harness struct {
+	t        *testing.T
+	c        *Core
+	work     map[string]map[uint64]wl // host -> lun -> standing load
+	ports    map[string]uint16        // node -> default port
+	applied  int
+	passive  bool
+	isidNext int
+}
+
+type wl struct {
+	ops, rt float64
+	via     string // the node the host sends to ("" = the owner, as ALUA says)
+}
+
+func TestScenarios(t *testing.T) {
+	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+		h := &harness{t: t}
+		datadriven.RunTest(t, path, h.run)
+	})
+}
+
+func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
+	var b strings.Builder
+	step := func(e Event) {
+		if err := h.c.Step(e); err != nil {
+			fmt.Fprintf(&b, "error: %v\n", err)
+		}
+	}
+	switch d.Cmd {
+	case "init":
+		h.init(t, d)
+		return "ok\n"
+	case "lun":
+		var id uint64
+		var pref string
+		d.ScanArgs(t, "id", &id)
+		d.ScanArgs(t, "preferred", &pref)
+		owner, media, group := arg(d, "owner", pref), arg(d, "media", "ram"), arg(d, "group", "dg0")
+		step(LUNDecl{LUN: id, Preferred: pref, Owner: owner, Media: media, Group: group})
+	case "luns":
+		var n int
+		d.ScanArgs(t, "n", &n)
+		nodes := h.c.Nodes()
+		for i := 0; i < n; i++ {
+			p := nodes[i%len(nodes)]
+			step(LUNDecl{LUN: uint64(i), Preferred: p, Owner: p, Media: arg(d, "media", "ram"), Group: arg(d, "group", "dg0")})
+		}
+	case "host":
+		typ := HostType{Name: arg(d, "type", "linux"), TPGS: arg(d, "type", "linux") != "legacy"}
+		step(HostDecl{Host: arg(d, "name", ""), Type: typ})
+	case "path":
+		n := h.nexus(t, d)
+		step(Login{n})
+		for _, id := range h.c.LUNs() {
+			step(RTPG{Nexus: n, LUN: id})
+		}
+	case "login":
+		step(Login{h.nexus(t, d)})
+	case "logout":
+		step(Logout{h.nexus(t, d)})
+	case "rtpg":
+		var id uint64
+		d.ScanArgs(t, "lun", &id)
+		step(RTPG{Nexus: h.nexus(t, d), LUN: id})
+	case "node-down", "node-up":
+		step(NodeState{Node: d.CmdArgs[0].Key, Up: d.Cmd == "node-up"})
+	case "port-down", "port-up":
+		var p int
+		d.ScanArgs(t, "port", &p)
+		step(PortState{Node: arg(d, "node", ""), Port: uint16(p), Up: d.Cmd == "port-up"})
+	case "workload":
+		host := arg(d, "host", "")
+		if h.work[host] == nil {
+			h.work[host] = map[uint64]wl{}
+		}
+		var ops float64
+		d.ScanArgs(t, "ops", &ops)
+		rt, _ := strconv.ParseFloat(arg(d, "rt", "200"), 64)
+		for _, v := range argList(d, "luns") {
+			id, _ := strconv.ParseUint(v, 10, 64)
+			if ops == 0 {
+				delete(h.work[host], id)
+			} else {
+				h.work[host][id] = wl{ops, rt, arg(d, "via", "")}
+			}
+		}
+	case "tick":
+		n, _ := strconv.Atoi(arg(d, "n", "1"))
+		for i := 0; i < n; i++ {
+			h.sendIO(step)
+			step(Tick{})
+			h.drain(&b)
+		}
+		return b.String()
+	case "owners":
+		for _, id := range h.c.LUNs() {
+			fmt.Fprintf(&b, "%d:%s ", id, h.c.Owner(id))
+		}
+		b.WriteString("\n")
+		return b.String()
+	case "hosts":
+		for _, s := range h.c.HostStates() {
+			fmt.Fprintf(&b, "%s reaches=%v protocol-only=%v lost=%v full=%v\n", s.Host, s.Reaches, s.ProtocolOnly, s.Lost, s.Full)
+		}
+		return b.String()
+	case "stats":
+		for _, s := range h.c.NodeStats() {
+			fmt.Fprintf(&b, "%s load=%.0f util=%.2f expansion=%.2f\n", s.Node, s.Load, s.Utilisation, s.Expansion)
+		}
+		fmt.Fprintf(&b, "stressed=%v\n", h.c.stressed())
+		return b.String()
+	case "active":
+		for _, r := range h.c.Active() {
+			fmt.Fprintf(&b, "%s\n", r.Cause)
+		}
+		return b.String()
+	case "explicit":
+		return h.explicit(t, d)
+	default:
+		t.Fatalf("%s: unknown command %s", d.Pos, d.Cmd)
+	}
+	h.drain(&b)
+	return b.String()
+}
+
+func (h *harness) init(t *testing.T, d *datadriven.TestData) {
+	cfg := DefaultConfig()
+	for _, a := range d.CmdArgs {
+		v, f := 0, 0.0
+		if len(a.Vals) > 0 {
+			v, _ = strconv.Atoi(a.Vals[0])
+			f, _ = strconv.ParseFloat(a.Vals[0], 64)
+		}
+		switch a.Key {
+		case "horizon":
+			cfg.ROIHorizon = f
+		case "movecost":
+			cfg.MoveCost = f
+		case "cooldown":
+			cfg.Cooldown = v
+		case "plan":
+			cfg.PlanInterval = v
+		case "debounce":
+			cfg.Debounce = v
+		case "failback":
+			cfg.FailbackWindow = v
+		case "discovery":
+			cfg.DiscoveryWindow = v
+		case "passive":
+			cfg.Passive = true
+		case "nodes", "capacity":
+		default:
+			t.Fatalf("%s: unknown init argument %s", d.Pos, a.Key)
+		}
+	}
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.c, h.work, h.ports, h.passive = c, map[string]map[uint64]wl{}, map[string]uint16{}, cfg.Passive
+	capacity, _ := strconv.ParseFloat(arg(d, "capacity", "10000"), 64)
+	nodes := argList(d, "nodes")
+	if len(nodes) == 0 {
+		nodes = []string{"a", "b"}
+	}
+	for i, n := range nodes {
+		if err := c.Step(NodeDecl{Node: n, Capacity: capacity}); err != nil {
+			t.Fatal(err)
+		}
+		h.ports[n] = uint16(1 + 2*i) // the node's first port
+	}
+}
+
+func (h *harness) nexus(t *testing.T, d *datadriven.TestData) Nexus {
+	host, node := arg(d, "host", ""), arg(d, "node", "")
+	port := h.ports[node]
+	if p := arg(d, "port", ""); p != "" {
+		v, _ := strconv.Atoi(p)
+		port = uint16(v)
+	}
+	return Nexus{Host: host, Initiator: "iqn.2026-11.org.example:" + host, ISID: fmt.Sprintf("%04x", port), Port: port, Node: node}
+}
+
+// sendIO sends one tick of the standing workload the way an ALUA host
+// routes it: to the owner when it reaches it, else to a node it reaches.
+func (h *harness) sendIO(step func(Event)) {
+	hosts := make([]string, 0, len(h.work))
+	for k := range h.work {
+		hosts = append(hosts, k)
+	}
+	sort.Strings(hosts)
+	for _, name := range hosts {
+		hs := h.c.hosts[name]
+		if hs == nil {
+			continue
+		}
+		r := h.c.reachable(hs)
+		if len(r) == 0 {
+			continue
+		}
+		ids := make([]uint64, 0, len(h.work[name]))
+		for id := range h.work[name] {
+			ids = append(ids, id)
+		}
+		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+		for _, id := range ids {
+			w := h.work[name][id]
+			to := h.c.Owner(id)
+			if w.via != "" {
+				to = w.via
+			}
+			if !contains(r, to) {
+				to = r[0]
+			}
+			step(IO{Host: name, Node: to, LUN: id, Ops: w.ops, RespTime: w.rt, Ticks: 1})
+		}
+	}
+}
+
+// drain prints and acknowledges the core's decisions.
+func (h *harness) drain(b *strings.Builder) {
+	rd := h.c.Ready()
+	for _, bt := range rd.Batches {
+		fmt.Fprintf(b, "t=%d move %v -> %s (%s, %s, stop %.0fus)\n", h.c.Now(), bt.LUNs, bt.To, bt.Cause, bt.Class, bt.Stop)
+	}
+	for _, r := range rd.Reports {
+		fmt.Fprintf(b, "t=%d %s\n", h.c.Now(), r)
+	}
+	h.c.Advance()
+}
+
+// explicit runs the explicit-host baseline: each round the hosts' STPGs
+// change owners, then a tick passes with their I/O.
+func (h *harness) explicit(t *testing.T, d *datadriven.TestData) string {
+	prefer := map[string]string{}
+	for _, v := range argList(d, "prefer") {
+		k, n, _ := strings.Cut(v, ":")
+		prefer[k] = n
+	}
+	rounds, _ := strconv.Atoi(arg(d, "rounds", "10"))
+	var b strings.Builder
+	changes := map[uint64]int{}
+	for i := 0; i < rounds; i++ {
+		for _, oc := range h.c.ExplicitSTPGs(prefer) {
+			changes[oc.LUN]++
+			if err := h.c.Step(oc); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h.sendIO(func(e Event) { h.c.Step(e) })
+		h.c.Step(Tick{})
+		h.drain(&b)
+	}
+	for _, id := range h.c.LUNs() {
+		if changes[id] > 0 {
+			fmt.Fprintf(&b, "LUN %d: %d owner changes by STPG in %d rounds\n", id, changes[id], rounds)
+		}
+	}
+	return b.String()
+}
+
+func arg(d *datadriven.TestData, key, def string) string {
+	for _, a := range d.CmdArgs {
+		if a.Key == key && len(a.Vals) > 0 {
+			return a.Vals[0]
+		}
+	}
+	return def
+}
+
+func argList(d *datadriven.TestData, key string) []string {
+	for _, a := range d.CmdArgs {
+		if a.Key == key {
+			return a.Vals
+		}
+	}
+	return nil
+}

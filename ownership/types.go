@@ -1,0 +1,135 @@
+package ownership
+
+// Event is an input to Step.
+type Event interface{ event() }
+
+// Nexus identifies one I_T nexus as the core sees it: which host, through
+// which initiator port (initiator name + ISID), to which target port of
+// which node.
+type Nexus struct {
+	Host      string
+	Initiator string
+	ISID      string
+	Port      uint16
+	Node      string
+}
+
+// Events.
+type (
+	// Tick advances logical time by one tick.
+	Tick struct{}
+	// NodeState: a node came up or went down.
+	NodeState struct {
+		Node string
+		Up   bool
+	}
+	// PortState: a target port came up or went down; nexuses through a
+	// down port carry nothing.
+	PortState struct {
+		Node string
+		Port uint16
+		Up   bool
+	}
+	// Login and Logout of one nexus.
+	Login  struct{ Nexus Nexus }
+	Logout struct{ Nexus Nexus }
+	// RTPG: a REPORT TARGET PORT GROUPS for LUN arrived on a nexus: the
+	// host's multipath driver has discovered that path and uses the LUN.
+	RTPG struct {
+		Nexus Nexus
+		LUN   uint64
+	}
+	// IO is one interval of I/O from Host to LUN that arrived at Node.
+	IO struct {
+		Host  string
+		Node  string
+		LUN   uint64
+		Ops   float64 // commands in the interval
+		Bytes float64
+		// RespTime is the mean response time in the array, in
+		// microseconds.
+		RespTime float64
+		// Ticks is the interval length (>= 1).
+		Ticks int
+	}
+	// HostDecl declares a host: its type and initiator names.
+	HostDecl struct {
+		Host string
+		Type HostType
+	}
+	// LUNDecl declares a LUN and its current owner.
+	LUNDecl struct {
+		LUN       uint64
+		Preferred string
+		Owner     string
+		Media     string
+		Group     string
+	}
+	// NodeDecl declares a node and its capacity in work units per tick.
+	NodeDecl struct {
+		Node     string
+		Capacity float64
+	}
+	// OwnerChanged reports a change the core did not decide (an operator's
+	// move, or a host's STPG in explicit mode), or a move of the core's
+	// that failed and was rolled back (Owner is then the old owner).
+	OwnerChanged struct {
+		LUN   uint64
+		Owner string
+		Cause Cause
+	}
+)
+
+func (Tick) event()         {}
+func (NodeState) event()    {}
+func (PortState) event()    {}
+func (Login) event()        {}
+func (Logout) event()       {}
+func (RTPG) event()         {}
+func (IO) event()           {}
+func (HostDecl) event()     {}
+func (LUNDecl) event()      {}
+func (NodeDecl) event()     {}
+func (OwnerChanged) event() {}
+
+// HostType is what the core needs to know about a host's multipath stack.
+type HostType struct {
+	Name string
+	// TPGS: the stack follows ALUA (reads RTPG, follows UA 2A/06), so the
+	// array may move the host's LUNs for balance.
+	TPGS bool
+}
+
+// Cause says why a batch moves.
+type Cause string
+
+// Causes.
+const (
+	CauseFailover Cause = "failover"
+	CauseFailback Cause = "failback"
+	CauseBalance  Cause = "balance"
+	CauseShipping Cause = "shipping" // most I/O arrives at a non-owner
+	CauseManual   Cause = "manual"
+	CauseSTPG     Cause = "stpg"
+	CauseRollback Cause = "rollback"
+)
+
+// Batch is a set of LUNs to move to one node together.
+type Batch struct {
+	LUNs  []uint64
+	To    string
+	Cause Cause
+	// Class is the LUN performance class (media/group) of every LUN in it.
+	Class string
+	// Stop is the expected I/O stop time of the batch, in microseconds.
+	Stop float64
+}
+
+// Ready is what the core decided since the last Advance.
+type Ready struct {
+	Batches []Batch
+	Reports []ReportChange
+}
+
+// Empty reports whether there is nothing to do.
+func (r Ready) Empty() bool { return len(r.Batches) == 0 && len(r.Reports) == 0 }
