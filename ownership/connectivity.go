@@ -16,6 +16,8 @@ type host struct {
 	everReached map[string]bool
 	// firstSeen: the tick of its first login (for Settle).
 	firstSeen int
+	// uses: the LUNs it sent RTPG or I/O for.
+	uses map[uint64]bool
 }
 
 type nexusKey struct {
@@ -33,7 +35,7 @@ func (c *Core) hostOf(name string) *host {
 	h := c.hosts[name]
 	if h == nil {
 		h = &host{name: name, typ: HostType{Name: "default", TPGS: true}, nexuses: map[nexusKey]*nexusState{},
-			everReached: map[string]bool{}, firstSeen: c.now}
+			everReached: map[string]bool{}, firstSeen: c.now, uses: map[uint64]bool{}}
 		c.hosts[name] = h
 		c.hostNames = append(c.hostNames, name)
 		sort.Strings(c.hostNames)
@@ -49,11 +51,13 @@ func (c *Core) login(n Nexus) {
 		h.firstSeen = c.now
 	}
 	h.nexuses[keyOf(n)] = &nexusState{n: n, since: c.now}
+	c.gen++
 }
 
 func (c *Core) logout(n Nexus) {
 	if h := c.hosts[n.Host]; h != nil {
 		delete(h.nexuses, keyOf(n))
+		c.gen++
 	}
 }
 
@@ -66,7 +70,10 @@ func (c *Core) discovered(n Nexus) {
 		s = &nexusState{n: n, since: c.now}
 		h.nexuses[keyOf(n)] = s
 	}
-	s.discovered = true
+	if !s.discovered {
+		s.discovered = true
+		c.gen++
+	}
 }
 
 // pathUp: the nexus's node and port are up.
@@ -112,15 +119,26 @@ func (c *Core) notDiscovering(h *host, nodeName string) bool {
 	return any && c.now-oldest >= c.cfg.DiscoveryWindow
 }
 
-// reachable lists the nodes the host reaches, in name order.
-func (c *Core) reachable(h *host) []string {
-	var out []string
-	for _, n := range c.nodeNames {
+// reachable lists the nodes the host reaches, in name order (cached until
+// connectivity next changes).
+func (c *Core) reachable(h *host) []string { return c.reachEntry(h).nodes }
+
+// reachableIdx is reachable as indexes into nodeNames.
+func (c *Core) reachableIdx(h *host) []int { return c.reachEntry(h).idx }
+
+func (c *Core) reachEntry(h *host) reachEntry {
+	if e, ok := c.reach[h.name]; ok && e.gen == c.gen {
+		return e
+	}
+	e := reachEntry{gen: c.gen}
+	for i, n := range c.nodeNames {
 		if c.reaches(h, n) {
-			out = append(out, n)
+			e.nodes = append(e.nodes, n)
+			e.idx = append(e.idx, i)
 		}
 	}
-	return out
+	c.reach[h.name] = e
+	return e
 }
 
 // HostState is a host's derived connectivity state.
@@ -167,38 +185,68 @@ func (c *Core) HostStates() []HostState {
 // returns the nodes reached by the most users (ties: all of them) and
 // false.
 func (c *Core) allowed(l *lun) ([]string, bool) {
-	count := map[string]int{}
+	if cap(c.scratch) < len(c.nodeNames) {
+		c.scratch = make([]int, len(c.nodeNames))
+	}
+	count := c.scratch[:len(c.nodeNames)]
+	clear(count)
 	users := 0
-	for _, name := range c.hostNames {
+	for name := range l.users { // counting: the order does not matter
 		h := c.hosts[name]
-		if !l.users[name] || c.now-h.firstSeen < c.cfg.Settle {
+		if c.now-h.firstSeen < c.cfg.Settle {
 			continue
 		}
-		r := c.reachable(h)
+		r := c.reachableIdx(h)
 		if len(r) == 0 {
 			continue
 		}
 		users++
-		for _, n := range r {
-			count[n]++
+		for _, i := range r {
+			count[i]++
 		}
 	}
-	best := 0
-	for _, n := range c.nodeNames {
-		if c.nodes[n].up && count[n] > best {
-			best = count[n]
-		}
+	up := c.upNodes()
+	if users == 0 {
+		return up, true
 	}
-	var out []string
-	for _, n := range c.nodeNames {
+	best, nBest := 0, 0
+	for i, n := range c.nodeNames {
 		if !c.nodes[n].up {
 			continue
 		}
-		if users == 0 || count[n] == best {
+		switch {
+		case count[i] > best:
+			best, nBest = count[i], 1
+		case count[i] == best:
+			nBest++
+		}
+	}
+	if nBest == len(up) {
+		return up, best == users
+	}
+	out := make([]string, 0, nBest)
+	for i, n := range c.nodeNames {
+		if c.nodes[n].up && count[i] == best {
 			out = append(out, n)
 		}
 	}
-	return out, users == 0 || best == users
+	return out, best == users
+}
+
+// upNodes lists the up nodes in name order (cached until connectivity
+// next changes; callers must not modify it).
+func (c *Core) upNodes() []string {
+	if c.upGen == c.gen && c.up != nil {
+		return c.up
+	}
+	c.up = c.up[:0:0]
+	for _, n := range c.nodeNames {
+		if c.nodes[n].up {
+			c.up = append(c.up, n)
+		}
+	}
+	c.upGen = c.gen
+	return c.up
 }
 
 // lunTPGS: every user of l follows ALUA, so the array may move it for

@@ -21,6 +21,20 @@ type Core struct {
 	ready    Ready
 	conds    map[condKey]*condState
 	lastPlan int
+	// gen counts connectivity changes; reachable() caches per host by it.
+	gen   uint64
+	reach map[string]reachEntry
+	// up is the cached list of up nodes (valid while upGen == gen);
+	// scratch is reused by allowed().
+	up      []string
+	upGen   uint64
+	scratch []int
+}
+
+type reachEntry struct {
+	gen   uint64
+	nodes []string
+	idx   []int
 }
 
 type node struct {
@@ -69,7 +83,7 @@ func New(cfg Config) (*Core, error) {
 		return nil, err
 	}
 	return &Core{cfg: cfg, nodes: map[string]*node{}, hosts: map[string]*host{}, luns: map[uint64]*lun{},
-		conds: map[condKey]*condState{}, lastPlan: never}, nil
+		conds: map[condKey]*condState{}, lastPlan: never, reach: map[string]reachEntry{}}, nil
 }
 
 // Now is the current logical time in ticks.
@@ -115,31 +129,35 @@ func (c *Core) Step(e Event) error {
 			return fmt.Errorf("ownership: unknown node %q", e.Node)
 		}
 		n.up = e.Up
-		c.reconcile()
+		c.gen++
+		c.reconcile(nil)
 	case PortState:
 		n := c.nodes[e.Node]
 		if n == nil {
 			return fmt.Errorf("ownership: unknown node %q", e.Node)
 		}
 		n.portDown[e.Port] = !e.Up
-		c.reconcile()
+		c.gen++
+		c.reconcile(nil)
 	case Login:
 		if c.nodes[e.Nexus.Node] == nil {
 			return fmt.Errorf("ownership: login to unknown node %q", e.Nexus.Node)
 		}
 		c.login(e.Nexus)
-		c.reconcile()
+		c.reconcile(c.hosts[e.Nexus.Host])
 	case Logout:
 		c.logout(e.Nexus)
-		c.reconcile()
+		if h := c.hosts[e.Nexus.Host]; h != nil {
+			c.reconcile(h)
+		}
 	case RTPG:
 		l := c.luns[e.LUN]
 		if l == nil || c.nodes[e.Nexus.Node] == nil {
 			return fmt.Errorf("ownership: RTPG for unknown LUN %d or node %q", e.LUN, e.Nexus.Node)
 		}
 		c.discovered(e.Nexus)
-		l.users[e.Nexus.Host] = true
-		c.reconcile()
+		c.use(l, c.hosts[e.Nexus.Host])
+		c.reconcile(c.hosts[e.Nexus.Host])
 	case IO:
 		if err := c.io(e); err != nil {
 			return err
@@ -152,7 +170,7 @@ func (c *Core) Step(e Event) error {
 		if l.owner != e.Owner {
 			c.setOwner(l, e.Owner, e.Cause)
 		}
-		c.reconcile()
+		c.reconcile(nil)
 	default:
 		return fmt.Errorf("ownership: unknown event %T", e)
 	}
@@ -170,6 +188,7 @@ func (c *Core) declareNode(e NodeDecl) error {
 	c.nodes[e.Node] = &node{name: e.Node, up: true, capacity: e.Capacity, portDown: map[uint16]bool{}}
 	c.nodeNames = append(c.nodeNames, e.Node)
 	sort.Strings(c.nodeNames)
+	c.gen++
 	return nil
 }
 
@@ -208,13 +227,21 @@ func (c *Core) setOwner(l *lun, to string, cause Cause) {
 func (c *Core) tick() {
 	c.foldWorkload()
 	c.trackShipping()
-	c.reconcile()
+	c.reconcile(nil)
 	c.emit(c.failbacks())
 	if c.now-c.lastPlan >= c.cfg.PlanInterval {
 		c.lastPlan = c.now
 		c.plan()
 	}
 	c.evaluateReports()
+}
+
+// use records that host h uses LUN l.
+func (c *Core) use(l *lun, h *host) {
+	if !l.users[h.name] {
+		l.users[h.name] = true
+		h.uses[l.id] = true
+	}
 }
 
 // class is a LUN's performance class for batching.

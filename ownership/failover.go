@@ -1,5 +1,7 @@
 package ownership
 
+import "sort"
+
 // Failover, failback and I/O shipping (reference 002 "Automatic Recovery /
 // Fail-Back"; DESIGN "The control path" 6).
 //
@@ -21,19 +23,31 @@ type move struct {
 }
 
 // reconcile applies connectivity: it updates what hosts have reached,
-// fails over what must move now, and tracks failback stability.
-func (c *Core) reconcile() {
-	for _, name := range c.hostNames {
+// fails over what must move now, and tracks failback stability. With a
+// host, only that host's connectivity changed, so only its LUNs are
+// looked at; with nil, everything is.
+func (c *Core) reconcile(only *host) {
+	hosts := c.hostNames
+	if only != nil {
+		hosts = []string{only.name}
+	}
+	for _, name := range hosts {
 		h := c.hosts[name]
-		for _, n := range c.nodeNames {
-			if c.reaches(h, n) {
-				h.everReached[n] = true
-			}
+		for _, n := range c.reachable(h) {
+			h.everReached[n] = true
 		}
 	}
-	loads := c.nodeLoads()
+	ids := c.lunIDs
+	if only != nil {
+		ids = make([]uint64, 0, len(only.uses))
+		for id := range only.uses {
+			ids = append(ids, id)
+		}
+		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	}
+	var loads map[string]float64
 	var moves []move
-	for _, id := range c.lunIDs {
+	for _, id := range ids {
 		l := c.luns[id]
 		ok, all := c.allowed(l)
 		if len(ok) == 0 {
@@ -43,6 +57,9 @@ func (c *Core) reconcile() {
 		if !owner.up || !contains(ok, l.owner) {
 			// Owner down, or hosts lost it while another node serves
 			// them all (or more of them).
+			if loads == nil {
+				loads = c.nodeLoads()
+			}
 			to := c.pickOwner(l, ok, loads)
 			loads[l.owner] -= l.load()
 			loads[to] += l.load()

@@ -30,10 +30,11 @@ type candidate struct {
 	to   []string
 }
 
-// balance plans balance moves: greedily, each step takes the most
-// utilised node and moves off it the one LUN whose load best closes the
-// gap to a less utilised node it may go to, until the spread is within
-// tolerance. Each move is the largest useful step, which keeps the count
+// balance plans balance moves: greedily, each step makes the one move that
+// most reduces the spread of utilisation (or two LUNs between the same
+// nodes when together they close a gap no single one does; or, when no
+// single move helps, a swap off the hottest node), until the spread is
+// within tolerance. Each step is the largest useful one, which keeps the count
 // low (checked against brute force in tests). The plan is then kept only
 // if it passes the ROI check.
 func (c *Core) balance(exclude map[*lun]bool) []move {
@@ -47,7 +48,6 @@ func (c *Core) balance(exclude map[*lun]bool) []move {
 	if len(up) < 2 {
 		return nil
 	}
-	var cands []*candidate
 	byNode := map[string][]*candidate{}
 	for _, id := range c.lunIDs {
 		l := c.luns[id]
@@ -59,43 +59,48 @@ func (c *Core) balance(exclude map[*lun]bool) []move {
 			continue
 		}
 		cd := &candidate{l: l, load: l.load(), to: ok}
-		cands = append(cands, cd)
 		byNode[l.owner] = append(byNode[l.owner], cd)
+	}
+	for _, cs := range byNode {
+		sort.Slice(cs, func(i, j int) bool {
+			if cs[i].load != cs[j].load {
+				return cs[i].load < cs[j].load
+			}
+			return cs[i].l.id < cs[j].l.id
+		})
 	}
 	util := func(n string) float64 { return loads[n] / c.nodes[n].capacity }
 	before := c.spread(up, util)
 	var moves []move
 	moved := map[*lun]bool{}
-	for len(moves) < c.cfg.MaxMovesPerPlan {
+	for len(moves)+1 < c.cfg.MaxMovesPerPlan {
 		if c.balanced(up, util) {
 			break
 		}
 		sort.SliceStable(up, func(i, j int) bool { return util(up[i]) > util(up[j]) })
 		hot := up[0]
-		best, bestTo, bestAfter := (*candidate)(nil), "", util(hot)
-		for _, cd := range byNode[hot] {
-			if moved[cd.l] {
-				continue
-			}
-			for _, to := range cd.to {
-				if to == hot {
-					continue
-				}
-				// The worse of the two nodes after the move: it must drop.
-				after := max((loads[hot]-cd.load)/c.nodes[hot].capacity, (loads[to]+cd.load)/c.nodes[to].capacity)
-				if after < bestAfter-1e-12 {
-					best, bestTo, bestAfter = cd, to, after
-				}
+		step := c.bestMove(up, byNode, moved, loads)
+		if step != nil && !c.pairBalanced(step, loads, up) {
+			// No single LUN closes the gap: two that together do save
+			// the moves a run of smaller steps would take.
+			if pair := c.bestPair(step[0].from, step[0].to, byNode, moved, loads); pair != nil && c.pairBalanced(pair, loads, up) {
+				step = pair
 			}
 		}
-		if best == nil {
+		if step == nil {
+			step = c.bestSwap(hot, byNode, moved, loads)
+		}
+		if step == nil {
 			break // nothing on the hottest node can go anywhere useful
 		}
-		moved[best.l] = true
-		loads[hot] -= best.load
-		loads[bestTo] += best.load
-		byNode[bestTo] = append(byNode[bestTo], best)
-		moves = append(moves, move{best.l, bestTo, CauseBalance})
+		for _, m := range step {
+			cd := m.cd
+			moved[cd.l] = true
+			loads[m.from] -= cd.load
+			loads[m.to] += cd.load
+			byNode[m.from] = remove(byNode[m.from], cd)
+			moves = append(moves, move{cd.l, m.to, CauseBalance})
+		}
 	}
 	if len(moves) == 0 || !c.worthIt(moves, before, c.spread(up, util)) {
 		return nil
@@ -149,4 +154,164 @@ func (c *Core) worthIt(moves []move, before, after float64) bool {
 		cost += m.l.load()*stopTicks + c.cfg.MoveCost
 	}
 	return gain > c.cfg.ROIFactor*cost
+}
+
+// planStep is one LUN's move within a plan.
+type planStep struct {
+	cd       *candidate
+	from, to string
+}
+
+func remove(cs []*candidate, x *candidate) []*candidate {
+	for i, c := range cs {
+		if c == x {
+			return append(cs[:i:i], cs[i+1:]...)
+		}
+	}
+	return cs
+}
+
+// bestMove finds the single move that most reduces the spread of
+// utilisation around the mean (sum of squared deviations), from any node
+// above the mean to any less utilised node the LUN may go to. Moving off
+// the hottest node is not enough: when it has nothing left to move, the
+// coldest node can still be filled from the others. For a pair of nodes
+// the gain is a concave function of the load moved, best at the load
+// that levels them, so only the candidates nearest that load (the lists
+// are sorted by load) need a look.
+func (c *Core) bestMove(up []string, byNode map[string][]*candidate, moved map[*lun]bool, loads map[string]float64) []planStep {
+	sum, capSum := 0.0, 0.0
+	for _, n := range up {
+		sum += loads[n]
+		capSum += c.nodes[n].capacity
+	}
+	mean := sum / capSum
+	var best *planStep
+	bestGain := 1e-12
+	for _, from := range up {
+		capF := c.nodes[from].capacity
+		uf := loads[from] / capF
+		if uf <= mean {
+			continue
+		}
+		cs := byNode[from]
+		for _, to := range up {
+			nt := c.nodes[to]
+			ut := loads[to] / nt.capacity
+			if to == from || ut >= uf {
+				continue
+			}
+			ideal := (uf - ut) / (1/capF + 1/nt.capacity)
+			i := sort.Search(len(cs), func(k int) bool { return cs[k].load >= ideal })
+			// The nearest eligible candidate on each side of the ideal.
+			for _, dir := range []int{-1, 1} {
+				k := i
+				if dir < 0 {
+					k = i - 1
+				}
+				for steps := 0; k >= 0 && k < len(cs) && steps < 64; k, steps = k+dir, steps+1 {
+					cd := cs[k]
+					if moved[cd.l] || !contains(cd.to, to) {
+						continue
+					}
+					uf2, ut2 := uf-cd.load/capF, ut+cd.load/nt.capacity
+					gain := sq(uf-mean) + sq(ut-mean) - sq(uf2-mean) - sq(ut2-mean)
+					if gain > bestGain {
+						best, bestGain = &planStep{cd, from, to}, gain
+					}
+					break
+				}
+			}
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	return []planStep{*best}
+}
+
+func sq(x float64) float64 { return x * x }
+
+// bestSwap finds, when no single move helps, the exchange of a LUN on the
+// hottest node for a lighter one elsewhere that lowers the higher of the
+// two nodes the most (two moves).
+func (c *Core) bestSwap(hot string, byNode map[string][]*candidate, moved map[*lun]bool, loads map[string]float64) []planStep {
+	capHot := c.nodes[hot].capacity
+	var best []planStep
+	bestAfter := loads[hot] / capHot
+	for _, x := range byNode[hot] {
+		if moved[x.l] {
+			continue
+		}
+		for _, to := range x.to {
+			if to == hot {
+				continue
+			}
+			for _, y := range byNode[to] {
+				if moved[y.l] || y.load >= x.load || !contains(y.to, hot) {
+					continue
+				}
+				d := x.load - y.load
+				after := max((loads[hot]-d)/capHot, (loads[to]+d)/c.nodes[to].capacity)
+				if after < bestAfter-1e-12 {
+					best, bestAfter = []planStep{{x, hot, to}, {y, to, hot}}, after
+				}
+			}
+		}
+	}
+	return best
+}
+
+// pairBalanced: after the steps, the two nodes involved are within
+// tolerance of each other (relative to the mean utilisation of up nodes).
+func (c *Core) pairBalanced(steps []planStep, loads map[string]float64, up []string) bool {
+	from, to := steps[0].from, steps[0].to
+	lf, lt := loads[from], loads[to]
+	for _, s := range steps {
+		lf -= s.cd.load
+		lt += s.cd.load
+	}
+	sum, capSum := 0.0, 0.0
+	for _, n := range up {
+		sum += loads[n]
+		capSum += c.nodes[n].capacity
+	}
+	mean := sum / capSum
+	uf, ut := lf/c.nodes[from].capacity, lt/c.nodes[to].capacity
+	return max(uf, ut)-min(uf, ut) <= c.cfg.Tolerance*mean
+}
+
+// bestPair finds two LUNs on hot that may go to dest and whose loads
+// together come closest to half the gap (two pointers over the loads in
+// order: O(n)).
+func (c *Core) bestPair(hot, dest string, byNode map[string][]*candidate, moved map[*lun]bool, loads map[string]float64) []planStep {
+	var cs []*candidate // byNode lists are sorted by load
+	for _, cd := range byNode[hot] {
+		if !moved[cd.l] && contains(cd.to, dest) {
+			cs = append(cs, cd)
+		}
+	}
+	if len(cs) < 2 {
+		return nil
+	}
+	capH, capD := c.nodes[hot].capacity, c.nodes[dest].capacity
+	target := (loads[hot]/capH - loads[dest]/capD) / (1/capH + 1/capD)
+	i, j := 0, len(cs)-1
+	bi, bj, bestErr := -1, -1, 0.0
+	for i < j {
+		sum := cs[i].load + cs[j].load
+		err := sum - target
+		if err < 0 {
+			err = -err
+		}
+		if bi < 0 || err < bestErr {
+			bi, bj, bestErr = i, j, err
+		}
+		if sum < target {
+			i++
+		} else {
+			j--
+		}
+	}
+	return []planStep{{cs[bi], hot, dest}, {cs[bj], hot, dest}}
 }

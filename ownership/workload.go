@@ -29,12 +29,13 @@ func (c *Core) io(e IO) error {
 	if e.Ops == 0 {
 		return nil
 	}
-	l.users[e.Host] = true
 	h := c.hostOf(e.Host)
+	c.use(l, h)
 	// I/O on a node proves the host's driver uses a path there.
 	for _, s := range h.nexuses {
-		if s.n.Node == e.Node && c.pathUp(s) {
+		if s.n.Node == e.Node && c.pathUp(s) && !s.discovered {
 			s.discovered = true
+			c.gen++
 		}
 	}
 	// The owner serves every command, forwarded or not.

@@ -1,0 +1,363 @@
+package ownership
+
+import (
+	"fmt"
+	"math/rand"
+	"sort"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Randomised checks against a simple model (CONVENTIONS 10): thousands of
+// seeded fault sequences are driven through the core; after every step a
+// naive model, built only from the raw events, checks the invariants.
+
+// model is the naive bookkeeping: who is logged in where, what is up,
+// who uses what, and the owners the core's batches set.
+type model struct {
+	nodes    []string
+	nodeUp   map[string]bool
+	portDown map[uint16]bool
+	// paths[host][port] = discovered (present: logged in)
+	paths    map[string]map[uint16]bool
+	portNode map[uint16]string
+	users    map[uint64]map[string]bool
+	owner    map[uint64]string
+	lastMove map[uint64]int
+	now      int
+}
+
+func (m *model) reaches(h, n string) bool {
+	if !m.nodeUp[n] {
+		return false
+	}
+	for p, disc := range m.paths[h] {
+		if disc && m.portNode[p] == n && !m.portDown[p] {
+			return true
+		}
+	}
+	return false
+}
+
+// violation returns a description when LUN id's owner strands a user
+// although some node would serve them all.
+func (m *model) violation(id uint64) string {
+	var users []string
+	for h := range m.users[id] {
+		for _, n := range m.nodes {
+			if m.reaches(h, n) {
+				users = append(users, h)
+				break
+			}
+		}
+	}
+	sort.Strings(users)
+	feasible := false
+	for _, n := range m.nodes {
+		all := m.nodeUp[n]
+		for _, h := range users {
+			all = all && m.reaches(h, n)
+		}
+		feasible = feasible || all
+	}
+	if !feasible {
+		return ""
+	}
+	for _, h := range users {
+		if !m.reaches(h, m.owner[id]) {
+			return fmt.Sprintf("LUN %d: owner %s, but user %s does not reach it and some node serves every user", id, m.owner[id], h)
+		}
+	}
+	return ""
+}
+
+type sim struct {
+	t     *testing.T
+	c     *Core
+	m     *model
+	r     *rand.Rand
+	hosts []string
+	luns  []uint64
+	load  map[string]map[uint64]float64
+	log   []string
+}
+
+func newSim(t *testing.T, seed int64, nNodes, nHosts, nLUNs int, cfg Config) *sim {
+	c, err := New(cfg)
+	require.NoError(t, err)
+	s := &sim{t: t, c: c, r: rand.New(rand.NewSource(seed)), load: map[string]map[uint64]float64{},
+		m: &model{nodeUp: map[string]bool{}, portDown: map[uint16]bool{}, paths: map[string]map[uint16]bool{},
+			portNode: map[uint16]string{}, users: map[uint64]map[string]bool{}, owner: map[uint64]string{},
+			lastMove: map[uint64]int{}}}
+	for i := 0; i < nNodes; i++ {
+		n := string(rune('a' + i))
+		s.m.nodes = append(s.m.nodes, n)
+		s.m.nodeUp[n] = true
+		s.step(NodeDecl{Node: n, Capacity: 10000})
+	}
+	for i := 0; i < nLUNs; i++ {
+		id := uint64(i)
+		p := s.m.nodes[i%nNodes]
+		s.luns = append(s.luns, id)
+		s.m.owner[id], s.m.lastMove[id] = p, never
+		s.m.users[id] = map[string]bool{}
+		s.step(LUNDecl{LUN: id, Preferred: p, Owner: p, Media: []string{"ram", "ssd", "hdd"}[i%3], Group: "dg0"})
+	}
+	for i := 0; i < nHosts; i++ {
+		h := fmt.Sprintf("h%d", i)
+		s.hosts = append(s.hosts, h)
+		s.m.paths[h] = map[uint16]bool{}
+		s.load[h] = map[uint64]float64{}
+		s.step(HostDecl{Host: h, Type: HostType{Name: "linux", TPGS: true}})
+		for _, id := range s.luns {
+			if s.r.Intn(2) == 0 {
+				s.load[h][id] = float64(50 + s.r.Intn(400))
+			}
+		}
+		for j := range s.m.nodes {
+			s.pathUp(h, j)
+		}
+	}
+	return s
+}
+
+func (s *sim) port(node int) uint16 { return uint16(1 + node) }
+
+func (s *sim) nexus(h string, node int) Nexus {
+	return Nexus{Host: h, Initiator: "iqn.2026-11.org.example:" + h, ISID: "1", Port: s.port(node), Node: s.m.nodes[node]}
+}
+
+// pathUp logs a host in on a node and, as its multipath driver would,
+// sends RTPG for every LUN it uses.
+func (s *sim) pathUp(h string, node int) {
+	n := s.nexus(h, node)
+	s.m.portNode[n.Port] = n.Node
+	s.m.paths[h][n.Port] = false
+	s.step(Login{n})
+	for id := range s.load[h] {
+		s.m.paths[h][n.Port] = true
+		s.m.users[id][h] = true
+		s.step(RTPG{Nexus: n, LUN: id})
+	}
+}
+
+func (s *sim) step(e Event) {
+	s.log = append(s.log, fmt.Sprintf("%T%+v", e, e))
+	require.NoError(s.t, s.c.Step(e))
+	s.apply()
+}
+
+// apply takes the core's decisions into the model, checking the cooldown.
+func (s *sim) apply() {
+	rd := s.c.Ready()
+	for _, b := range rd.Batches {
+		for _, id := range b.LUNs {
+			if b.Cause == CauseBalance || b.Cause == CauseShipping {
+				if s.m.now-s.m.lastMove[id] < s.c.cfg.Cooldown {
+					s.t.Fatalf("LUN %d moved for %s at %d, %d ticks after its last move (cooldown %d)\n%s", id, b.Cause,
+						s.m.now, s.m.now-s.m.lastMove[id], s.c.cfg.Cooldown, s.tail())
+				}
+			}
+			s.m.owner[id], s.m.lastMove[id] = b.To, s.m.now
+		}
+	}
+	s.c.Advance()
+}
+
+func (s *sim) tail() string {
+	from := max(0, len(s.log)-15)
+	out := ""
+	for _, l := range s.log[from:] {
+		out += l + "\n"
+	}
+	return out
+}
+
+// tick sends one interval of I/O, routed as ALUA hosts route it, then ticks.
+func (s *sim) tick() {
+	for _, h := range s.hosts {
+		var reach []string
+		for _, n := range s.m.nodes {
+			if s.m.reaches(h, n) {
+				reach = append(reach, n)
+			}
+		}
+		if len(reach) == 0 {
+			continue
+		}
+		ids := make([]uint64, 0, len(s.load[h]))
+		for id := range s.load[h] {
+			ids = append(ids, id)
+		}
+		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+		for _, id := range ids {
+			to := s.m.owner[id]
+			if !contains(reach, to) {
+				to = reach[0]
+			}
+			s.step(IO{Host: h, Node: to, LUN: id, Ops: s.load[h][id], RespTime: 200, Ticks: 1})
+		}
+	}
+	s.m.now++
+	s.step(Tick{})
+}
+
+// check asserts the invariants after a step.
+func (s *sim) check() {
+	for _, id := range s.luns {
+		require.Equal(s.t, s.m.owner[id], s.c.Owner(id), "LUN %d: one owner, the one the batches set\n%s", id, s.tail())
+		require.Contains(s.t, s.m.nodes, s.c.Owner(id))
+		if v := s.m.violation(id); v != "" {
+			s.t.Fatalf("%s\n%s", v, s.tail())
+		}
+	}
+}
+
+// randomFault applies one random fault or repair.
+func (s *sim) randomFault() {
+	h := s.hosts[s.r.Intn(len(s.hosts))]
+	ni := s.r.Intn(len(s.m.nodes))
+	n := s.m.nodes[ni]
+	switch s.r.Intn(6) {
+	case 0: // node down/up
+		up := !s.m.nodeUp[n]
+		s.m.nodeUp[n] = up
+		s.step(NodeState{Node: n, Up: up})
+	case 1: // port down/up
+		p := s.port(ni)
+		s.m.portDown[p] = !s.m.portDown[p]
+		s.step(PortState{Node: n, Port: p, Up: !s.m.portDown[p]})
+	case 2, 3: // a host loses its path to a node
+		if _, ok := s.m.paths[h][s.port(ni)]; ok {
+			delete(s.m.paths[h], s.port(ni))
+			s.step(Logout{s.nexus(h, ni)})
+		}
+	case 4: // ... and gets it back
+		if _, ok := s.m.paths[h][s.port(ni)]; !ok {
+			s.pathUp(h, ni)
+		}
+	case 5: // a login the multipath driver does not discover (no RTPG)
+		if _, ok := s.m.paths[h][s.port(ni)]; !ok {
+			nx := s.nexus(h, ni)
+			s.m.paths[h][nx.Port] = false
+			s.step(Login{nx})
+		}
+	}
+}
+
+func TestRandomFaultSequences(t *testing.T) {
+	seqs := 2000
+	if testing.Short() {
+		seqs = 200
+	}
+	cfg := DefaultConfig()
+	cfg.Cooldown, cfg.PlanInterval, cfg.FailbackWindow, cfg.ShipWindow = 20, 3, 5, 10
+	for seed := int64(0); seed < int64(seqs); seed++ {
+		s := newSim(t, seed, 2+int(seed%2), 2+int(seed%3), 6, cfg)
+		for i := 0; i < cfg.Settle; i++ {
+			s.tick()
+		}
+		for i := 0; i < 120; i++ {
+			if s.r.Intn(4) == 0 {
+				s.randomFault()
+			} else {
+				s.tick()
+			}
+			s.check()
+		}
+	}
+}
+
+// After faults end and the load settles, the nodes are balanced within
+// the tolerance (loads are fine-grained and high enough to stress).
+func TestBalanceSettles(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Cooldown, cfg.PlanInterval = 20, 5
+	for seed := int64(0); seed < 200; seed++ {
+		c, err := New(cfg)
+		require.NoError(t, err)
+		r := rand.New(rand.NewSource(seed))
+		nodes := 2 + int(seed%3)
+		for i := 0; i < nodes; i++ {
+			require.NoError(t, c.Step(NodeDecl{Node: string(rune('a' + i)), Capacity: 10000}))
+		}
+		require.NoError(t, c.Step(HostDecl{Host: "h", Type: HostType{TPGS: true}}))
+		// 40 LUNs, all preferred on node a: the worst start.
+		loads := map[uint64]float64{}
+		total := 0.0
+		for i := 0; i < 40; i++ {
+			id := uint64(i)
+			require.NoError(t, c.Step(LUNDecl{LUN: id, Preferred: "a", Owner: "a", Media: "ram"}))
+			loads[id] = float64(100 + r.Intn(400))
+			total += loads[id]
+		}
+		for i := 0; i < nodes; i++ {
+			n := Nexus{Host: "h", Initiator: "iqn.x.y:h", ISID: "1", Port: uint16(i + 1), Node: string(rune('a' + i))}
+			require.NoError(t, c.Step(Login{n}))
+			require.NoError(t, c.Step(RTPG{Nexus: n, LUN: 0}))
+		}
+		// Scale so that the balanced utilisation is 60-90%: stressed.
+		scale := float64(nodes) * 10000 * (0.6 + 0.3*r.Float64()) / total
+		for i := 0; i < 200; i++ {
+			for id := uint64(0); id < 40; id++ {
+				require.NoError(t, c.Step(IO{Host: "h", Node: c.Owner(id), LUN: id, Ops: loads[id] * scale, RespTime: 100, Ticks: 1}))
+			}
+			require.NoError(t, c.Step(Tick{}))
+			c.Advance()
+		}
+		var up []string
+		for _, n := range c.nodeNames {
+			up = append(up, n)
+		}
+		loadsNow := c.nodeLoads()
+		require.True(t, c.balanced(up, func(n string) float64 { return loadsNow[n] / 10000 }),
+			"seed %d: not balanced: %+v", seed, c.NodeStats())
+	}
+}
+
+// The explicit-host baseline thrashes under a partial fault; the implicit
+// core, given the same topology, moves the LUN at most once.
+func TestExplicitThrashesImplicitDoesNot(t *testing.T) {
+	for seed := int64(0); seed < 300; seed++ {
+		r := rand.New(rand.NewSource(seed))
+		nodes := 2 + r.Intn(3)
+		x := r.Intn(nodes)                     // the only node h1 reaches
+		y := (x + 1 + r.Intn(nodes-1)) % nodes // the node h2's policy prefers
+		run := func(passive bool) (changes int) {
+			cfg := DefaultConfig()
+			cfg.Passive = passive
+			c, err := New(cfg)
+			require.NoError(t, err)
+			name := func(i int) string { return string(rune('a' + i)) }
+			for i := 0; i < nodes; i++ {
+				require.NoError(t, c.Step(NodeDecl{Node: name(i), Capacity: 10000}))
+			}
+			require.NoError(t, c.Step(LUNDecl{LUN: 0, Preferred: name(y), Owner: name(y), Media: "ram"}))
+			path := func(h string, i int) {
+				n := Nexus{Host: h, Initiator: "iqn.x.y:" + h, ISID: "1", Port: uint16(i + 1), Node: name(i)}
+				require.NoError(t, c.Step(Login{n}))
+				require.NoError(t, c.Step(RTPG{Nexus: n, LUN: 0}))
+			}
+			path("h1", x)
+			for i := 0; i < nodes; i++ {
+				path("h2", i)
+			}
+			for round := 0; round < 30; round++ {
+				if passive {
+					for _, oc := range c.ExplicitSTPGs(map[string]string{"h2": name(y)}) {
+						require.NoError(t, c.Step(oc))
+						changes++
+					}
+				}
+				require.NoError(t, c.Step(Tick{}))
+				changes += len(c.Ready().Batches)
+				c.Advance()
+			}
+			return changes
+		}
+		explicit, implicit := run(true), run(false)
+		require.GreaterOrEqual(t, explicit, 29, "seed %d: explicit hosts should fight over the LUN", seed)
+		require.LessOrEqual(t, implicit, 1, "seed %d: the implicit core moved the LUN %d times", seed, implicit)
+	}
+}
