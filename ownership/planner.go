@@ -25,9 +25,10 @@ func (c *Core) plan() {
 
 // candidate is a LUN the balancer may move, with the nodes it may go to.
 type candidate struct {
-	l    *lun
-	load float64
-	to   []string
+	l     *lun
+	load  float64
+	to    []string
+	moved bool // already moved in this plan
 }
 
 // balance plans balance moves: greedily, each step makes the one move that
@@ -72,30 +73,29 @@ func (c *Core) balance(exclude map[*lun]bool) []move {
 	util := func(n string) float64 { return loads[n] / c.nodes[n].capacity }
 	before := c.spread(up, util)
 	var moves []move
-	moved := map[*lun]bool{}
 	for len(moves)+1 < c.cfg.MaxMovesPerPlan {
 		if c.balanced(up, util) {
 			break
 		}
 		sort.SliceStable(up, func(i, j int) bool { return util(up[i]) > util(up[j]) })
 		hot := up[0]
-		step := c.bestMove(up, byNode, moved, loads)
+		step := c.bestMove(up, byNode, loads)
 		if step != nil && !c.pairBalanced(step, loads, up) {
 			// No single LUN closes the gap: two that together do save
 			// the moves a run of smaller steps would take.
-			if pair := c.bestPair(step[0].from, step[0].to, byNode, moved, loads); pair != nil && c.pairBalanced(pair, loads, up) {
+			if pair := c.bestPair(step[0].from, step[0].to, byNode, loads); pair != nil && c.pairBalanced(pair, loads, up) {
 				step = pair
 			}
 		}
 		if step == nil {
-			step = c.bestSwap(hot, byNode, moved, loads)
+			step = c.bestSwap(hot, byNode, loads)
 		}
 		if step == nil {
 			break // nothing on the hottest node can go anywhere useful
 		}
 		for _, m := range step {
 			cd := m.cd
-			moved[cd.l] = true
+			cd.moved = true
 			loads[m.from] -= cd.load
 			loads[m.to] += cd.load
 			byNode[m.from] = remove(byNode[m.from], cd)
@@ -179,7 +179,7 @@ func remove(cs []*candidate, x *candidate) []*candidate {
 // the gain is a concave function of the load moved, best at the load
 // that levels them, so only the candidates nearest that load (the lists
 // are sorted by load) need a look.
-func (c *Core) bestMove(up []string, byNode map[string][]*candidate, moved map[*lun]bool, loads map[string]float64) []planStep {
+func (c *Core) bestMove(up []string, byNode map[string][]*candidate, loads map[string]float64) []planStep {
 	sum, capSum := 0.0, 0.0
 	for _, n := range up {
 		sum += loads[n]
@@ -211,7 +211,7 @@ func (c *Core) bestMove(up []string, byNode map[string][]*candidate, moved map[*
 				}
 				for steps := 0; k >= 0 && k < len(cs) && steps < 64; k, steps = k+dir, steps+1 {
 					cd := cs[k]
-					if moved[cd.l] || !contains(cd.to, to) {
+					if cd.moved || !contains(cd.to, to) {
 						continue
 					}
 					uf2, ut2 := uf-cd.load/capF, ut+cd.load/nt.capacity
@@ -235,12 +235,12 @@ func sq(x float64) float64 { return x * x }
 // bestSwap finds, when no single move helps, the exchange of a LUN on the
 // hottest node for a lighter one elsewhere that lowers the higher of the
 // two nodes the most (two moves).
-func (c *Core) bestSwap(hot string, byNode map[string][]*candidate, moved map[*lun]bool, loads map[string]float64) []planStep {
+func (c *Core) bestSwap(hot string, byNode map[string][]*candidate, loads map[string]float64) []planStep {
 	capHot := c.nodes[hot].capacity
 	var best []planStep
 	bestAfter := loads[hot] / capHot
 	for _, x := range byNode[hot] {
-		if moved[x.l] {
+		if x.moved {
 			continue
 		}
 		for _, to := range x.to {
@@ -248,7 +248,7 @@ func (c *Core) bestSwap(hot string, byNode map[string][]*candidate, moved map[*l
 				continue
 			}
 			for _, y := range byNode[to] {
-				if moved[y.l] || y.load >= x.load || !contains(y.to, hot) {
+				if y.moved || y.load >= x.load || !contains(y.to, hot) {
 					continue
 				}
 				d := x.load - y.load
@@ -284,10 +284,10 @@ func (c *Core) pairBalanced(steps []planStep, loads map[string]float64, up []str
 // bestPair finds two LUNs on hot that may go to dest and whose loads
 // together come closest to half the gap (two pointers over the loads in
 // order: O(n)).
-func (c *Core) bestPair(hot, dest string, byNode map[string][]*candidate, moved map[*lun]bool, loads map[string]float64) []planStep {
+func (c *Core) bestPair(hot, dest string, byNode map[string][]*candidate, loads map[string]float64) []planStep {
 	var cs []*candidate // byNode lists are sorted by load
 	for _, cd := range byNode[hot] {
-		if !moved[cd.l] && contains(cd.to, dest) {
+		if !cd.moved && contains(cd.to, dest) {
 			cs = append(cs, cd)
 		}
 	}
