@@ -7,7 +7,8 @@ command -v tgtd >/dev/null || need+=(tgt)
 command -v python3 >/dev/null || need+=(python3)
 command -v bc >/dev/null || need+=(bc)
 # test/aluacheck builds an independent ALUA client in C against libiscsi.
-command -v gcc >/dev/null || need+=(gcc libc6-dev)
+command -v gcc >/dev/null || need+=(gcc)
+[ -f /usr/include/stdio.h ] || need+=(libc6-dev)
 [ -f /usr/include/iscsi/iscsi.h ] || need+=(libiscsi-dev)
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=; [ "$(id -u)" -ne 0 ] && SUDO=sudo

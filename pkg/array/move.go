@@ -170,3 +170,67 @@ func (a *Array) SetNodeUp(name string, up bool) error {
 	a.notify(c)
 	return nil
 }
+
+// GroupRequest is one state a host asks for a target port group with SET
+// TARGET PORT GROUPS (explicit mode only).
+type GroupRequest struct {
+	Group uint16
+	State AccessState
+}
+
+// ErrBadRequest: an STPG names an unknown group, a state a host may not
+// ask for, two groups to be active/optimized, or a group that is down.
+var ErrBadRequest = errors.New("invalid target port group request")
+
+// SetGroups honours an STPG the way the explicit baseline does: ownership
+// moves at once to the group asked to be active/optimized (or, when the
+// owner's group is asked to step down, to the first other group that is
+// up), flushing before I/O is served again. It reports whether ownership
+// changed. A move that fails is rolled back and returned as an error.
+func (a *Array) SetGroups(lun uint64, reqs []GroupRequest) (bool, error) {
+	l := a.LUN(lun)
+	if l == nil {
+		return false, fmt.Errorf("no LUN %d", lun)
+	}
+	owner := l.Owner()
+	var to *Node
+	demote := false
+	for _, r := range reqs {
+		g := a.NodeByGroup(r.Group)
+		if g == nil {
+			return false, fmt.Errorf("%w: no group %d", ErrBadRequest, r.Group)
+		}
+		switch r.State {
+		case ActiveOptimized:
+			if to != nil && to != g || !g.Up() {
+				return false, fmt.Errorf("%w: group %d cannot be the only active/optimized one", ErrBadRequest, r.Group)
+			}
+			to = g
+		case ActiveNonOptimized, Standby:
+			demote = demote || g == owner
+		default: // a host may not make a node unavailable, offline or transitioning
+			return false, fmt.Errorf("%w: state %s", ErrBadRequest, r.State)
+		}
+	}
+	if to == nil && demote {
+		for _, g := range a.Nodes {
+			if g != owner && g.Up() {
+				to = g
+				break
+			}
+		}
+		if to == nil {
+			return false, fmt.Errorf("%w: no other group is up", ErrBadRequest)
+		}
+	}
+	if to == nil || to == owner {
+		return false, nil
+	}
+	if _, err := a.Move([]uint64{lun}, to.Name, CauseSTPG); err != nil {
+		if errors.Is(err, ErrNoChange) {
+			return false, nil
+		}
+		return false, err
+	}
+	return true, nil
+}

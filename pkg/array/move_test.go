@@ -299,3 +299,41 @@ func TestForwardingFollowsOwner(t *testing.T) {
 	require.Equal(t, uint64(1), l.Stats()[0].Forwarded.Load())
 	require.Equal(t, uint64(1), l.Stats()[1].Forwarded.Load())
 }
+
+func TestSetGroups(t *testing.T) {
+	tests := []struct {
+		name      string
+		reqs      []GroupRequest
+		wantMoved bool
+		wantOwner string
+		wantErr   error
+	}{
+		{"ask for the other group", []GroupRequest{{2, ActiveOptimized}}, true, "b", nil},
+		{"ask for the owner's group", []GroupRequest{{1, ActiveOptimized}}, false, "a", nil},
+		{"demote the owner", []GroupRequest{{1, Standby}}, true, "b", nil},
+		{"demote a non-owner", []GroupRequest{{2, ActiveNonOptimized}}, false, "a", nil},
+		{"unknown group", []GroupRequest{{9, ActiveOptimized}}, false, "a", ErrBadRequest},
+		{"two AO groups", []GroupRequest{{1, ActiveOptimized}, {2, ActiveOptimized}}, false, "a", ErrBadRequest},
+		{"transitioning asked", []GroupRequest{{2, Transitioning}}, false, "a", ErrBadRequest},
+		{"nothing asked", nil, false, "a", nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := testArray(t, nil)
+			moved, err := a.SetGroups(0, tc.reqs)
+			if tc.wantErr != nil {
+				require.ErrorIs(t, err, tc.wantErr)
+			} else {
+				require.NoError(t, err)
+			}
+			require.Equal(t, tc.wantMoved, moved)
+			require.Equal(t, tc.wantOwner, a.LUN(0).Owner().Name)
+		})
+	}
+	a := testArray(t, nil)
+	require.NoError(t, a.SetNodeUp("b", false))
+	_, err := a.SetGroups(0, []GroupRequest{{1, Standby}})
+	require.ErrorIs(t, err, ErrBadRequest, "no other group is up")
+	_, err = a.SetGroups(42, nil)
+	require.ErrorContains(t, err, "no LUN 42")
+}

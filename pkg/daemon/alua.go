@@ -48,60 +48,28 @@ func (v aluaView) State(n scsi.Nexus, lun uint64) scsi.AccessState {
 	return scsi.AccessState(l.State(n.InitiatorName, p.Node))
 }
 
-// SetTargetPortGroups honours STPG the way the explicit baseline does:
-// ownership moves at once to the group asked to be active/optimized (or,
-// when the owner's group is asked to step down, to the first other group
-// that is up), flushing before I/O is served again.
+// SetTargetPortGroups passes an STPG to the array, which owns the
+// decision, and maps the outcome to sense data.
 func (v aluaView) SetTargetPortGroups(n scsi.Nexus, lun uint64, reqs []scsi.TPGRequest) error {
-	l := v.arr.LUN(lun)
-	if l == nil {
+	if v.arr.LUN(lun) == nil {
 		return scsi.Sense(scsi.ReasonLUNotSupported)
 	}
-	var to *array.Node
-	demote := false
-	for _, r := range reqs {
-		g := v.arr.NodeByGroup(r.Group)
-		if g == nil {
-			return scsi.Sense(scsi.ReasonInvalidFieldInParam)
-		}
-		switch r.State {
-		case scsi.StateActiveOptimized:
-			if to != nil && to != g || !g.Up() {
-				return scsi.Sense(scsi.ReasonInvalidFieldInParam)
-			}
-			to = g
-		case scsi.StateActiveNonOptimized, scsi.StateStandby:
-			if g == l.Owner() {
-				demote = true
-			}
-		default: // a host may not make a node unavailable, offline or transitioning
-			return scsi.Sense(scsi.ReasonInvalidFieldInParam)
-		}
+	greqs := make([]array.GroupRequest, len(reqs))
+	for i, r := range reqs {
+		greqs[i] = array.GroupRequest{Group: r.Group, State: array.AccessState(r.State)}
 	}
-	if to == nil && demote {
-		for _, g := range v.arr.Nodes {
-			if g != l.Owner() && g.Up() {
-				to = g
-				break
-			}
-		}
-		if to == nil {
-			return scsi.Sense(scsi.ReasonInvalidFieldInParam)
-		}
-	}
-	if to == nil || to == l.Owner() {
-		return nil
-	}
-	_, err := v.arr.Move([]uint64{lun}, to.Name, array.CauseSTPG)
+	moved, err := v.arr.SetGroups(lun, greqs)
 	switch {
-	case errors.Is(err, array.ErrNoChange):
-		return nil
+	case errors.Is(err, array.ErrBadRequest):
+		return scsi.Sense(scsi.ReasonInvalidFieldInParam)
 	case err != nil:
 		return scsi.Sense(scsi.ReasonSTPGFailed)
 	}
-	// SPC-4 5.15.2.2: the change is announced to every I_T nexus other
-	// than the one that asked for it.
-	v.srv.ClearUA(n, lun, scsi.ReasonUAAsymmetricChanged)
+	if moved {
+		// SPC-4 5.15.2.2: the change is announced to every I_T nexus
+		// other than the one that asked for it.
+		v.srv.ClearUA(n, lun, scsi.ReasonUAAsymmetricChanged)
+	}
 	return nil
 }
 
