@@ -1,0 +1,280 @@
+package cache
+
+import (
+	"sort"
+	"sync"
+	"sync/atomic"
+)
+
+// MirrorPage is one page held in a partner's mirror (or replayed from it).
+type MirrorPage struct {
+	Idx  int64
+	Ver  uint64
+	Data []byte
+}
+
+// mirrorStore holds copies of other nodes' dirty pages, newest version
+// per page. Its lock is taken while the owner's c.mu is held, never the
+// other way round.
+type mirrorStore struct {
+	mu    sync.Mutex
+	pages map[uint64]map[int64]MirrorPage
+	bytes int64
+}
+
+func (m *mirrorStore) put(id uint64, ps []MirrorPage) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l := m.pages[id]
+	if l == nil {
+		l = map[int64]MirrorPage{}
+		m.pages[id] = l
+	}
+	for _, p := range ps {
+		if old, ok := l[p.Idx]; ok {
+			if old.Ver >= p.Ver {
+				continue
+			}
+			m.bytes -= int64(len(old.Data))
+		}
+		l[p.Idx] = p
+		m.bytes += int64(len(p.Data))
+	}
+}
+
+// release drops copies whose version is not newer than the one destaged.
+func (m *mirrorStore) release(id uint64, ps []MirrorPage) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l := m.pages[id]
+	for _, p := range ps {
+		if old, ok := l[p.Idx]; ok && old.Ver <= p.Ver {
+			delete(l, p.Idx)
+			m.bytes -= int64(len(old.Data))
+		}
+	}
+}
+
+func (m *mirrorStore) take(id uint64) []MirrorPage {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l := m.pages[id]
+	delete(m.pages, id)
+	out := make([]MirrorPage, 0, len(l))
+	for _, p := range l {
+		out = append(out, p)
+		m.bytes -= int64(len(p.Data))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Idx < out[j].Idx })
+	return out
+}
+
+func (m *mirrorStore) has(id uint64, idx int64, ver uint64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p, ok := m.pages[id][idx]
+	return ok && p.Ver >= ver
+}
+
+func (m *mirrorStore) wipe() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.pages = map[uint64]map[int64]MirrorPage{}
+	m.bytes = 0
+}
+
+// partnerUp returns the mirror partner if mirroring is on and one is up.
+// c.mu is held.
+func (c *Cache) partnerUp() *Cache {
+	if !c.cfg.Mirror || c.cfg.Mode != WriteBack || c.partner == nil {
+		return nil
+	}
+	return c.partner()
+}
+
+// Up reports whether the node's cache is serving (not crashed).
+func (c *Cache) Up() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.down
+}
+
+// DirtyPage names one page that was dirty in a crashed cache.
+type DirtyPage struct {
+	LUN uint64
+	Idx int64
+	Ver uint64
+}
+
+// Crash loses everything the node held in memory: its pages (dirty ones
+// included; they never reach media) and the mirror copies it held for
+// others. It returns the dirty pages lost, sorted, so the array can tell
+// which of them a mirror still holds. Destages in flight complete on
+// media but change nothing here.
+func (c *Cache) Crash() []DirtyPage {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var lost []DirtyPage
+	for _, ls := range c.luns {
+		for idx, pg := range ls.pages {
+			if pg.dirty {
+				lost = append(lost, DirtyPage{LUN: ls.id, Idx: idx, Ver: pg.ver})
+			}
+		}
+		ls.pages = map[int64]*page{}
+		ls.dirty = 0
+		ls.through = 0
+		ls.epoch++
+	}
+	c.clean.Init()
+	c.dirtyQ.Init()
+	c.bytes, c.dirty = 0, 0
+	c.gen++
+	c.down = true
+	c.mirror.wipe()
+	c.cond.Broadcast()
+	sort.Slice(lost, func(i, j int) bool {
+		if lost[i].LUN != lost[j].LUN {
+			return lost[i].LUN < lost[j].LUN
+		}
+		return lost[i].Idx < lost[j].Idx
+	})
+	return lost
+}
+
+// Restart brings a crashed node's cache back, empty.
+func (c *Cache) Restart() {
+	c.mu.Lock()
+	c.down = false
+	c.mu.Unlock()
+}
+
+// MirrorHas reports whether this node's mirror holds page idx of LUN id at
+// version ver or newer.
+func (c *Cache) MirrorHas(id uint64, idx int64, ver uint64) bool { return c.mirror.has(id, idx, ver) }
+
+// TakeMirror removes and returns the mirror copies held for LUN id.
+func (c *Cache) TakeMirror(id uint64) []MirrorPage { return c.mirror.take(id) }
+
+// DropMirror discards the mirror copies held for LUN id.
+func (c *Cache) DropMirror(id uint64) { c.mirror.take(id) }
+
+// MirrorBytes is how much this node holds for its partners.
+func (c *Cache) MirrorBytes() int64 {
+	c.mirror.mu.Lock()
+	defer c.mirror.mu.Unlock()
+	return c.mirror.bytes
+}
+
+// Install takes over pages replayed from a crashed owner's mirror as
+// dirty pages of this (new owner's) cache: they are mirrored to this
+// node's partner, or written to media at once when there is none.
+func (c *Cache) Install(id uint64, pages []MirrorPage) error {
+	ls, err := c.lun(id)
+	if err != nil || len(pages) == 0 {
+		return err
+	}
+	ps := int64(c.cfg.PageSize)
+	c.mu.Lock()
+	if c.down {
+		c.mu.Unlock()
+		return ErrDown
+	}
+	gen := c.gen
+	idxs := make([]int64, 0, len(pages))
+	for _, mp := range pages {
+		c.drop(ls, mp.Idx)
+		pg := &page{lun: ls, idx: mp.Idx, data: append([]byte(nil), mp.Data...), ver: mp.Ver}
+		ls.pages[mp.Idx] = pg
+		c.bytes += ps
+		c.markDirty(pg)
+		idxs = append(idxs, mp.Idx)
+		for cur := verClock.Load(); cur < mp.Ver && !verClock.CompareAndSwap(cur, mp.Ver); cur = verClock.Load() {
+		}
+	}
+	ls.epoch++
+	partner := c.partnerUp()
+	if partner != nil {
+		partner.mirror.put(id, pages)
+	}
+	c.mu.Unlock()
+	if partner == nil || c.cfg.Mode != WriteBack {
+		return c.destagePages(ls, idxs, gen)
+	}
+	return nil
+}
+
+// Invalidate drops every page of LUN id (waiting for destages in flight)
+// and returns how many dirty pages it dropped: 0 unless the caller did
+// not flush first. The array calls it on both sides of a hand-over.
+func (c *Cache) Invalidate(id uint64) int {
+	ls, err := c.lun(id)
+	if err != nil {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := ls.dirty
+	for idx := range ls.pages {
+		c.drop(ls, idx)
+	}
+	ls.epoch++
+	c.cond.Broadcast()
+	return n
+}
+
+// SetWriteThrough makes writes to LUN id go through to media while on
+// (a transition flushing the LUN away). Calls nest.
+func (c *Cache) SetWriteThrough(id uint64, on bool) {
+	ls, err := c.lun(id)
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if on {
+		ls.through++
+	} else if ls.through > 0 {
+		ls.through--
+	}
+}
+
+// DirtyBytes is the LUN's dirty data in this cache.
+func (c *Cache) DirtyBytes(id uint64) int64 {
+	ls, err := c.lun(id)
+	if err != nil {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return int64(ls.dirty) * int64(c.cfg.PageSize)
+}
+
+// Stats are a cache's counters and levels.
+type Stats struct {
+	ReadHits, ReadMisses      uint64
+	WritesBack, WritesThrough uint64
+	Destaged, Evicted         uint64 // pages
+	MirrorBytesSent           uint64
+	Bytes, Dirty, MirrorHeld  int64
+	PageSize                  int
+}
+
+type counters struct {
+	readHits, readMisses      atomic.Uint64
+	writesBack, writesThrough atomic.Uint64
+	destaged, evicted         atomic.Uint64
+	mirrorBytes               atomic.Uint64
+}
+
+// Stats returns the counters and current levels.
+func (c *Cache) Stats() Stats {
+	c.mu.Lock()
+	b, d := c.bytes, c.dirty
+	c.mu.Unlock()
+	return Stats{ReadHits: c.stats.readHits.Load(), ReadMisses: c.stats.readMisses.Load(),
+		WritesBack: c.stats.writesBack.Load(), WritesThrough: c.stats.writesThrough.Load(),
+		Destaged: c.stats.destaged.Load(), Evicted: c.stats.evicted.Load(),
+		MirrorBytesSent: c.stats.mirrorBytes.Load(), Bytes: b, Dirty: d, MirrorHeld: c.MirrorBytes(),
+		PageSize: c.cfg.PageSize}
+}
