@@ -144,6 +144,8 @@ func (l *LUN) stateIn(s *aluaSnap, initiator string, group *Node) AccessState {
 		return Unavailable
 	case s.moving && (group == s.owner || group == s.target):
 		return Transitioning
+	case !s.owner.Up(): // the owner failed; its takeover is pending
+		return Transitioning
 	case group == s.owner:
 		return ActiveOptimized
 	}

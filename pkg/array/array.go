@@ -14,6 +14,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aluad/aluad/pkg/cache"
 	"github.com/aluad/aluad/pkg/media"
 )
 
@@ -31,7 +33,10 @@ type Node struct {
 	// GroupID is the ALUA target port group id of the node's ports.
 	GroupID uint16
 	Ports   []*Port
-	up      atomic.Bool
+	// Cache is the node's cache: it holds the pages of the LUNs the node
+	// owns, and the mirror of its partner's dirty pages.
+	Cache *cache.Cache
+	up    atomic.Bool
 }
 
 // Up reports whether the node is serving.
@@ -94,7 +99,10 @@ type Array struct {
 	mu        sync.Mutex
 	listeners []func(Change)
 	closed    bool
+	log       *slog.Logger
 }
+
+func (a *Array) logf(format string, args ...any) { a.log.Warn(fmt.Sprintf(format, args...)) }
 
 // Options are the array's injected dependencies.
 type Options struct {
@@ -106,6 +114,8 @@ type Options struct {
 	// WrapStore, if set, wraps each LUN's media store (fault injection:
 	// errors, latency, a flush that blocks).
 	WrapStore func(lun uint64, s media.Store) media.Store
+	// Logger receives what the array cannot return (nil: slog.Default).
+	Logger *slog.Logger
 }
 
 // New builds the array and opens each LUN's backing file under cfg.Data.
@@ -119,7 +129,10 @@ func New(cfg Config, opt Options) (*Array, error) {
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}
-	a := &Array{cfg: cfg, portByID: map[uint16]*Port{}, lunByID: map[uint64]*LUN{}, penalty: cfg.Interlink.Penalty, sleep: opt.Sleep,
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	a := &Array{log: opt.Logger, cfg: cfg, portByID: map[uint16]*Port{}, lunByID: map[uint64]*LUN{}, penalty: cfg.Interlink.Penalty, sleep: opt.Sleep,
 		now: opt.Now, hosts: map[string]Host{}}
 	for _, hc := range cfg.Hosts {
 		h := Host{Name: hc.Name, Type: HostTypes[hc.Type], Initiators: hc.Initiators}
@@ -129,8 +142,9 @@ func New(cfg Config, opt Options) (*Array, error) {
 	}
 	byName := map[string]*Node{}
 	var rel uint16 = 1
+	ccfg := cfg.cacheConfig()
 	for i, nc := range cfg.Nodes {
-		n := &Node{Name: nc.Name, Index: i, GroupID: uint16(i + 1)}
+		n := &Node{Name: nc.Name, Index: i, GroupID: uint16(i + 1), Cache: cache.New(nc.Name, ccfg)}
 		n.up.Store(true)
 		for _, pc := range nc.Ports {
 			p := &Port{Name: pc.Name, Addr: pc.Addr, RelativeID: rel, Node: n}
@@ -165,7 +179,46 @@ func New(cfg Config, opt Options) (*Array, error) {
 		a.lunByID[l.ID] = l
 	}
 	sort.Slice(a.LUNs, func(i, j int) bool { return a.LUNs[i].ID < a.LUNs[j].ID })
+	a.wireCaches()
 	return a, nil
+}
+
+// wireCaches attaches every LUN to every node's cache (the back end is
+// shared) and makes each node's mirror partner the next node up in order.
+func (a *Array) wireCaches() {
+	bw := float64(a.cfg.Interlink.Bandwidth)
+	link := func(n int) {
+		a.sleep(a.penalty + time.Duration(float64(n)/bw*float64(time.Second)))
+	}
+	for _, n := range a.Nodes {
+		for _, l := range a.LUNs {
+			n.Cache.Attach(l.ID, l.store)
+		}
+		var peers []*cache.Cache
+		for _, m := range a.Nodes {
+			if m != n {
+				peers = append(peers, m.Cache)
+			}
+		}
+		n.Cache.SetPeers(func() *cache.Cache {
+			if p := a.partner(n); p != nil {
+				return p.Cache
+			}
+			return nil
+		}, peers, link)
+		n.Cache.Start()
+	}
+}
+
+// partner is the node that mirrors n's write cache: the next node up
+// after n in configuration order, or nil.
+func (a *Array) partner(n *Node) *Node {
+	for i := 1; i < len(a.Nodes); i++ {
+		if m := a.Nodes[(n.Index+i)%len(a.Nodes)]; m.Up() {
+			return m
+		}
+	}
+	return nil
 }
 
 // Config returns the validated configuration.
@@ -206,77 +259,106 @@ func (a *Array) Serial(l *LUN) string {
 	return fmt.Sprintf("ALUAD%03d%x", l.ID, sum[:6])
 }
 
-// route accounts a command arriving on port via and, when that port's node
-// is not the owner, counts it as forwarded and applies the interlink
-// penalty to data transfers (n > 0); control operations (flush, unmap)
-// ship no data and pay no per-call penalty.
-func (l *LUN) route(via uint16, n int) error {
+// ErrOwnerDown is returned for I/O to a LUN whose owner has failed and
+// whose failover has not completed; the device server answers 04/0A
+// (transitioning) so the host retries.
+var ErrOwnerDown error = ownerDown{}
+
+type ownerDown struct{}
+
+func (ownerDown) Error() string { return "array: the owner node is down (failover in progress)" }
+
+// ALUATransitioning marks the error for the device server (04/0A).
+func (ownerDown) ALUATransitioning() bool { return true }
+
+// route accounts a command arriving on port via and returns the owner
+// whose cache serves it. When that port's node is not the owner the
+// command is counted as forwarded and data transfers (n > 0) pay the
+// interlink penalty; control operations (flush, unmap) ship no data.
+func (l *LUN) route(via uint16, n int) (*Node, error) {
 	p := l.arr.portByID[via]
 	if p == nil {
-		return fmt.Errorf("array: command on unknown port %d", via)
+		return nil, fmt.Errorf("array: command on unknown port %d", via)
 	}
 	st := &l.stats[p.Node.Index]
 	st.Commands.Add(1)
 	st.Bytes.Add(uint64(n))
-	if owner := l.Owner(); owner != p.Node {
+	owner := l.Owner()
+	if !owner.Up() {
+		return nil, ErrOwnerDown
+	}
+	if owner != p.Node {
 		st.Forwarded.Add(1)
 		st.ForwardedBytes.Add(uint64(n))
 		if l.arr.penalty > 0 && n > 0 {
 			l.arr.sleep(l.arr.penalty)
 		}
 	}
-	return nil
+	return owner, nil
+}
+
+// cacheErr turns a crashed cache's refusal into ErrOwnerDown.
+func cacheErr(err error) error {
+	if errors.Is(err, cache.ErrDown) {
+		return ErrOwnerDown
+	}
+	return err
 }
 
 // ReadAt implements scsi.Backend.
 func (l *LUN) ReadAt(via uint16, p []byte, off int64) error {
 	l.io.RLock()
 	defer l.io.RUnlock()
-	if err := l.route(via, len(p)); err != nil {
+	owner, err := l.route(via, len(p))
+	if err != nil {
 		return err
 	}
-	return l.store.ReadAt(p, off)
+	return cacheErr(owner.Cache.ReadAt(l.ID, p, off))
 }
 
 // WriteAt implements scsi.Backend; fua makes the write durable before it completes.
 func (l *LUN) WriteAt(via uint16, p []byte, off int64, fua bool) error {
 	l.io.RLock()
 	defer l.io.RUnlock()
-	if err := l.route(via, len(p)); err != nil {
+	owner, err := l.route(via, len(p))
+	if err != nil {
 		return err
 	}
-	if err := l.store.WriteAt(p, off); err != nil {
-		return err
-	}
-	if fua {
-		return l.store.Sync()
-	}
-	return nil
+	return cacheErr(owner.Cache.WriteAt(l.ID, p, off, fua))
 }
 
 // Flush implements scsi.Backend (SYNCHRONIZE CACHE).
 func (l *LUN) Flush(via uint16) error {
 	l.io.RLock()
 	defer l.io.RUnlock()
-	if err := l.route(via, 0); err != nil {
+	owner, err := l.route(via, 0)
+	if err != nil {
 		return err
 	}
-	return l.store.Sync()
+	return cacheErr(owner.Cache.Flush(l.ID))
 }
 
 // Unmap implements scsi.Backend.
 func (l *LUN) Unmap(via uint16, off, length int64) error {
 	l.io.RLock()
 	defer l.io.RUnlock()
-	if err := l.route(via, 0); err != nil {
+	owner, err := l.route(via, 0)
+	if err != nil {
 		return err
 	}
-	return l.store.Punch(off, length)
+	return cacheErr(owner.Cache.Unmap(l.ID, off, length))
 }
 
-// Sync flushes every LUN to stable storage.
+// Sync destages every node's cache and flushes every LUN to stable storage.
 func (a *Array) Sync() error {
 	var errs []error
+	for _, n := range a.Nodes {
+		if n.Up() {
+			if err := n.Cache.FlushAll(); err != nil {
+				errs = append(errs, fmt.Errorf("node %s: %w", n.Name, err))
+			}
+		}
+	}
 	for _, l := range a.LUNs {
 		if err := l.store.Sync(); err != nil {
 			errs = append(errs, fmt.Errorf("LUN %d: %w", l.ID, err))
@@ -294,6 +376,14 @@ func (a *Array) Close() error {
 	}
 	a.closed = true
 	var errs []error
+	for _, n := range a.Nodes {
+		if n.Up() {
+			if err := n.Cache.FlushAll(); err != nil {
+				errs = append(errs, fmt.Errorf("node %s: %w", n.Name, err))
+			}
+		}
+		n.Cache.Close()
+	}
 	for _, l := range a.LUNs {
 		if err := l.store.Sync(); err != nil {
 			errs = append(errs, err)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/aluad/aluad/pkg/cache"
 )
 
 // Config is the array's configuration (the YAML file; see examples/aluad.yaml).
@@ -32,6 +34,51 @@ type Config struct {
 	// Hosts declares known hosts: their initiator names and host type.
 	// Initiators not listed get host type "default".
 	Hosts []HostConfig `yaml:"hosts"`
+	// Cache configures every node's cache.
+	Cache CacheConfig `yaml:"cache"`
+	// Ownership tunes the ownership core the daemon runs.
+	Ownership OwnershipConfig `yaml:"ownership"`
+}
+
+// CacheConfig configures every node's cache.
+type CacheConfig struct {
+	// Mode is write-back (the default), write-through or none.
+	Mode string `yaml:"mode"`
+	// Size bounds each node's cache (default 256MiB).
+	Size Size `yaml:"size"`
+	// DirtyLimit bounds each node's dirty data (default 64MiB).
+	DirtyLimit Size `yaml:"dirty_limit"`
+	// Mirror holds every acknowledged write-back page in the partner
+	// node's mirror too (default true): a node crash then loses no
+	// acknowledged write. Off trades that for write bandwidth.
+	Mirror *bool `yaml:"mirror"`
+	// DestageInterval is how often the destager runs (default 100ms).
+	DestageInterval time.Duration `yaml:"destage_interval"`
+}
+
+// MirrorOn reports whether write-cache mirroring is on.
+func (c CacheConfig) MirrorOn() bool { return c.Mirror == nil || *c.Mirror }
+
+// OwnershipConfig tunes the ownership core (see ownership.Config); zero
+// fields keep the core's defaults. Windows are durations, counted in ticks.
+type OwnershipConfig struct {
+	// Tick is the core's time step (default 1s).
+	Tick time.Duration `yaml:"tick"`
+	// FailbackWindow: how long every user of a LUN must reach its
+	// preferred owner again before it fails back.
+	FailbackWindow time.Duration `yaml:"failback_window"`
+	// DiscoveryWindow: how long after start-up or a node's return the
+	// core waits for hosts to rediscover paths before judging connectivity.
+	DiscoveryWindow time.Duration `yaml:"discovery_window"`
+	// Cooldown: the least time between two balance moves of one LUN.
+	Cooldown time.Duration `yaml:"cooldown"`
+	// PlanInterval: how often the balance planner runs.
+	PlanInterval time.Duration `yaml:"plan_interval"`
+	// NodeCapacity is a node's capacity in work units per tick (default
+	// 1000; a 4 KiB command is one unit, 64 KiB of data another).
+	NodeCapacity float64 `yaml:"node_capacity"`
+	// Off disables the core: ownership then moves only by operator or STPG.
+	Off bool `yaml:"off"`
 }
 
 // HostConfig declares one host (a server with one or more initiators).
@@ -68,9 +115,15 @@ type LUNConfig struct {
 
 // InterlinkConfig models the link between nodes.
 type InterlinkConfig struct {
-	// Penalty is added to every forwarded command.
+	// Penalty is added to every forwarded command and every mirror copy.
 	Penalty time.Duration `yaml:"penalty"`
+	// Bandwidth is the link's bytes per second for mirror copies
+	// (default 1250MB, 10 Gbit/s).
+	Bandwidth Size `yaml:"bandwidth"`
 }
+
+// DefaultBandwidth is a 10 Gbit/s interlink.
+const DefaultBandwidth = 1250 * 1000 * 1000
 
 // Size is a byte count that reads "1GiB", "512MiB", "4096" in YAML.
 type Size int64
@@ -257,6 +310,12 @@ func (c *Config) validateHosts() error {
 	if c.Interlink.Penalty < 0 {
 		return fmt.Errorf("interlink penalty must not be negative")
 	}
+	if c.Interlink.Bandwidth == 0 {
+		c.Interlink.Bandwidth = DefaultBandwidth
+	}
+	if err := c.validateCache(); err != nil {
+		return err
+	}
 	names := map[string]bool{}
 	inits := map[string]string{}
 	for i := range c.Hosts {
@@ -299,4 +358,43 @@ func Loopback(dir string, lunSize int64) Config {
 		c.LUNs[i].Size = Size(lunSize)
 	}
 	return c
+}
+
+func (c *Config) validateCache() error {
+	cc := &c.Cache
+	if cc.Mode == "" {
+		cc.Mode = "write-back"
+	}
+	if _, err := cache.ParseMode(cc.Mode); err != nil {
+		return fmt.Errorf("cache: %w", err)
+	}
+	if cc.Size == 0 {
+		cc.Size = cache.DefaultCapacity
+	}
+	if cc.DirtyLimit == 0 {
+		cc.DirtyLimit = min(64<<20, cc.Size/2)
+	}
+	if cc.Size < 1<<20 || cc.DirtyLimit > cc.Size {
+		return fmt.Errorf("cache: size must be at least 1MiB and dirty_limit at most the size")
+	}
+	if cc.DestageInterval < 0 {
+		return fmt.Errorf("cache: destage_interval must not be negative")
+	}
+	o := c.Ownership
+	for _, d := range []time.Duration{o.Tick, o.FailbackWindow, o.DiscoveryWindow, o.Cooldown, o.PlanInterval} {
+		if d < 0 {
+			return fmt.Errorf("ownership: durations must not be negative")
+		}
+	}
+	if o.NodeCapacity < 0 {
+		return fmt.Errorf("ownership: node_capacity must not be negative")
+	}
+	return nil
+}
+
+// cacheConfig is the pkg/cache form of the validated cache section.
+func (c *Config) cacheConfig() cache.Config {
+	m, _ := cache.ParseMode(c.Cache.Mode)
+	return cache.Config{Mode: m, Capacity: int64(c.Cache.Size), DirtyLimit: int64(c.Cache.DirtyLimit),
+		Mirror: c.Cache.MirrorOn(), DestageInterval: c.Cache.DestageInterval}
 }

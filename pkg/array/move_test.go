@@ -117,9 +117,10 @@ func (o *orderStore) Sync() error {
 	return o.Store.Sync()
 }
 
-// A move waits for commands already inside the media to finish before it
-// flushes and hands over (the drain step of a transition).
-func TestMoveDrainsInFlightIO(t *testing.T) {
+// An implicit move flushes while I/O goes on, then waits for commands
+// already inside the media to finish (drain); a command arriving during
+// that stop is held, not failed, and is served by the new owner.
+func TestMoveDrainsAndHoldsIO(t *testing.T) {
 	var st *orderStore
 	a := testArray(t, func(lun uint64, s media.Store) media.Store {
 		if lun == 0 {
@@ -140,19 +141,74 @@ func TestMoveDrainsInFlightIO(t *testing.T) {
 		require.NoError(t, err)
 		moveDone <- c
 	}()
+	for {
+		st.mu.Lock()
+		n := len(st.log)
+		st.mu.Unlock()
+		if n == 2 { // the flush phase synced while the read was in flight
+			break
+		}
+		runtime.Gosched()
+	}
+	require.Equal(t, ActiveOptimized, l.State("h", a.Node("a")), "an implicit move does not report TRANSITIONING")
+	require.Equal(t, ActiveNonOptimized, l.State("h", a.Node("b")))
+	// The move now waits for the in-flight read (its lock request is
+	// pending once TryRLock fails); a new read is held.
+	for l.io.TryRLock() {
+		l.io.RUnlock()
+		runtime.Gosched()
+	}
+	heldDone := make(chan error)
+	go func() { heldDone <- l.ReadAt(1, make([]byte, 512), 4096) }()
+	select {
+	case <-heldDone:
+		t.Fatal("a read during the stop was not held")
+	case <-time.After(20 * time.Millisecond):
+	}
+	require.Equal(t, a.Node("a"), l.Owner(), "no switch before the drain")
+	missesB := a.Node("b").Cache.Stats().ReadMisses
+	close(hold)
+	require.NoError(t, <-readDone)
+	c := <-moveDone
+	require.NoError(t, <-heldDone)
+	require.Equal(t, []string{"read-start", "sync", "read-end"}, st.log)
+	require.Equal(t, "a", c.From)
+	require.Equal(t, "b", c.To)
+	require.Equal(t, a.Node("b"), l.Owner())
+	require.Equal(t, uint64(1), l.Generation())
+	require.Equal(t, missesB+1, a.Node("b").Cache.Stats().ReadMisses, "the held read was served by the new owner's cache")
+	require.Positive(t, c.Stop)
+}
+
+// An STPG (explicit) move reports TRANSITIONING on both groups while it runs.
+func TestSTPGMoveReportsTransitioning(t *testing.T) {
+	var st *orderStore
+	a := testArray(t, func(lun uint64, s media.Store) media.Store {
+		if lun == 0 {
+			st = &orderStore{Store: s}
+			return st
+		}
+		return s
+	})
+	l := a.LUN(0)
+	st.holdRead, st.readEnter = make(chan struct{}), make(chan struct{})
+	hold := st.holdRead
+	go func() { _ = l.ReadAt(3, make([]byte, 512), 0) }()
+	<-st.readEnter
+	done := make(chan struct{})
+	go func() {
+		_, err := a.Move([]uint64{0}, "b", CauseSTPG)
+		require.NoError(t, err)
+		close(done)
+	}()
 	for !l.Moving() {
 		runtime.Gosched()
 	}
 	require.Equal(t, Transitioning, l.State("h", a.Node("a")))
 	require.Equal(t, Transitioning, l.State("h", a.Node("b")))
 	close(hold)
-	require.NoError(t, <-readDone)
-	c := <-moveDone
-	require.Equal(t, []string{"read-start", "read-end", "sync"}, st.log)
-	require.Equal(t, "a", c.From)
-	require.Equal(t, "b", c.To)
-	require.Equal(t, a.Node("b"), l.Owner())
-	require.Equal(t, uint64(1), l.Generation())
+	<-done
+	require.Equal(t, ActiveOptimized, l.State("h", a.Node("b")))
 }
 
 func TestMoveFlushFailureRollsBack(t *testing.T) {

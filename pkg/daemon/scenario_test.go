@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -241,7 +242,13 @@ func (s *scenario) cmdCDB(t *testing.T, td *datadriven.TestData) string {
 	c := &scsi.Command{Nexus: n, LUN: lun, CDB: cdb, DataInLen: 1 << 16}
 	for _, l := range lines[1:] {
 		if rest, ok := strings.CutPrefix(l, "data:"); ok {
-			c.Data = mustHex(t, rest)
+			var n int
+			var v byte
+			if _, err := fmt.Sscanf(rest, " fill %d %x", &n, &v); err == nil {
+				c.Data = bytes.Repeat([]byte{v}, n)
+			} else {
+				c.Data = mustHex(t, rest)
+			}
 		}
 	}
 	r := s.d.SCSI.Execute(c)
@@ -291,7 +298,11 @@ func describe(cdb []byte, r scsi.Response) string {
 	}
 	switch {
 	case len(r.Data) > 256: // media data: its size and a digest, not 512 bytes of hex
-		fmt.Fprintf(&b, "data: %d bytes, crc32 %08x\n", len(r.Data), crc32.ChecksumIEEE(r.Data))
+		if bytes.Count(r.Data, r.Data[:1]) == len(r.Data) {
+			fmt.Fprintf(&b, "data: %d bytes, all %02x\n", len(r.Data), r.Data[0])
+		} else {
+			fmt.Fprintf(&b, "data: %d bytes, crc32 %08x\n", len(r.Data), crc32.ChecksumIEEE(r.Data))
+		}
 	case len(r.Data) > 0:
 		fmt.Fprintf(&b, "data: %s\n", hexBytes(r.Data))
 	}
@@ -329,9 +340,15 @@ func (s *scenario) cmdMove(t *testing.T, td *datadriven.TestData) string {
 			}
 		}
 	}
+	cause := array.CauseManual
+	if td.HasArg("cause") {
+		var c string
+		td.ScanArgs(t, "cause", &c)
+		cause = array.Cause(c)
+	}
 	if !td.HasArg("hold") {
 		s.clock = s.clock.Add(time.Millisecond)
-		c, err := s.d.Array.Move(ids, to, array.CauseManual)
+		c, err := s.d.Array.Move(ids, to, cause)
 		return changeString(c, err)
 	}
 	// A held move: the first LUN's flush blocks until "release", so the
@@ -344,7 +361,7 @@ func (s *scenario) cmdMove(t *testing.T, td *datadriven.TestData) string {
 	f.mu.Unlock()
 	s.pending = make(chan moveResult, 1)
 	go func() {
-		c, err := s.d.Array.Move(ids, to, array.CauseManual)
+		c, err := s.d.Array.Move(ids, to, cause)
 		s.pending <- moveResult{c, err}
 	}()
 	<-entered

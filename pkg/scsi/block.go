@@ -3,6 +3,7 @@ package scsi
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 )
 
 // rwArgs are the decoded fields of a block command CDB.
@@ -48,6 +49,12 @@ func (x *exec) via() uint16 { return x.c.Nexus.TargetPort }
 func mediaErr(err error, write bool) error {
 	if _, ok := err.(*SenseError); ok {
 		return err
+	}
+	// The array's "owner failed, failover in progress": the LU is
+	// transitioning (SPC-4 5.15.2.4.6), so the host retries.
+	var tr interface{ ALUATransitioning() bool }
+	if errors.As(err, &tr) && tr.ALUATransitioning() {
+		return Sense(ReasonNotReadyTransitioning)
 	}
 	if write {
 		return Sense(ReasonMediumWriteError)
