@@ -129,3 +129,34 @@ func printJSON(v any) error {
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }
+
+func fault(args []string) error {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		return fmt.Errorf("usage: aluad fault KIND [--node N] [--port P] [--initiator IQN] [--delay D] (KIND: crash, restart, port-down, port-up, path-down, path-up, delay, clear)")
+	}
+	kind := args[0]
+	fs := flag.NewFlagSet("fault", flag.ContinueOnError)
+	node := fs.String("node", "", "node (crash, restart)")
+	port := fs.String("port", "", "target port name or relative id (port-*, path-*, delay)")
+	ini := fs.String("initiator", "", "initiator IQN (path-*, and delay on one path)")
+	delay := fs.Duration("delay", 0, "added latency (delay; 0 removes it)")
+	client := controlFlags(fs)
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	res, err := client().Inject(daemon.Fault{Kind: kind, Node: *node, Port: *port, Initiator: *ini, Delay: *delay})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("injected %s", kind)
+	if c := res.Change; c != nil && len(c.Lost) > 0 {
+		for _, l := range c.Lost {
+			fmt.Printf("; LUN %d lost %d acknowledged blocks (mirroring off)", l.LUN, l.Blocks)
+		}
+	}
+	fmt.Println()
+	return nil
+}

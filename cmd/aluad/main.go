@@ -12,9 +12,15 @@ const usage = `aluad: an implicit-ALUA multi-controller storage array emulator
 
 Usage:
   aluad serve [--config FILE] [--data DIR]   run the array (embedded default: 2 nodes, 4 ports, 8 LUNs)
-  aluad move --lun N --to NODE               move a LUN's ownership (TRANSITIONING, then UA 2A/06)
+  aluad move --lun N --to NODE               move a LUN's ownership (flush, short hold, then UA 2A/06)
   aluad luns [--json]                        owners, ALUA states and forwarded I/O per LUN
   aluad events [--since SEQ] [--follow]      the event feed (logins, RTPGs, I/O, ALUA changes) as JSON lines
+  aluad fault KIND [--node N] [--port P] [--initiator IQN] [--delay D]
+                                             inject a fault: crash, restart, port-down, port-up,
+                                             path-down, path-up, delay, clear
+  aluad lab [--scenario NAME] [...]          in-process runs: crash (acknowledged writes after node
+                                             crashes), transition (I/O latency through failback and
+                                             rebalance), mirror (write bandwidth, mirroring on vs off)
   aluad help                                 this text
 
 The client commands reach the running daemon on its control socket
@@ -38,6 +44,10 @@ func main() {
 		err = luns(os.Args[2:])
 	case "events":
 		err = events(os.Args[2:])
+	case "fault":
+		err = fault(os.Args[2:])
+	case "lab":
+		err = labCmd(os.Args[2:])
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return

@@ -32,7 +32,7 @@ func TestCrashTakeover(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := crashArray(t, tc.mirror)
-			l := a.LUN(0) // owned by a
+			l := a.LUN(0)                                                                // owned by a
 			require.NoError(t, l.WriteAt(3, bytes.Repeat([]byte{0xab}, 8192), 0, false)) // via b's port
 			var seen []Change
 			a.OnChange(func(c Change) { seen = append(seen, c) })

@@ -21,6 +21,7 @@ const (
 	CauseFailover Cause = "failover" // the owner node failed
 	CauseFailback Cause = "failback" // back to the preferred owner after recovery
 	CauseBalance  Cause = "balance"  // load balance
+	CauseShipping Cause = "shipping" // most I/O arrives at a non-owner node
 	CauseNodeDown Cause = "node-down"
 	CauseNodeUp   Cause = "node-up"
 )
@@ -51,9 +52,9 @@ type Change struct {
 
 // Loss is dirty data lost with a crashed node's cache.
 type Loss struct {
-	LUN    uint64
-	Blocks int64 // logical blocks
-	Pages  int
+	LUN    uint64 `json:"lun"`
+	Blocks int64  `json:"blocks"` // logical blocks
+	Pages  int    `json:"pages"`
 }
 
 // ErrNoChange is returned when every LUN of a move is already owned by the

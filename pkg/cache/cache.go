@@ -125,6 +125,9 @@ type Cache struct {
 	bytes  int64     // all pages held
 	dirty  int64     // dirty bytes
 	gen    uint64    // bumps on Crash: work started before is void
+	// writing counts destage batches on their way to media; a crash
+	// waits for them (a write already issued to the drives lands).
+	writing int
 	down   bool
 	writes uint64 // write counter; the destager flushes everything when idle
 

@@ -60,6 +60,7 @@ func (c *Cache) finish(runs []*run, gen uint64, failed map[*run]bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	defer c.cond.Broadcast()
+	c.writing--
 	if c.gen != gen {
 		return
 	}
@@ -135,6 +136,7 @@ func (c *Cache) destagePages(ls *lunState, idxs []int64, gen uint64) error {
 		}
 	}
 	runs := c.runsOf(got)
+	c.writing++
 	c.mu.Unlock()
 	return c.writeRuns(runs, gen)
 }
@@ -159,6 +161,7 @@ func (c *Cache) destageOldest(n int) (int, error) {
 		return got[i].idx < got[j].idx
 	})
 	runs := c.runsOf(got)
+	c.writing++
 	c.mu.Unlock()
 	return len(got), c.writeRuns(runs, gen)
 }

@@ -109,11 +109,14 @@ type DirtyPage struct {
 // Crash loses everything the node held in memory: its pages (dirty ones
 // included; they never reach media) and the mirror copies it held for
 // others. It returns the dirty pages lost, sorted, so the array can tell
-// which of them a mirror still holds. Destages in flight complete on
-// media but change nothing here.
+// which of them a mirror still holds. Destages already issued to media
+// complete first (they must not land after a takeover's newer data).
 func (c *Cache) Crash() []DirtyPage {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	for c.writing > 0 { // writes already issued to media land first
+		c.cond.Wait()
+	}
 	var lost []DirtyPage
 	for _, ls := range c.luns {
 		for idx, pg := range ls.pages {

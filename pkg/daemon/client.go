@@ -84,3 +84,9 @@ func (c *Client) Events(seq uint64) (EventsReply, error) {
 	var out EventsReply
 	return out, c.do("GET", fmt.Sprintf("/v1/events?since=%d", seq), nil, &out)
 }
+
+// Inject injects a fault into the running daemon.
+func (c *Client) Inject(f Fault) (FaultResult, error) {
+	var out FaultResult
+	return out, c.do("POST", "/v1/faults", f, &out)
+}

@@ -20,6 +20,7 @@ import (
 //	GET  /v1/luns              owners, states and per-node counters
 //	POST /v1/luns/{id}/move    {"to": "b"}: a manual move through TRANSITIONING
 //	GET  /v1/events?since=N    the event feed after sequence N
+//	POST /v1/faults            {"kind": "crash", "node": "a"}: inject a fault (see Fault)
 
 // LUNInfo is one LUN as the control API reports it.
 type LUNInfo struct {
@@ -126,6 +127,21 @@ func (d *Daemon) ControlHandler() http.Handler {
 		writeJSON(w, http.StatusOK, d.LUNInfos())
 	})
 	mux.HandleFunc("POST /v1/luns/{id}/move", d.handleMove)
+	mux.HandleFunc("POST /v1/faults", func(w http.ResponseWriter, r *http.Request) {
+		var f Fault
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&f); err != nil {
+			writeError(w, http.StatusBadRequest, "body: "+err.Error())
+			return
+		}
+		res, err := d.Inject(f)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+	})
 	mux.HandleFunc("GET /v1/events", func(w http.ResponseWriter, r *http.Request) {
 		since, err := strconv.ParseUint(r.URL.Query().Get("since"), 10, 64)
 		if err != nil && r.URL.Query().Get("since") != "" {

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aluad/aluad/pkg/array"
@@ -38,6 +39,9 @@ type Daemon struct {
 	ioMu   sync.Mutex
 	ioPrev map[ioKey]scsi.NexusIO
 	ioLast time.Time
+
+	// brain runs the ownership core once started (nil: not running).
+	brain atomic.Pointer[brain]
 }
 
 // PortalInfo describes one listening target port.
@@ -79,7 +83,7 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 	if opt.EventCapacity <= 0 {
 		opt.EventCapacity = 16384
 	}
-	arr, err := array.New(cfg, array.Options{Now: opt.Now, Sleep: opt.Sleep, WrapStore: opt.WrapStore})
+	arr, err := array.New(cfg, array.Options{Now: opt.Now, Sleep: opt.Sleep, WrapStore: opt.WrapStore, Logger: opt.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +103,15 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 		}
 	}
 	d := &Daemon{Array: arr, SCSI: srv, log: opt.Logger, now: opt.Now, done: make(chan struct{}),
-		Events: NewEventLog(opt.EventCapacity, opt.Now, opt.OnEvent), ioPrev: map[ioKey]scsi.NexusIO{}, ioLast: opt.Now()}
+		ioPrev: map[ioKey]scsi.NexusIO{}, ioLast: opt.Now()}
+	d.Events = NewEventLog(opt.EventCapacity, opt.Now, func(e Event) {
+		if b := d.brain.Load(); b != nil {
+			b.feed(e)
+		}
+		if opt.OnEvent != nil {
+			opt.OnEvent(e)
+		}
+	})
 	srv.SetALUA(aluaView{arr: arr, srv: srv})
 	srv.SetObserver(d)
 	arr.OnChange(func(c array.Change) {
@@ -140,7 +152,16 @@ func Start(cfg array.Config, opt Options) (*Daemon, error) {
 			return nil, err
 		}
 	}
-	if opt.StatsInterval >= 0 {
+	if !cfg.Ownership.Off {
+		b, err := newBrain(d)
+		if err != nil {
+			d.Stop(0)
+			return nil, err
+		}
+		d.brain.Store(b)
+		b.start()
+	}
+	if opt.StatsInterval >= 0 && d.brain.Load() == nil { // the brain emits them on its ticks
 		iv := opt.StatsInterval
 		if iv == 0 {
 			iv = time.Second
@@ -197,6 +218,9 @@ func (d *Daemon) Stop(grace time.Duration) error {
 		d.control.close()
 	}
 	d.wg.Wait()
+	if b := d.brain.Load(); b != nil {
+		b.wg.Wait()
+	}
 	var terr error
 	if d.Target != nil {
 		terr = d.Target.Shutdown(ctx)

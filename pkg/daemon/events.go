@@ -18,6 +18,10 @@ const (
 	EventRTPG   = "rtpg"
 	EventIO     = "io"
 	EventALUA   = "alua"
+	// EventReport: a report condition raised or cleared by the ownership core.
+	EventReport = "report"
+	// EventFault: a fault injected or cleared.
+	EventFault = "fault"
 )
 
 // Event is one entry of the feed. Nexus events carry the initiator name,
@@ -37,6 +41,18 @@ type Event struct {
 	Reason   string      `json:"reason,omitempty"`
 	IO       *IOInterval `json:"io,omitempty"`
 	Change   *ChangeInfo `json:"change,omitempty"`
+	Report   *ReportInfo `json:"report,omitempty"`
+	Fault    *Fault      `json:"fault,omitempty"`
+}
+
+// ReportInfo is a report condition as the feed reports it.
+type ReportInfo struct {
+	Condition string `json:"condition"`
+	Raised    bool   `json:"raised"`
+	Host      string `json:"host,omitempty"`
+	Node      string `json:"node,omitempty"`
+	LUN       uint64 `json:"lun"`
+	Cause     string `json:"cause,omitempty"`
 }
 
 // IOInterval is the I/O of one nexus to one LUN over one interval.
@@ -57,17 +73,25 @@ type IOInterval struct {
 
 // ChangeInfo is an ALUA change as the feed reports it.
 type ChangeInfo struct {
-	LUNs   []uint64      `json:"luns"`
-	From   string        `json:"from,omitempty"`
-	To     string        `json:"to,omitempty"`
-	Cause  string        `json:"cause"`
-	Failed bool          `json:"failed,omitempty"`
-	Error  string        `json:"error,omitempty"`
-	Stop   time.Duration `json:"stop_ns"`
+	LUNs   []uint64 `json:"luns"`
+	From   string   `json:"from,omitempty"`
+	To     string   `json:"to,omitempty"`
+	Cause  string   `json:"cause"`
+	Failed bool     `json:"failed,omitempty"`
+	Error  string   `json:"error,omitempty"`
+	// Flush is the old owner's destage under I/O; Stop is how long I/O
+	// to the batch was held.
+	Flush time.Duration `json:"flush_ns"`
+	Stop  time.Duration `json:"stop_ns"`
+	// Replayed counts mirrored pages a takeover replayed; Lost lists the
+	// acknowledged data a crash lost (mirroring off).
+	Replayed int          `json:"replayed_pages,omitempty"`
+	Lost     []array.Loss `json:"lost,omitempty"`
 }
 
 func changeInfo(c array.Change) *ChangeInfo {
-	ci := &ChangeInfo{LUNs: c.LUNs, From: c.From, To: c.To, Cause: string(c.Cause), Failed: c.Failed, Stop: c.Stop}
+	ci := &ChangeInfo{LUNs: c.LUNs, From: c.From, To: c.To, Cause: string(c.Cause), Failed: c.Failed,
+		Flush: c.Flush, Stop: c.Stop, Replayed: c.Replayed, Lost: c.Lost}
 	if c.Err != nil {
 		ci.Error = c.Err.Error()
 	}

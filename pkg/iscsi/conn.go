@@ -32,7 +32,8 @@ type outPDU struct {
 	noStatSN  bool // StatSN field reserved (Data-In without status)
 	noWindow  bool // ExpCmdSN/MaxCmdSN not carried (login uses its own)
 	release   func()
-	closeConn bool // close after sending
+	closeConn bool      // close after sending
+	due       time.Time // an injected path delay: not sent before
 }
 
 // conn is one TCP connection of a session.
@@ -59,6 +60,7 @@ type conn struct {
 	done      chan struct{}
 	tasksWG   sync.WaitGroup
 
+	ini        atomic.Pointer[string] // initiator name, once the login names it
 	lastRecv   atomic.Int64
 	pingTTT    atomic.Uint32
 	pingSentAt atomic.Int64
@@ -153,6 +155,13 @@ func (c *conn) login() (*session, bool) {
 			first = false
 		}
 		r := lg.Step(&p.BHS, p.Data)
+		if lg.Initiator != "" && c.ini.Load() == nil {
+			name := lg.Initiator
+			c.ini.Store(&name)
+		}
+		if c.t.faults.down(lg.Initiator, c.portal.RelativeID) {
+			return nil, false // the path is cut: no answer, the link drops
+		}
 		var sess *session
 		if r.Status == LoginSuccess && r.Done {
 			var st LoginStatus
@@ -224,6 +233,14 @@ func (c *conn) writer() {
 			}
 			continue
 		}
+		if !o.due.IsZero() {
+			if w := time.Until(o.due); w > 0 {
+				if bw.Flush() != nil {
+					broken = true
+				}
+				time.Sleep(w)
+			}
+		}
 		h := &o.pdu.BHS
 		if !o.noStatSN {
 			h.SetStatSN(c.statSN)
@@ -287,6 +304,11 @@ func headerInto(b []byte, p *PDU, dg Digests) (head, trailer []byte) {
 
 // send queues a PDU; it returns false if the connection is gone.
 func (c *conn) send(o *outPDU) bool {
+	if ini := c.ini.Load(); ini != nil {
+		if d := c.t.faults.delayOf(*ini, c.portal.RelativeID); d > 0 {
+			o.due = time.Now().Add(d)
+		}
+	}
 	select {
 	case <-c.done:
 		if o.release != nil {

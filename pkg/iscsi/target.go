@@ -67,6 +67,7 @@ type Target struct {
 	nextTSIH  uint16
 	closing   bool
 	wg        sync.WaitGroup
+	faults    pathFaults
 }
 
 type sessionKey struct {
@@ -136,6 +137,10 @@ func (t *Target) accept(l net.Listener, p Portal) {
 		}
 		if tc, ok := nc.(*net.TCPConn); ok {
 			tc.SetNoDelay(true)
+		}
+		if t.faults.down("", p.RelativeID) {
+			nc.Close() // the port is down
+			continue
 		}
 		c := newConn(t, nc, p)
 		t.mu.Lock()

@@ -1,0 +1,246 @@
+package daemon
+
+import (
+	"errors"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/aluad/aluad/ownership"
+	"github.com/aluad/aluad/pkg/array"
+)
+
+// brain runs the ownership core in the running array (CONVENTIONS 1): one
+// goroutine owns the core and feeds it, from an inbox that producers never
+// block on, the feed's logins, logouts, RTPGs and I/O intervals, the
+// injected node and port faults, changes it did not make, and a tick. Its
+// decisions go to a second goroutine that carries them out with
+// array.Move, one batch at a time, so a long flush never stalls the core;
+// a batch that could not be carried out is reported back as a rollback.
+type brain struct {
+	d    *Daemon
+	core *ownership.Core
+	tick time.Duration
+
+	mu    sync.Mutex
+	inbox []ownership.Event
+	wake  chan struct{}
+	exec  chan ownership.Batch
+	wg    sync.WaitGroup
+
+	// repMu guards reports: the conditions raised now.
+	repMu   sync.Mutex
+	reports map[reportKey]ownership.ReportChange
+}
+
+type reportKey struct {
+	cond       ownership.Condition
+	host, node string
+	lun        uint64
+}
+
+// coreConfig maps the config's ownership section onto the core's tunables.
+func coreConfig(cfg array.Config) (ownership.Config, time.Duration) {
+	oc := ownership.DefaultConfig()
+	o := cfg.Ownership
+	tick := o.Tick
+	if tick <= 0 {
+		tick = time.Second
+	}
+	oc.TickMicros = float64(tick) / float64(time.Microsecond)
+	ticks := func(d time.Duration, def int) int {
+		if d <= 0 {
+			return def
+		}
+		return max(1, int(math.Ceil(float64(d)/float64(tick))))
+	}
+	oc.FailbackWindow = ticks(o.FailbackWindow, oc.FailbackWindow)
+	oc.DiscoveryWindow = ticks(o.DiscoveryWindow, oc.DiscoveryWindow)
+	oc.Cooldown = ticks(o.Cooldown, oc.Cooldown)
+	oc.PlanInterval = ticks(o.PlanInterval, oc.PlanInterval)
+	oc.Passive = cfg.ALUA == "explicit"
+	return oc, tick
+}
+
+func newBrain(d *Daemon) (*brain, error) {
+	cfg := d.Array.Config()
+	oc, tick := coreConfig(cfg)
+	core, err := ownership.New(oc)
+	if err != nil {
+		return nil, err
+	}
+	capacity := cfg.Ownership.NodeCapacity
+	if capacity <= 0 {
+		capacity = 1000
+	}
+	for _, n := range d.Array.Nodes {
+		if err := core.Step(ownership.NodeDecl{Node: n.Name, Capacity: capacity}); err != nil {
+			return nil, err
+		}
+	}
+	for _, h := range d.Array.Hosts() {
+		core.Step(ownership.HostDecl{Host: h.Name, Type: ownership.HostType{Name: h.Type.Name, TPGS: h.Type.TPGS}})
+	}
+	for _, l := range d.Array.LUNs {
+		if err := core.Step(ownership.LUNDecl{LUN: l.ID, Preferred: l.Preferred.Name, Owner: l.Owner().Name,
+			Media: l.Media, Group: l.Group}); err != nil {
+			return nil, err
+		}
+	}
+	core.Advance()
+	return &brain{d: d, core: core, tick: tick, wake: make(chan struct{}, 1), exec: make(chan ownership.Batch, 1024),
+		reports: map[reportKey]ownership.ReportChange{}}, nil
+}
+
+// post queues events for the core.
+func (b *brain) post(evs ...ownership.Event) {
+	b.mu.Lock()
+	b.inbox = append(b.inbox, evs...)
+	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (b *brain) start() {
+	b.wg.Add(2)
+	go b.loop()
+	go b.executor()
+}
+
+func (b *brain) loop() {
+	defer b.wg.Done()
+	defer close(b.exec)
+	t := time.NewTicker(b.tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.d.done:
+			return
+		case <-b.wake:
+		case <-t.C:
+			b.d.EmitIOStats() // this tick's I/O, then the tick
+			b.post(ownership.Tick{})
+		}
+		b.mu.Lock()
+		evs := b.inbox
+		b.inbox = nil
+		b.mu.Unlock()
+		for _, e := range evs {
+			if err := b.core.Step(e); err != nil {
+				b.d.log.Debug("ownership core refused an event", "event", e, "err", err)
+			}
+		}
+		b.apply(b.core.Ready())
+		b.core.Advance()
+	}
+}
+
+// apply hands batches to the executor and publishes report changes.
+func (b *brain) apply(r ownership.Ready) {
+	for _, batch := range r.Batches {
+		b.exec <- batch
+	}
+	for _, rc := range r.Reports {
+		k := reportKey{rc.Condition, rc.Host, rc.Node, rc.LUN}
+		b.repMu.Lock()
+		if rc.Raised {
+			b.reports[k] = rc
+		} else {
+			delete(b.reports, k)
+		}
+		b.repMu.Unlock()
+		b.d.Events.Add(Event{Kind: EventReport, Report: &ReportInfo{Condition: string(rc.Condition), Raised: rc.Raised,
+			Host: rc.Host, Node: rc.Node, LUN: rc.LUN, Cause: rc.Cause}})
+		b.d.log.Info("report", "change", rc.String())
+	}
+}
+
+// executor carries out batches. A batch may hold LUNs of several owners
+// (with more than two nodes); each owner's share moves as one array batch.
+func (b *brain) executor() {
+	defer b.wg.Done()
+	for batch := range b.exec {
+		byOwner := map[string][]uint64{}
+		var order []string
+		for _, id := range batch.LUNs {
+			l := b.d.Array.LUN(id)
+			if l == nil {
+				continue
+			}
+			o := l.Owner().Name
+			if _, ok := byOwner[o]; !ok {
+				order = append(order, o)
+			}
+			byOwner[o] = append(byOwner[o], id)
+		}
+		for _, o := range order {
+			ids := byOwner[o]
+			_, err := b.d.Array.Move(ids, batch.To, array.Cause(batch.Cause))
+			if err == nil || errors.Is(err, array.ErrNoChange) {
+				continue
+			}
+			b.d.log.Warn("ownership move failed", "luns", ids, "to", batch.To, "cause", batch.Cause, "err", err)
+			var evs []ownership.Event
+			for _, id := range ids {
+				evs = append(evs, ownership.OwnerChanged{LUN: id, Owner: b.d.Array.LUN(id).Owner().Name,
+					Cause: ownership.CauseRollback})
+			}
+			b.post(evs...)
+		}
+	}
+}
+
+// feed turns a feed event into core events.
+func (b *brain) feed(e Event) {
+	nx := func() ownership.Nexus {
+		return ownership.Nexus{Host: e.Host, Initiator: e.Initiator, ISID: e.ISID, Port: e.TargetPort, Node: e.Node}
+	}
+	switch e.Kind {
+	case EventLogin:
+		b.post(ownership.Login{Nexus: nx()})
+	case EventLogout:
+		b.post(ownership.Logout{Nexus: nx()})
+	case EventRTPG:
+		if e.LUN != nil {
+			b.post(ownership.RTPG{Nexus: nx(), LUN: *e.LUN})
+		}
+	case EventIO:
+		if e.IO == nil || e.LUN == nil {
+			return
+		}
+		ops := e.IO.Reads + e.IO.Writes + e.IO.Other
+		var rt float64
+		if ops > 0 {
+			rt = float64(e.IO.Busy) / float64(ops) / float64(time.Microsecond)
+		}
+		b.post(ownership.IO{Host: e.Host, Node: e.Node, LUN: *e.LUN, Ops: float64(ops),
+			Bytes: float64(e.IO.BytesRead + e.IO.BytesWritten), RespTime: rt,
+			Ticks: max(1, int(math.Round(float64(e.IO.Interval)/float64(b.tick))))})
+	case EventALUA:
+		c := e.Change
+		if c == nil || c.Failed {
+			return
+		}
+		switch array.Cause(c.Cause) {
+		case array.CauseManual, array.CauseSTPG: // moves the core did not make
+			var evs []ownership.Event
+			for _, id := range c.LUNs {
+				evs = append(evs, ownership.OwnerChanged{LUN: id, Owner: c.To, Cause: ownership.Cause(c.Cause)})
+			}
+			b.post(evs...)
+		}
+	}
+}
+
+// Reports returns the conditions raised now.
+func (b *brain) Reports() []ownership.ReportChange {
+	b.repMu.Lock()
+	defer b.repMu.Unlock()
+	out := make([]ownership.ReportChange, 0, len(b.reports))
+	for _, r := range b.reports {
+		out = append(out, r)
+	}
+	return out
+}
