@@ -229,7 +229,7 @@ func (c *Core) tick() {
 	c.trackShipping()
 	c.reconcile(nil)
 	c.emit(c.failbacks())
-	if c.now-c.lastPlan >= c.cfg.PlanInterval {
+	if c.now-c.lastPlan >= c.cfg.PlanInterval && !c.failbackPending() {
 		c.lastPlan = c.now
 		c.plan()
 	}

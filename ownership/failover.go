@@ -115,6 +115,19 @@ func (c *Core) failbacks() []move {
 	return out
 }
 
+// failbackPending: a displaced LUN's users all reach its preferred owner
+// again and its failback window is running. The balancer waits for it
+// (at most the window): failback restores the designed placement, and a
+// balance move planned meanwhile would only be undone.
+func (c *Core) failbackPending() bool {
+	for _, id := range c.lunIDs {
+		if l := c.luns[id]; l.displaced && l.prefOKSince >= 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // trackShipping notes, each tick, which non-owner node (if any) receives
 // at least ShipShare of a LUN's I/O, and since when.
 func (c *Core) trackShipping() {

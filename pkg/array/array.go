@@ -100,6 +100,7 @@ type Array struct {
 	listeners []func(Change)
 	closed    bool
 	log       *slog.Logger
+	bg        sync.WaitGroup // background destages
 }
 
 func (a *Array) logf(format string, args ...any) { a.log.Warn(fmt.Sprintf(format, args...)) }
@@ -375,6 +376,7 @@ func (a *Array) Close() error {
 		return nil
 	}
 	a.closed = true
+	a.bg.Wait()
 	var errs []error
 	for _, n := range a.Nodes {
 		if n.Up() {

@@ -71,6 +71,7 @@ func TestPartnerLossDestages(t *testing.T) {
 	require.Equal(t, int64(4096), a.Node("b").Cache.DirtyBytes(1))
 	_, err := a.CrashNode("a")
 	require.NoError(t, err)
+	a.bg.Wait() // the background destage of single-copy data
 	require.Zero(t, a.Node("b").Cache.DirtyBytes(1))
 	require.NoError(t, l.WriteAt(3, bytes.Repeat([]byte{8}, 4096), 4096, false))
 	require.Zero(t, a.Node("b").Cache.DirtyBytes(1), "no partner: write-through")

@@ -136,6 +136,9 @@ func (a *Array) Move(ids []uint64, to string, cause Cause) (Change, error) {
 			l.alua.Store(&aluaSnap{owner: from, target: dst, moving: true, status: olds[i].status, gen: olds[i].gen})
 		}
 		from.Cache.SetWriteThrough(l.ID, true)
+		// The new owner's pages of the LUN are stale; it serves none of
+		// its I/O until the switch, so they can go before the stop.
+		dst.Cache.Invalidate(l.ID)
 	}
 	start := a.now()
 	err = a.flushPhase(batch, from)
@@ -153,8 +156,6 @@ func (a *Array) Move(ids []uint64, to string, cause Cause) (Change, error) {
 			l.alua.Store(olds[i])
 			continue
 		}
-		from.Cache.Invalidate(l.ID)
-		dst.Cache.Invalidate(l.ID)
 		for _, n := range a.Nodes {
 			n.Cache.DropMirror(l.ID)
 		}
@@ -164,6 +165,13 @@ func (a *Array) Move(ids []uint64, to string, cause Cause) (Change, error) {
 		l.io.Unlock()
 	}
 	c.Stop = a.now().Sub(stop)
+	if err == nil {
+		// The old owner's clean pages are no longer read; drop them
+		// before the move ends (and before the LUN can move back).
+		for _, l := range batch {
+			from.Cache.Invalidate(l.ID)
+		}
+	}
 	if err != nil {
 		c.Failed, c.Err = true, err
 	}
@@ -242,10 +250,18 @@ func (s *aluaSnap) switched(from, dst *Node, cause Cause) *aluaSnap {
 }
 
 // takeover moves LUNs off a crashed owner: the new owner installs the
-// mirrored dirty pages (from whichever node holds them) before it serves.
+// mirrored dirty pages (from whichever node holds them) as its own dirty
+// pages before it serves; without a partner to mirror them to, it
+// destages them in the background.
 func (a *Array) takeover(batch []*LUN, dst *Node) (time.Duration, int) {
 	start := a.now()
 	replayed := 0
+	var single []uint64
+	defer func() {
+		if len(single) > 0 {
+			a.destageAsync(dst, single)
+		}
+	}()
 	for _, l := range batch {
 		l.io.Lock()
 		var pages []cache.MirrorPage
@@ -259,6 +275,9 @@ func (a *Array) takeover(batch []*LUN, dst *Node) (time.Duration, int) {
 			a.logf("LUN %d: replaying the mirror on %s: %v", l.ID, dst.Name, err)
 		}
 		replayed += len(pages)
+		if len(pages) > 0 && a.partner(dst) == nil {
+			single = append(single, l.ID)
+		}
 		s := l.alua.Load()
 		l.alua.Store(s.switched(s.owner, dst, CauseFailover))
 		l.io.Unlock()
@@ -326,15 +345,35 @@ func (a *Array) CrashNode(name string) (Change, error) {
 	for _, l := range a.LUNs {
 		c.LUNs = append(c.LUNs, l.ID)
 	}
+	a.notify(c)
 	for _, m := range a.Nodes {
 		if m.Up() {
-			if err := m.Cache.FlushAll(); err != nil {
-				a.logf("node %s: destaging after losing its mirror partner: %v", m.Name, err)
-			}
+			a.destageAsync(m, nil)
 		}
 	}
-	a.notify(c)
 	return c, nil
+}
+
+// destageAsync writes a node's dirty data (of the listed LUNs, or all)
+// to media in the background: data that has lost its mirror copy. New
+// writes meanwhile go through, since the node has no partner.
+func (a *Array) destageAsync(n *Node, ids []uint64) {
+	a.bg.Add(1)
+	go func() {
+		defer a.bg.Done()
+		var err error
+		if ids == nil {
+			err = n.Cache.FlushAll()
+		}
+		for _, id := range ids {
+			if err == nil {
+				err = n.Cache.Flush(id)
+			}
+		}
+		if err != nil && !errors.Is(err, cache.ErrDown) {
+			a.logf("node %s: destaging single-copy data: %v", n.Name, err)
+		}
+	}()
 }
 
 // unmirrored counts, per LUN, the crashed cache's dirty pages that no up

@@ -157,7 +157,8 @@ func TestCrashReplaysMirror(t *testing.T) {
 			if mirror {
 				require.Equal(t, 2, held)
 				require.Equal(t, fill(8192, 3), got, "the survivor serves the acknowledged write")
-				// a is down: the replayed pages have no partner and went to media.
+				require.Equal(t, int64(8192), p.b.DirtyBytes(1), "replayed as dirty pages of the new owner")
+				require.NoError(t, p.b.Flush(1))
 				require.Equal(t, fill(8192, 3), onMedia(t, p.st, 0, 8192))
 			} else {
 				require.Zero(t, held)
@@ -220,6 +221,8 @@ func TestAgainstModel(t *testing.T) {
 				owner.Crash()
 				other.Invalidate(1)
 				require.NoError(t, other.Install(1, other.TakeMirror(1)))
+				// single-copy now: the array destages it (in the background)
+				require.NoError(t, other.Flush(1))
 				owner.Restart()
 				owner, other = other, owner
 			}

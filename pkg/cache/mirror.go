@@ -170,8 +170,9 @@ func (c *Cache) MirrorBytes() int64 {
 }
 
 // Install takes over pages replayed from a crashed owner's mirror as
-// dirty pages of this (new owner's) cache: they are mirrored to this
-// node's partner, or written to media at once when there is none.
+// dirty pages of this (new owner's) cache and mirrors them to this node's
+// partner if one is up (else the caller destages them soon). In
+// write-through mode they are written to media at once.
 func (c *Cache) Install(id uint64, pages []MirrorPage) error {
 	ls, err := c.lun(id)
 	if err != nil || len(pages) == 0 {
@@ -201,7 +202,7 @@ func (c *Cache) Install(id uint64, pages []MirrorPage) error {
 		partner.mirror.put(id, pages)
 	}
 	c.mu.Unlock()
-	if partner == nil || c.cfg.Mode != WriteBack {
+	if c.cfg.Mode != WriteBack {
 		return c.destagePages(ls, idxs, gen)
 	}
 	return nil

@@ -244,3 +244,17 @@ func (b *brain) Reports() []ownership.ReportChange {
 	}
 	return out
 }
+
+// SetNodeCapacity re-declares a node's capacity (work units per tick) to
+// the running ownership core, e.g. after the lab has measured its load.
+func (d *Daemon) SetNodeCapacity(node string, capacity float64) error {
+	b := d.brain.Load()
+	if b == nil {
+		return errors.New("the ownership core is not running")
+	}
+	if d.Array.Node(node) == nil || capacity <= 0 {
+		return errors.New("need a known node and a positive capacity")
+	}
+	b.post(ownership.NodeDecl{Node: node, Capacity: capacity})
+	return nil
+}
