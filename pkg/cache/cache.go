@@ -128,8 +128,8 @@ type Cache struct {
 	// writing counts destage batches on their way to media; a crash
 	// waits for them (a write already issued to the drives lands).
 	writing int
-	down   bool
-	writes uint64 // write counter; the destager flushes everything when idle
+	down    bool
+	writes  uint64 // write counter; the destager flushes everything when idle
 
 	partner func() *Cache // the mirror partner now (nil: none up)
 	peers   []*Cache      // every other node (mirror releases)
