@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -84,7 +85,14 @@ func (c *client) do(format string, args ...any) string {
 func (c *client) close() {
 	fmt.Fprintln(c.in, "quit")
 	c.in.Close()
-	c.cmd.Wait()
+	done := make(chan struct{})
+	go func() { c.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second): // logging out of a path whose node crashed can hang
+		c.cmd.Process.Kill()
+		<-done
+	}
 }
 
 // field returns key=value's value from an answer.
@@ -235,4 +243,75 @@ func TestIndependentClientExplicitAndStandby(t *testing.T) {
 	require.Equal(t, "GOOD", s.do("tur 2"))
 	require.Equal(t, "tpgs=3", s.do("inq 0"), "INQUIRY is answered in standby")
 	writeResult(t, "alua-check-standby.txt", s)
+}
+
+// untilRTPG sends "tur i" and "rtpg i 1" until the group states are want
+// (or 20 s pass) and returns every answer seen, for the UA checks.
+func untilRTPG(t *testing.T, c *client, i int, want map[string]string) []string {
+	t.Helper()
+	var seen []string
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		seen = append(seen, c.do("tur %d", i))
+		r := c.do("rtpg %d 1", i)
+		if strings.HasPrefix(r, "fmt=") {
+			if states, _, _ := groupsOf(t, field(r, "groups")); fmt.Sprint(states) == fmt.Sprint(want) {
+				return seen
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("path %d: RTPG never showed %v; answers: %v", i, want, seen)
+	return nil
+}
+
+// The running daemon fails over and back by itself: a crash of node b
+// (injected through the control API, as 'aluad fault crash' does) moves
+// LUN 1 to a; the libiscsi client on a's path gets 2A/06 and RTPG shows a
+// AO, b UNAVAILABLE. After b restarts and the client logs in on b's paths
+// again (a full recovery), the stability window passes and LUN 1 fails
+// back: 2A/06 again and b AO.
+func TestIndependentClientSeesFailoverAndFailback(t *testing.T) {
+	tool := needTool(t)
+	cfg := array.Loopback(t.TempDir(), 16<<20)
+	cfg.Ownership = array.OwnershipConfig{Tick: 50 * time.Millisecond, FailbackWindow: 500 * time.Millisecond}
+	d, err := daemon.Start(cfg, daemon.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Control: filepath.Join(cfg.Data, "aluad.sock")})
+	require.NoError(t, err)
+	t.Cleanup(func() { d.Stop(5 * time.Second) })
+	ctl := daemon.NewClient(filepath.Join(cfg.Data, "aluad.sock"))
+	const ini = "iqn.2026-11.org.example:failover"
+	all := urls(d, 1) // LUN 1: preferred and owned by b (ports 3, 4)
+	c := startClient(t, tool, ini, all)
+	for i := range all {
+		c.do("tur %d", i) // 29/00 power on, reset
+		require.Equal(t, "GOOD", c.do("tur %d", i))
+		require.True(t, strings.HasPrefix(c.do("rtpg %d 1", i), "fmt=1"))
+	}
+	res, err := ctl.Inject(daemon.Fault{Kind: daemon.FaultCrash, Node: "b"})
+	require.NoError(t, err)
+	require.Empty(t, res.Change.Lost, "mirroring on: nothing lost")
+	seen := untilRTPG(t, c, 0, map[string]string{"1": "AO", "2": "UNAVAILABLE"})
+	require.Contains(t, seen, "CHECK 6/2a/06", "the failover is announced on a's path")
+	_, _, status := groupsOf(t, field(c.do("rtpg 0 1"), "groups"))
+	require.Equal(t, "02", status["1"], "an implicit change")
+
+	_, err = ctl.Inject(daemon.Fault{Kind: daemon.FaultRestart, Node: "b"})
+	require.NoError(t, err)
+	back := startClient(t, tool, ini, all[2:]) // the host logs in on b's paths again
+	for i := range all[2:] {
+		back.do("tur %d", i)
+		require.True(t, strings.HasPrefix(back.do("rtpg %d 1", i), "fmt=1"))
+	}
+	seen = untilRTPG(t, c, 0, map[string]string{"1": "ANO", "2": "AO"})
+	require.Contains(t, seen, "CHECK 6/2a/06", "the failback is announced on a's path")
+	var causes []string
+	evs, _ := d.Events.Since(0)
+	for _, e := range evs {
+		if e.Kind == daemon.EventALUA && e.Change != nil && slices.Contains(e.Change.LUNs, 1) {
+			causes = append(causes, e.Change.Cause)
+		}
+	}
+	require.Equal(t, []string{"node-down", "failover", "node-up", "failback"}, causes)
+	writeResult(t, "alua-check-failover.txt", c)
 }
