@@ -50,3 +50,40 @@ func TestClientCommands(t *testing.T) {
 		})
 	}
 }
+
+func TestFaultAndLabCommands(t *testing.T) {
+	cfg := array.Loopback(t.TempDir(), 1<<20)
+	ctl := filepath.Join(cfg.Data, "aluad.sock")
+	d, err := daemon.Start(cfg, daemon.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Control: ctl})
+	require.NoError(t, err)
+	defer d.Stop(time.Second)
+	require.NoError(t, fault([]string{"port-down", "--control", ctl, "--port", "a0"}))
+	require.NoError(t, fault([]string{"clear", "--control", ctl}))
+	require.NoError(t, fault([]string{"crash", "--control", ctl, "--node", "b"}))
+	require.False(t, d.Array.Node("b").Up())
+	require.NoError(t, fault([]string{"restart", "--control", ctl, "--node", "b"}))
+	require.True(t, d.Array.Node("b").Up())
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "usage: aluad fault KIND"},
+		{[]string{"--node", "a"}, "usage: aluad fault KIND"},
+		{[]string{"melt", "--control", ctl}, "unknown fault"},
+		{[]string{"crash", "--control", ctl, "--node", "q"}, `no node "q"`},
+		{[]string{"delay", "--control", ctl, "--port", "a0", "--delay", "soon"}, "invalid value"},
+	} {
+		require.ErrorContains(t, fault(tc.args), tc.want, "%v", tc.args)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "--scenario is required"},
+		{[]string{"--scenario", "moon"}, `unknown scenario "moon"`},
+		{[]string{"--scenario", "crash", "--mirror", "maybe"}, "--mirror must be on, off or both"},
+		{[]string{"--scenario", "crash", "--iterations", "0"}, "must be positive"},
+	} {
+		require.ErrorContains(t, labCmd(tc.args), tc.want, "%v", tc.args)
+	}
+}

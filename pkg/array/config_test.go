@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -33,6 +34,12 @@ func TestConfigErrors(t *testing.T) {
 		{"transition time too long", "transition_time: 300s\n", "transition_time"},
 		{"transition time fraction", "transition_time: 1500ms\n", "transition_time"},
 		{"negative penalty", "interlink: {penalty: -1us}\n", "penalty"},
+		{"cache mode", "cache: {mode: writeback}\n", "write-back, write-through, none"},
+		{"cache too small", "cache: {size: 4KiB}\n", "at least 1MiB"},
+		{"dirty above size", "cache: {size: 8MiB, dirty_limit: 16MiB}\n", "dirty_limit at most the size"},
+		{"negative tick", "ownership: {tick: -1s}\n", "must not be negative"},
+		{"negative capacity", "ownership: {node_capacity: -5}\n", "node_capacity"},
+		{"cache unknown key", "cache: {mirrored: true}\n", "mirrored"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -69,4 +76,19 @@ func TestConfigKeepsExplicitZeroDurations(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, DefaultTransitionTime, c.TransitionTime, "missing keys take the default")
 	require.Equal(t, DefaultConfig().Interlink.Penalty, c.Interlink.Penalty)
+}
+
+func TestCacheAndOwnershipKeys(t *testing.T) {
+	c, err := LoadConfig("../../examples/aluad.yaml")
+	require.NoError(t, err)
+	require.Equal(t, "write-back", c.Cache.Mode)
+	require.True(t, c.Cache.MirrorOn())
+	require.Equal(t, Size(64<<20), c.Cache.DirtyLimit)
+	require.Equal(t, 30*time.Second, c.Ownership.FailbackWindow)
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	require.NoError(t, os.WriteFile(p, []byte("cache: {mirror: false, mode: write-through}\n"), 0o644))
+	c, err = LoadConfig(p)
+	require.NoError(t, err)
+	require.False(t, c.Cache.MirrorOn())
+	require.Equal(t, Size(256<<20), c.Cache.Size, "missing keys take the default")
 }
