@@ -18,7 +18,7 @@ import (
 // with access to the socket file can move LUNs).
 //
 //	GET  /v1/luns              owners, states and per-node counters
-//	POST /v1/luns/{id}/move    {"to": "b"}: a manual move through TRANSITIONING
+//	POST /v1/luns/{id}/move    {"to": "b"}: a manual move (flush under I/O, short hold, 2A/06)
 //	GET  /v1/events?since=N    the event feed after sequence N
 //	POST /v1/faults            {"kind": "crash", "node": "a"}: inject a fault (see Fault)
 
