@@ -117,10 +117,8 @@ func (o *orderStore) Sync() error {
 	return o.Store.Sync()
 }
 
-// An implicit move flushes while I/O goes on, then waits for commands
-// already inside the media to finish (drain); a command arriving during
-// that stop is held, not failed, and is served by the new owner.
-func TestMoveDrainsAndHoldsIO(t *testing.T) {
+// arrayWithHeldRead: LUN 0's next media read blocks until hold is closed.
+func arrayWithHeldRead(t *testing.T) (*Array, *LUN, *orderStore, chan struct{}) {
 	var st *orderStore
 	a := testArray(t, func(lun uint64, s media.Store) media.Store {
 		if lun == 0 {
@@ -129,9 +127,15 @@ func TestMoveDrainsAndHoldsIO(t *testing.T) {
 		}
 		return s
 	})
-	l := a.LUN(0)
 	st.holdRead, st.readEnter = make(chan struct{}), make(chan struct{})
-	hold := st.holdRead
+	return a, a.LUN(0), st, st.holdRead
+}
+
+// An implicit move flushes while I/O goes on, then waits for commands
+// already inside the media to finish (drain); a command arriving during
+// that stop is held, not failed, and is served by the new owner.
+func TestMoveDrainsAndHoldsIO(t *testing.T) {
+	a, l, st, hold := arrayWithHeldRead(t)
 	readDone := make(chan error)
 	go func() { readDone <- l.ReadAt(3, make([]byte, 512), 0) }()
 	<-st.readEnter
@@ -182,17 +186,7 @@ func TestMoveDrainsAndHoldsIO(t *testing.T) {
 
 // An STPG (explicit) move reports TRANSITIONING on both groups while it runs.
 func TestSTPGMoveReportsTransitioning(t *testing.T) {
-	var st *orderStore
-	a := testArray(t, func(lun uint64, s media.Store) media.Store {
-		if lun == 0 {
-			st = &orderStore{Store: s}
-			return st
-		}
-		return s
-	})
-	l := a.LUN(0)
-	st.holdRead, st.readEnter = make(chan struct{}), make(chan struct{})
-	hold := st.holdRead
+	a, l, st, hold := arrayWithHeldRead(t)
 	go func() { _ = l.ReadAt(3, make([]byte, 512), 0) }()
 	<-st.readEnter
 	done := make(chan struct{})

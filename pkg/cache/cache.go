@@ -137,7 +137,6 @@ type Cache struct {
 	mirror  mirrorStore
 
 	stats counters
-	kick  chan struct{}
 	quit  chan struct{}
 	wg    sync.WaitGroup
 }
@@ -171,7 +170,7 @@ type page struct {
 // New makes a node's cache.
 func New(name string, cfg Config) *Cache {
 	c := &Cache{name: name, cfg: cfg.withDefaults(), luns: map[uint64]*lunState{},
-		kick: make(chan struct{}, 1), quit: make(chan struct{}), link: func(int) {}}
+		quit: make(chan struct{}), link: func(int) {}}
 	c.cond = sync.NewCond(&c.mu)
 	c.mirror.pages = map[uint64]map[int64]MirrorPage{}
 	return c

@@ -178,7 +178,6 @@ func (c *Cache) destager() {
 		select {
 		case <-c.quit:
 			return
-		case <-c.kick:
 		case <-t.C:
 		}
 		c.mu.Lock()
