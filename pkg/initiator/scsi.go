@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+
+	"github.com/aluad/aluad/pkg/scsi"
 )
 
 // CheckError is a command that completed with a non-GOOD status.
@@ -174,4 +176,15 @@ func (s *Session) ReportTargetPortGroups(ctx context.Context, lun uint64, extend
 		return nil, err
 	}
 	return r.Data, nil
+}
+
+// SetTargetPortGroups sends SET TARGET PORT GROUPS (SPC-4 6.46): MAINTENANCE
+// OUT, service action 0Ah, asking for the states in reqs.
+func (s *Session) SetTargetPortGroups(ctx context.Context, lun uint64, reqs []scsi.TPGRequest) error {
+	params := scsi.AppendSTPG(nil, reqs)
+	cdb := make([]byte, 12)
+	cdb[0], cdb[1] = 0xa4, 0x0a
+	binary.BigEndian.PutUint32(cdb[6:], uint32(len(params)))
+	_, err := good(s.Execute(ctx, lun, cdb, params, 0))
+	return err
 }

@@ -147,6 +147,16 @@ func ParseSTPG(b []byte) ([]TPGRequest, error) {
 	return out, nil
 }
 
+// AppendSTPG appends SET TARGET PORT GROUPS parameter data for reqs (the
+// initiator side of ParseSTPG).
+func AppendSTPG(b []byte, reqs []TPGRequest) []byte {
+	b = append(b, 0, 0, 0, 0)
+	for _, r := range reqs {
+		b = append(b, byte(r.State)&0x0f, 0, byte(r.Group>>8), byte(r.Group))
+	}
+	return b
+}
+
 // setTargetPortGroups handles SET TARGET PORT GROUPS (SPC-4 6.46) in the
 // explicit mode; maintenanceOut has already refused it in implicit-only
 // mode (TPGS 01b), where the command is not supported.

@@ -1,0 +1,180 @@
+package hosts
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/aluad/aluad/pkg/scsi"
+)
+
+// checker is the path checker: it logs failed paths back in, tests live
+// ones with TEST UNIT READY and, for stacks that do, re-reads each path's
+// ALUA priority (multipathd's prio refresh) and fails back. A path whose
+// state is unchanged is checked less often, up to MaxCheckEvery.
+func (h *Host) checker() {
+	defer h.wg.Done()
+	step := min(100*time.Millisecond, h.P.CheckEvery)
+	t := time.NewTicker(step)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.done:
+			return
+		case <-t.C:
+		}
+		checked := false
+		for _, p := range h.paths {
+			p.mu.Lock()
+			due := !time.Now().Before(p.nextCheck)
+			p.mu.Unlock()
+			if due {
+				h.check(p)
+				checked = true
+			}
+		}
+		if checked && h.P.Explicit {
+			for _, id := range h.order {
+				h.hostFailback(h.luns[id])
+			}
+		}
+	}
+}
+
+// check runs the checker on one path and schedules its next run.
+func (h *Host) check(p *Path) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	go func() {
+		select {
+		case <-h.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	changed := false
+	if nx := p.nexus(); nx == nil {
+		nx, err := p.login(ctx)
+		if err != nil {
+			h.schedule(p, true)
+			return
+		}
+		p.reinstate(nx)
+		h.count(func(s *Stats) { s.Relogins++ })
+		h.event(0, "reinstated", p.Name, "")
+		for _, id := range h.order {
+			l := h.luns[id]
+			l.mu.Lock()
+			delete(l.failed, p)
+			l.mu.Unlock()
+			if h.P.ReadsRTPG {
+				h.readRTPG(ctx, l, p, nx, false)
+				h.refreshPrio(l, p)
+			}
+			h.failback(l, p)
+		}
+		h.schedule(p, true)
+		return
+	} else {
+		select {
+		case <-nx.Done():
+			h.pathFailed(p, nx, errors.New("connection closed"))
+			h.schedule(p, true)
+			return
+		default:
+		}
+		if err := nx.TestUnitReady(ctx, h.order[0]); err != nil {
+			if _, _, _, sensed := senseOf(err); !sensed {
+				h.pathFailed(p, nx, err)
+				h.schedule(p, true)
+				return
+			}
+		}
+		for _, id := range h.order {
+			l := h.luns[id]
+			l.mu.Lock()
+			delete(l.failed, p)
+			l.mu.Unlock()
+			if h.P.PrioAtCheck {
+				h.readRTPG(ctx, l, p, nx, false)
+				changed = h.refreshPrio(l, p) || changed
+				h.failback(l, nil)
+			}
+		}
+	}
+	h.schedule(p, changed)
+}
+
+// refreshPrio sets p's priority for l from the driver's state; it reports
+// whether it changed.
+func (h *Host) refreshPrio(l *lunState, p *Path) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	g, ok := l.groupOf[p.RelID]
+	if !ok {
+		return false
+	}
+	n := prioOf(l.state[g])
+	old, had := l.prio[p]
+	l.prio[p] = n
+	return !had || old != n
+}
+
+func (h *Host) schedule(p *Path, reset bool) {
+	p.mu.Lock()
+	if reset || p.checkInt <= 0 {
+		p.checkInt = h.P.CheckEvery
+	} else {
+		p.checkInt = min(2*p.checkInt, h.P.MaxCheckEvery)
+	}
+	p.nextCheck = time.Now().Add(p.checkInt)
+	p.mu.Unlock()
+}
+
+// failback applies the failback policy after priorities changed (the
+// reinstated path, if one came back).
+func (h *Host) failback(l *lunState, reinstated *Path) {
+	if h.P.Grouping != GroupByPrio {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	best := -1
+	for _, p := range h.paths {
+		if h.usable(l, p) {
+			best = max(best, l.prio[p])
+		}
+	}
+	switch h.P.Failback {
+	case FailbackImmediate:
+		l.cur = best
+	case FailbackFollowover:
+		if reinstated != nil && l.prio[reinstated] == best && best > l.cur {
+			l.cur = best
+		}
+	}
+}
+
+// hostFailback: an explicit host moves a LUN back to its preferred group
+// when it reaches that group and the LUN is elsewhere.
+func (h *Host) hostFailback(l *lunState) {
+	l.mu.Lock()
+	var target *Path
+	if l.hasPreferred && l.state[l.preferred] != scsi.StateActiveOptimized {
+		for _, p := range h.paths {
+			if g, ok := l.groupOf[p.RelID]; ok && g == l.preferred && p.Up() && !l.failed[p] {
+				target = p
+				break
+			}
+		}
+	}
+	l.mu.Unlock()
+	if target == nil {
+		return
+	}
+	l.stpgMu.Lock()
+	defer l.stpgMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	h.stpg(ctx, l, target)
+}

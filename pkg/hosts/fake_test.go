@@ -1,0 +1,226 @@
+package hosts
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/aluad/aluad/pkg/scsi"
+)
+
+// fakeTarget is a scripted two-group ALUA target: ports 1,2 in group 1
+// (node a) and 3,4 in group 2 (node b), one state per group for every
+// LUN, per-nexus unit attention queues, per-initiator path cuts, and a
+// log of every command.
+type fakeTarget struct {
+	mu       sync.Mutex
+	state    map[uint16]scsi.AccessState
+	tt       byte
+	explicit bool
+	rtpgTime time.Duration
+	cut      map[string]bool // "host/port"
+	nexi     []*fakeNexus
+	log      []fakeCmd
+	moves    int
+}
+
+type fakeCmd struct {
+	At   time.Time
+	Host string
+	Port uint16
+	Op   string
+	OK   bool
+}
+
+func newFakeTarget() *fakeTarget {
+	return &fakeTarget{state: map[uint16]scsi.AccessState{1: scsi.StateActiveOptimized, 2: scsi.StateActiveNonOptimized},
+		cut: map[string]bool{}}
+}
+
+func groupOfPort(port uint16) uint16 { return (port-1)/2 + 1 }
+
+type senseErr struct{ key, asc, ascq byte }
+
+func (e senseErr) Error() string                   { return fmt.Sprintf("sense %x/%02x/%02x", e.key, e.asc, e.ascq) }
+func (e senseErr) KeyASC() (key, asc, ascq byte) { return e.key, e.asc, e.ascq }
+
+var errConnReset = errors.New("connection reset")
+
+// paths returns the four path specs of host on t.
+func (t *fakeTarget) paths(host string) []PathSpec {
+	var out []PathSpec
+	for port := uint16(1); port <= 4; port++ {
+		node := map[uint16]string{1: "a", 2: "b"}[groupOfPort(port)]
+		out = append(out, PathSpec{Name: fmt.Sprintf("%s:%s%d", host, node, (port-1)%2+1), Node: node, RelID: port,
+			Dial: func(ctx context.Context) (Nexus, error) { return t.dial(host, port) }})
+	}
+	return out
+}
+
+func (t *fakeTarget) dial(host string, port uint16) (Nexus, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.cut[fmt.Sprint(host, "/", port)] {
+		return nil, errConnReset
+	}
+	n := &fakeNexus{t: t, host: host, port: port, done: make(chan struct{})}
+	t.nexi = append(t.nexi, n)
+	return n, nil
+}
+
+// setCut cuts (or restores) host's paths to port, closing live nexuses.
+func (t *fakeTarget) setCut(host string, port uint16, cut bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.cut[fmt.Sprint(host, "/", port)] = cut
+	if cut {
+		for _, n := range t.nexi {
+			if n.host == host && n.port == port {
+				n.close()
+			}
+		}
+	}
+}
+
+// move sets the groups' states and queues 2A/06 on every nexus but skip.
+func (t *fakeTarget) move(states map[uint16]scsi.AccessState, skip *fakeNexus) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.setLocked(states, skip)
+}
+
+func (t *fakeTarget) setLocked(states map[uint16]scsi.AccessState, skip *fakeNexus) {
+	for g, s := range states {
+		t.state[g] = s
+	}
+	t.moves++
+	for _, n := range t.nexi {
+		if n != skip {
+			n.ua = append(n.ua, 0x2a06)
+		}
+	}
+}
+
+// count returns how many logged commands match.
+func (t *fakeTarget) count(match func(fakeCmd) bool) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, c := range t.log {
+		if match(c) {
+			n++
+		}
+	}
+	return n
+}
+
+func (t *fakeTarget) cmds() []fakeCmd {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]fakeCmd(nil), t.log...)
+}
+
+type fakeNexus struct {
+	t      *fakeTarget
+	host   string
+	port   uint16
+	ua     []uint16
+	done   chan struct{}
+	closed bool
+}
+
+func (n *fakeNexus) close() {
+	if !n.closed {
+		n.closed = true
+		close(n.done)
+	}
+}
+
+// begin logs a command and returns the error it meets before the device
+// server: a dead nexus or a pending unit attention.
+func (n *fakeNexus) begin(op string, alua bool) error {
+	t := n.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := fakeCmd{At: time.Now(), Host: n.host, Port: n.port, Op: op}
+	var err error
+	switch {
+	case n.closed:
+		err = errConnReset
+	case len(n.ua) > 0:
+		code := n.ua[0]
+		n.ua = n.ua[1:]
+		err = senseErr{0x6, byte(code >> 8), byte(code)}
+	case alua:
+		switch t.state[groupOfPort(n.port)] {
+		case scsi.StateTransitioning:
+			err = senseErr{0x2, 0x04, 0x0a}
+		case scsi.StateStandby:
+			err = senseErr{0x2, 0x04, 0x0b}
+		case scsi.StateUnavailable:
+			err = senseErr{0x2, 0x04, 0x0c}
+		}
+	}
+	c.OK = err == nil
+	t.log = append(t.log, c)
+	return err
+}
+
+func (n *fakeNexus) Read(ctx context.Context, lun, lba uint64, blocks uint32) ([]byte, error) {
+	if err := n.begin("read", true); err != nil {
+		return nil, err
+	}
+	return make([]byte, int(blocks)*BlockSize), nil
+}
+
+func (n *fakeNexus) Write(ctx context.Context, lun, lba uint64, data []byte, fua bool) error {
+	return n.begin("write", true)
+}
+
+func (n *fakeNexus) TestUnitReady(ctx context.Context, lun uint64) error {
+	return n.begin("tur", false)
+}
+
+func (n *fakeNexus) ReportTargetPortGroups(ctx context.Context, lun uint64) ([]byte, error) {
+	if err := n.begin("rtpg", false); err != nil {
+		return nil, err
+	}
+	if d := n.t.rtpgTime; d > 0 {
+		time.Sleep(d)
+	}
+	t := n.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	groups := []scsi.PortGroupState{{ID: 1, State: t.state[1], Ports: []uint16{1, 2}},
+		{ID: 2, State: t.state[2], Ports: []uint16{3, 4}}}
+	return scsi.AppendRTPG(nil, groups, true, t.tt), nil
+}
+
+func (n *fakeNexus) SetTargetPortGroups(ctx context.Context, lun uint64, reqs []scsi.TPGRequest) error {
+	if err := n.begin("stpg", false); err != nil {
+		return err
+	}
+	t := n.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.explicit {
+		return senseErr{0x5, 0x20, 0x00}
+	}
+	for _, r := range reqs {
+		if r.State == scsi.StateActiveOptimized && t.state[r.Group] != scsi.StateActiveOptimized {
+			other := 3 - r.Group
+			t.setLocked(map[uint16]scsi.AccessState{r.Group: scsi.StateActiveOptimized, other: scsi.StateActiveNonOptimized}, n)
+		}
+	}
+	return nil
+}
+
+func (n *fakeNexus) Done() <-chan struct{} { return n.done }
+func (n *fakeNexus) Close() error {
+	n.t.mu.Lock()
+	n.close()
+	n.t.mu.Unlock()
+	return nil
+}

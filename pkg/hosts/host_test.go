@@ -1,0 +1,346 @@
+package hosts
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/aluad/aluad/pkg/scsi"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var (
+	aAO = map[uint16]scsi.AccessState{1: scsi.StateActiveOptimized, 2: scsi.StateActiveNonOptimized}
+	bAO = map[uint16]scsi.AccessState{1: scsi.StateActiveNonOptimized, 2: scsi.StateActiveOptimized}
+)
+
+func attach(t *testing.T, ft *fakeTarget, name string, p Personality) *Host {
+	t.Helper()
+	h, err := New(context.Background(), name, p, ft.paths(name), []uint64{0})
+	require.NoError(t, err)
+	t.Cleanup(h.Close)
+	return h
+}
+
+// io runs one read and returns the port that served it.
+func io(t *testing.T, ft *fakeTarget, h *Host) uint16 {
+	t.Helper()
+	_, err := h.Read(context.Background(), 0, 0, 8)
+	require.NoError(t, err)
+	cs := ft.cmds()
+	for i := len(cs) - 1; i >= 0; i-- {
+		if cs[i].Host == h.Name && cs[i].OK && (cs[i].Op == "read" || cs[i].Op == "write") {
+			return cs[i].Port
+		}
+	}
+	t.Fatal("no I/O logged")
+	return 0
+}
+
+func isOp(op string) func(fakeCmd) bool { return func(c fakeCmd) bool { return c.Op == op } }
+
+// switchTime returns when h first moved LUN 0's I/O to node.
+func switchTime(h *Host, node string) time.Time {
+	for _, e := range h.Events() {
+		if e.Kind == "switch" && e.Detail[len(e.Detail)-1:] == node {
+			return e.Time
+		}
+	}
+	return time.Time{}
+}
+
+func TestLinuxDM(t *testing.T) {
+	t.Run("attach reads RTPG on every path and uses the AO group", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ft := newFakeTarget()
+			h := attach(t, ft, "h1", LinuxDM())
+			assert.Equal(t, 4, ft.count(isOp("rtpg")))
+			for i := 0; i < 20; i++ {
+				assert.Contains(t, []uint16{1, 2}, io(t, ft, h))
+			}
+		})
+	})
+	t.Run("implicit move: UA read at once, group switched at the next prio check", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ft := newFakeTarget()
+			h := attach(t, ft, "h1", LinuxDM())
+			time.Sleep(time.Second)
+			moved := time.Now()
+			ft.move(bAO, nil)
+			rtpgs := ft.count(isOp("rtpg"))
+			assert.Contains(t, []uint16{1, 2}, io(t, ft, h), "the UA'd command is retried on the same, now ANO, group")
+			assert.Equal(t, rtpgs+1, ft.count(isOp("rtpg")), "scsi_dh_alua reads RTPG on 2A/06")
+			time.Sleep(2 * time.Second)
+			assert.Contains(t, []uint16{1, 2}, io(t, ft, h), "dm stays on the old group until multipathd re-reads the priorities")
+			time.Sleep(3 * time.Second)
+			assert.Contains(t, []uint16{3, 4}, io(t, ft, h))
+			sw := switchTime(h, "b").Sub(moved)
+			assert.True(t, sw >= 3900*time.Millisecond && sw <= 5*time.Second, "switched %v after the move; the first check is 5 s after attach", sw)
+			assert.EqualValues(t, 1, h.Stats().UAs)
+		})
+	})
+	t.Run("04/0A retried every second until the transition ends", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ft := newFakeTarget()
+			h := attach(t, ft, "h1", LinuxDM())
+			ft.move(map[uint16]scsi.AccessState{1: scsi.StateTransitioning}, nil)
+			go func() {
+				time.Sleep(3500 * time.Millisecond)
+				ft.move(aAO, nil)
+			}()
+			start := time.Now()
+			assert.Contains(t, []uint16{1, 2}, io(t, ft, h))
+			assert.Equal(t, 4*time.Second, time.Since(start).Round(100*time.Millisecond))
+			assert.EqualValues(t, 4, h.Stats().Transitioning, "one 04/0A at 0, 1, 2 and 3 s")
+		})
+	})
+	t.Run("transition timeout from RTPG byte 5 fails the path", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ft := newFakeTarget()
+			ft.tt = 2
+			h := attach(t, ft, "h1", LinuxDM())
+			ft.move(map[uint16]scsi.AccessState{1: scsi.StateTransitioning}, nil)
+			start := time.Now()
+			assert.Contains(t, []uint16{3, 4}, io(t, ft, h), "after the timeout I/O goes to the other group")
+			took := time.Since(start)
+			assert.True(t, took >= 2*time.Second && took <= 3*time.Second, "took %v", took)
+		})
+	})
+	t.Run("path loss fails over at once; the checker reinstates and fails back", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ft := newFakeTarget()
+			h := attach(t, ft, "h1", LinuxDM())
+			ft.setCut("h1", 1, true)
+			ft.setCut("h1", 2, true)
+			for i := 0; i < 10; i++ {
+				assert.Contains(t, []uint16{3, 4}, io(t, ft, h), "ANO group carries I/O with no error")
+			}
+			ft.setCut("h1", 1, false)
+			ft.setCut("h1", 2, false)
+			time.Sleep(5100 * time.Millisecond)
+			assert.Contains(t, []uint16{1, 2}, io(t, ft, h), "failback immediate once the checker reinstated the paths")
+			assert.EqualValues(t, 0, h.Stats().IOErrors)
+			assert.EqualValues(t, 2, h.Stats().Relogins)
+		})
+	})
+	t.Run("queue_if_no_path holds I/O until a path returns", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ft := newFakeTarget()
+			h := attach(t, ft, "h1", LinuxDM())
+			for p := uint16(1); p <= 4; p++ {
+				ft.setCut("h1", p, true)
+			}
+			go func() {
+				time.Sleep(7 * time.Second)
+				ft.setCut("h1", 3, false)
+			}()
+			start := time.Now()
+			io(t, ft, h)
+			took := time.Since(start)
+			assert.True(t, took >= 7*time.Second && took <= 10100*time.Millisecond, "queued %v", took)
+		})
+	})
+	t.Run("no_path_retry fails I/O after N checker intervals", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ft := newFakeTarget()
+			p, err := Lookup("linux-dm", map[string]string{"no_path_retry": "2"})
+			require.NoError(t, err)
+			h := attach(t, ft, "h1", p)
+			for port := uint16(1); port <= 4; port++ {
+				ft.setCut("h1", port, true)
+			}
+			start := time.Now()
+			_, err = h.Read(context.Background(), 0, 0, 8)
+			assert.ErrorIs(t, err, ErrNoPath)
+			assert.Equal(t, 10*time.Second, time.Since(start).Round(100*time.Millisecond))
+		})
+	})
+	t.Run("04/0B fails the path for the LUN and I/O moves on", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ft := newFakeTarget()
+			h := attach(t, ft, "h1", LinuxDM())
+			ft.mu.Lock()
+			ft.state = map[uint16]scsi.AccessState{1: scsi.StateStandby, 2: scsi.StateActiveOptimized}
+			ft.mu.Unlock()
+			start := time.Now()
+			assert.Contains(t, []uint16{3, 4}, io(t, ft, h))
+			assert.Less(t, time.Since(start), 100*time.Millisecond)
+		})
+	})
+}
+
+func TestWindowsMSDSM(t *testing.T) {
+	t.Run("follows a UA at once", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ft := newFakeTarget()
+			h := attach(t, ft, "w1", WindowsMSDSM())
+			assert.Contains(t, []uint16{1, 2}, io(t, ft, h))
+			ft.move(bAO, nil)
+			assert.Contains(t, []uint16{3, 4}, io(t, ft, h))
+		})
+	})
+	t.Run("one RTPG in flight per LUN", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ft := newFakeTarget()
+			ft.rtpgTime = 50 * time.Millisecond
+			h := attach(t, ft, "w1", WindowsMSDSM())
+			for i := 0; i < 4; i++ {
+				io(t, ft, h) // both AO paths in use
+			}
+			before := ft.count(isOp("rtpg"))
+			ft.move(bAO, nil)
+			var wg sync.WaitGroup
+			for i := 0; i < 8; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_, err := h.Read(context.Background(), 0, 0, 8)
+					assert.NoError(t, err)
+				}()
+			}
+			wg.Wait()
+			// 2A/06 waits on all four nexuses: the two AO paths meet it at
+			// once and share one RTPG; after the switch the two b paths meet
+			// theirs together and share another.
+			assert.EqualValues(t, 4, h.Stats().UAs)
+			assert.Equal(t, before+2, ft.count(isOp("rtpg")), "a UA meeting an RTPG in flight waits for it")
+		})
+	})
+	t.Run("04/0A retried on the other group after the retry interval", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ft := newFakeTarget()
+			h := attach(t, ft, "w1", WindowsMSDSM())
+			ft.mu.Lock()
+			ft.state[1] = scsi.StateTransitioning
+			ft.mu.Unlock()
+			start := time.Now()
+			assert.Contains(t, []uint16{3, 4}, io(t, ft, h))
+			assert.Equal(t, time.Second, time.Since(start).Round(100*time.Millisecond))
+		})
+	})
+	t.Run("04/0C retried on the other group", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ft := newFakeTarget()
+			h := attach(t, ft, "w1", WindowsMSDSM())
+			ft.mu.Lock()
+			ft.state[1] = scsi.StateUnavailable
+			ft.mu.Unlock()
+			assert.Contains(t, []uint16{3, 4}, io(t, ft, h))
+			assert.EqualValues(t, 1, h.Stats().NotAvail)
+		})
+	})
+}
+
+func TestVMwareNMP(t *testing.T) {
+	t.Run("MRU stays on one path and follows over on a state change", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ft := newFakeTarget()
+			p, err := Lookup("vmware-nmp", map[string]string{"psp": "mru"})
+			require.NoError(t, err)
+			h := attach(t, ft, "e1", p)
+			first := io(t, ft, h)
+			for i := 0; i < 10; i++ {
+				assert.Equal(t, first, io(t, ft, h))
+			}
+			ft.move(bAO, nil)
+			now := io(t, ft, h)
+			assert.Contains(t, []uint16{3, 4}, now)
+			ft.move(aAO, nil)
+			assert.Contains(t, []uint16{1, 2}, io(t, ft, h), "follow-over: the AO path, not the most recent one")
+		})
+	})
+	t.Run("RR switches every 1000 commands", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ft := newFakeTarget()
+			p, err := Lookup("vmware-nmp", map[string]string{"psp": "rr"})
+			require.NoError(t, err)
+			h := attach(t, ft, "e1", p)
+			for i := 0; i < 2500; i++ {
+				_, err := h.Read(context.Background(), 0, 0, 8)
+				require.NoError(t, err)
+			}
+			var ios []uint64
+			for _, p := range h.Paths() {
+				ios = append(ios, p.Counters().IOs[0])
+			}
+			assert.Equal(t, []uint64{1500, 1000, 0, 0}, ios)
+		})
+	})
+}
+
+func TestExplicitALUA(t *testing.T) {
+	t.Run("activates the group it reaches and fails back by STPG", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ft := newFakeTarget()
+			ft.explicit = true
+			h := attach(t, ft, "x1", ExplicitALUA())
+			ft.setCut("x1", 1, true)
+			ft.setCut("x1", 2, true)
+			assert.Contains(t, []uint16{3, 4}, io(t, ft, h))
+			assert.EqualValues(t, 1, h.Stats().STPGs)
+			ft.mu.Lock()
+			assert.Equal(t, scsi.StateActiveOptimized, ft.state[2])
+			ft.mu.Unlock()
+			ft.setCut("x1", 1, false)
+			ft.setCut("x1", 2, false)
+			time.Sleep(5100 * time.Millisecond)
+			assert.Contains(t, []uint16{1, 2}, io(t, ft, h), "the host moved the LUN back to its preferred group")
+			assert.EqualValues(t, 2, h.Stats().STPGs)
+		})
+	})
+	t.Run("two explicit hosts thrash under a partial fault", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ft := newFakeTarget()
+			ft.explicit = true
+			h1 := attach(t, ft, "x1", ExplicitALUA())
+			h2 := attach(t, ft, "x2", ExplicitALUA())
+			ft.setCut("x1", 1, true)
+			ft.setCut("x1", 2, true)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var wg sync.WaitGroup
+			for _, h := range []*Host{h1, h2} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for ctx.Err() == nil {
+						h.Read(ctx, 0, 0, 8)
+						time.Sleep(10 * time.Millisecond)
+					}
+				}()
+			}
+			wg.Wait()
+			assert.GreaterOrEqual(t, h1.Stats().STPGs, uint64(4), "x1 takes the LUN to b each time x2 took it back")
+			assert.GreaterOrEqual(t, h2.Stats().STPGs, uint64(4), "x2 fails back to a at every check")
+			assert.GreaterOrEqual(t, ft.count(isOp("stpg")), 8, "the LUN changes owner at every STPG")
+		})
+	})
+	t.Run("an implicit-only target refuses STPG; the host uses the ANO path", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ft := newFakeTarget()
+			h := attach(t, ft, "x1", ExplicitALUA())
+			ft.setCut("x1", 1, true)
+			ft.setCut("x1", 2, true)
+			assert.Contains(t, []uint16{3, 4}, io(t, ft, h))
+			assert.EqualValues(t, 1, h.Stats().STPGErrors)
+		})
+	})
+}
+
+func TestNaive(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ft := newFakeTarget()
+		h := attach(t, ft, "n1", Naive())
+		seen := map[uint16]int{}
+		for i := 0; i < 8; i++ {
+			seen[io(t, ft, h)]++
+		}
+		assert.Equal(t, map[uint16]int{1: 2, 2: 2, 3: 2, 4: 2}, seen, "round robin over every path, AO or not")
+		ft.move(bAO, nil)
+		io(t, ft, h)
+		assert.Zero(t, ft.count(isOp("rtpg")), "never reads RTPG, not even on 2A/06")
+	})
+}

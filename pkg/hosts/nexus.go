@@ -1,0 +1,88 @@
+package hosts
+
+import (
+	"context"
+	"errors"
+
+	"github.com/aluad/aluad/pkg/initiator"
+	"github.com/aluad/aluad/pkg/scsi"
+)
+
+// Nexus is one logged-in I_T nexus. A command that ends in CHECK
+// CONDITION returns an error with a KeyASC method; any other error means
+// the transport is broken and the nexus is dead.
+type Nexus interface {
+	Read(ctx context.Context, lun, lba uint64, blocks uint32) ([]byte, error)
+	Write(ctx context.Context, lun, lba uint64, data []byte, fua bool) error
+	TestUnitReady(ctx context.Context, lun uint64) error
+	ReportTargetPortGroups(ctx context.Context, lun uint64) ([]byte, error)
+	SetTargetPortGroups(ctx context.Context, lun uint64, reqs []scsi.TPGRequest) error
+	// Done is closed when the nexus dies.
+	Done() <-chan struct{}
+	Close() error
+}
+
+// Dialer logs one path in.
+type Dialer func(ctx context.Context) (Nexus, error)
+
+// Sensed is what a CHECK CONDITION error offers.
+type Sensed interface {
+	error
+	KeyASC() (key, asc, ascq byte)
+}
+
+// senseOf returns the sense of a CHECK CONDITION, or ok=false for a
+// transport error.
+func senseOf(err error) (key, asc, ascq byte, ok bool) {
+	var s Sensed
+	if !errors.As(err, &s) {
+		return 0, 0, 0, false
+	}
+	key, asc, ascq = s.KeyASC()
+	return key, asc, ascq, true
+}
+
+// BlockSize of the LUNs the hosts address (the lab's LUNs are 512-byte).
+const BlockSize = 512
+
+// sessionNexus adapts an initiator session.
+type sessionNexus struct{ s *initiator.Session }
+
+// NewSessionNexus wraps a logged-in Go initiator session.
+func NewSessionNexus(s *initiator.Session) Nexus { return sessionNexus{s} }
+
+// SessionDialer logs in with cfg and clears the unit attentions the login
+// left on luns (a new nexus reports power on/reset, 29/00, which a real
+// stack swallows while it scans).
+func SessionDialer(cfg initiator.Config) Dialer {
+	return func(ctx context.Context) (Nexus, error) {
+		s, err := initiator.Dial(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		return sessionNexus{s}, nil
+	}
+}
+
+func (n sessionNexus) Read(ctx context.Context, lun, lba uint64, blocks uint32) ([]byte, error) {
+	return n.s.Read16(ctx, lun, lba, blocks, BlockSize)
+}
+
+func (n sessionNexus) Write(ctx context.Context, lun, lba uint64, data []byte, fua bool) error {
+	return n.s.Write16(ctx, lun, lba, data, BlockSize, fua)
+}
+
+func (n sessionNexus) TestUnitReady(ctx context.Context, lun uint64) error {
+	return n.s.TestUnitReady(ctx, lun)
+}
+
+func (n sessionNexus) ReportTargetPortGroups(ctx context.Context, lun uint64) ([]byte, error) {
+	return n.s.ReportTargetPortGroups(ctx, lun, true)
+}
+
+func (n sessionNexus) SetTargetPortGroups(ctx context.Context, lun uint64, reqs []scsi.TPGRequest) error {
+	return n.s.SetTargetPortGroups(ctx, lun, reqs)
+}
+
+func (n sessionNexus) Done() <-chan struct{} { return n.s.Done() }
+func (n sessionNexus) Close() error          { return n.s.Close() }
