@@ -43,7 +43,7 @@ func groupOfPort(port uint16) uint16 { return (port-1)/2 + 1 }
 
 type senseErr struct{ key, asc, ascq byte }
 
-func (e senseErr) Error() string                   { return fmt.Sprintf("sense %x/%02x/%02x", e.key, e.asc, e.ascq) }
+func (e senseErr) Error() string                 { return fmt.Sprintf("sense %x/%02x/%02x", e.key, e.asc, e.ascq) }
 func (e senseErr) KeyASC() (key, asc, ascq byte) { return e.key, e.asc, e.ascq }
 
 var errConnReset = errors.New("connection reset")
