@@ -5,7 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"io"
 	"os/signal"
+	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -16,7 +18,9 @@ import (
 
 func labCmd(args []string) error {
 	fs := flag.NewFlagSet("lab", flag.ContinueOnError)
-	scenario := fs.String("scenario", "", "crash, transition or mirror")
+	scenario := fs.String("scenario", "", "a built-in run: default (the lab), crash, transition or mirror")
+	file := fs.String("file", "", "a scenario file to run (see pkg/lab/scenarios/default.txt)")
+	out := fs.String("out", "", "directory for the report files (default aluad-lab/NAME-TIME)")
 	iters := fs.Int("iterations", 20, "crash: node crashes to run")
 	mirror := fs.String("mirror", "both", "crash: write-cache mirroring on, off or both")
 	seed := fs.Uint64("seed", 1, "random seed")
@@ -73,10 +77,21 @@ func labCmd(args []string) error {
 			printCrash(r, m)
 		}
 		return nil
-	case "":
-		return fmt.Errorf("--scenario is required for now (crash, transition, mirror); the default lab run comes with the emulated host stacks")
+	case "", "default":
+		if *file != "" && *scenario != "" {
+			return fmt.Errorf("give --file or --scenario, not both")
+		}
+		text, _ := lab.BuiltinScenario("default")
+		if *file != "" {
+			b, err := os.ReadFile(*file)
+			if err != nil {
+				return err
+			}
+			text = string(b)
+		}
+		return runScenario(ctx, text, *out, *seed, *verbose)
 	}
-	return fmt.Errorf("unknown scenario %q (crash, transition, mirror)", *scenario)
+	return fmt.Errorf("unknown scenario %q (default, crash, transition, mirror)", *scenario)
 }
 
 func onOff(b bool) string {
@@ -130,4 +145,47 @@ func printTransition(r lab.TransitionResult, luns, qd int) {
 	}
 	tw.Flush()
 	fmt.Printf("\nI/O errors seen by the hosts over the whole run: %d (reference 002 reports 753 ms for its implicit failback)\n", r.Errors)
+}
+
+// runScenario runs a lab scenario, prints the comparison table and
+// writes the report files.
+func runScenario(ctx context.Context, text, out string, seed uint64, verbose bool) error {
+	s, err := lab.ParseScenarioText(text)
+	if err != nil {
+		return fmt.Errorf("scenario: %w", err)
+	}
+	if out == "" {
+		out = filepath.Join("aluad-lab", fmt.Sprintf("%s-%s", s.Name, time.Now().Format("20060102-150405")))
+	}
+	fi, _ := os.Stderr.Stat()
+	tty := fi != nil && fi.Mode()&os.ModeCharDevice != 0
+	var logw io.Writer
+	if verbose {
+		logw = os.Stderr
+	}
+	fmt.Printf("aluad lab %q: %d hosts (%s), %d LUNs, %v per run\n", s.Name, len(s.Hosts), stacks(s), s.LUNs, s.Duration)
+	r, err := lab.Run(ctx, s, lab.RunOptions{Seed: seed, Progress: os.Stderr, TTY: tty, Verbose: verbose, Log: logw})
+	if err != nil {
+		return err
+	}
+	fmt.Println()
+	r.Table(os.Stdout)
+	for _, m := range r.Modes {
+		fmt.Printf("\n%s ALUA, hosts:\n", m.Mode)
+		m.HostTable(os.Stdout)
+	}
+	files, err := lab.WriteReport(out, r, s, text)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\nreport: %s\n", strings.Join(files, ", "))
+	return nil
+}
+
+func stacks(s *lab.Scenario) string {
+	var out []string
+	for _, h := range s.Hosts {
+		out = append(out, h.Name+" "+h.Stack)
+	}
+	return strings.Join(out, ", ")
 }

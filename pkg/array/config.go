@@ -74,6 +74,10 @@ type OwnershipConfig struct {
 	Cooldown time.Duration `yaml:"cooldown"`
 	// PlanInterval: how often the balance planner runs.
 	PlanInterval time.Duration `yaml:"plan_interval"`
+	// ShipWindow: how long most of a LUN's I/O must arrive at one non-owner
+	// node (hosts that do not follow ALUA, or follow it late) before the
+	// LUN moves there (default 30 ticks).
+	ShipWindow time.Duration `yaml:"ship_window"`
 	// NodeCapacity is a node's capacity in work units per tick (default
 	// 1000; a 4 KiB command is one unit, 64 KiB of data another).
 	NodeCapacity float64 `yaml:"node_capacity"`
@@ -381,7 +385,7 @@ func (c *Config) validateCache() error {
 		return fmt.Errorf("cache: destage_interval must not be negative")
 	}
 	o := c.Ownership
-	for _, d := range []time.Duration{o.Tick, o.FailbackWindow, o.DiscoveryWindow, o.Cooldown, o.PlanInterval} {
+	for _, d := range []time.Duration{o.Tick, o.FailbackWindow, o.DiscoveryWindow, o.Cooldown, o.PlanInterval, o.ShipWindow} {
 		if d < 0 {
 			return fmt.Errorf("ownership: durations must not be negative")
 		}

@@ -16,6 +16,7 @@ func TestExampleConfigLoads(t *testing.T) {
 	require.Len(t, c.LUNs, 8)
 	require.Equal(t, "hdd", c.LUNs[4].Media)
 	require.Equal(t, 512, c.LUNs[0].BlockSize)
+	require.Equal(t, 30*time.Second, c.Ownership.ShipWindow)
 }
 
 func TestConfigErrors(t *testing.T) {
@@ -38,6 +39,7 @@ func TestConfigErrors(t *testing.T) {
 		{"cache too small", "cache: {size: 4KiB}\n", "at least 1MiB"},
 		{"dirty above size", "cache: {size: 8MiB, dirty_limit: 16MiB}\n", "dirty_limit at most the size"},
 		{"negative tick", "ownership: {tick: -1s}\n", "must not be negative"},
+		{"negative ship window", "ownership: {ship_window: -1s}\n", "must not be negative"},
 		{"negative capacity", "ownership: {node_capacity: -5}\n", "node_capacity"},
 		{"cache unknown key", "cache: {mirrored: true}\n", "mirrored"},
 	}

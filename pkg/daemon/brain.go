@@ -58,6 +58,7 @@ func coreConfig(cfg array.Config) (ownership.Config, time.Duration) {
 	oc.DiscoveryWindow = ticks(o.DiscoveryWindow, oc.DiscoveryWindow)
 	oc.Cooldown = ticks(o.Cooldown, oc.Cooldown)
 	oc.PlanInterval = ticks(o.PlanInterval, oc.PlanInterval)
+	oc.ShipWindow = ticks(o.ShipWindow, oc.ShipWindow)
 	oc.Passive = cfg.ALUA == "explicit"
 	return oc, tick
 }

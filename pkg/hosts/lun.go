@@ -219,8 +219,10 @@ func (h *Host) choose(ctx context.Context, l *lunState, size int) *Path {
 		l.stick, l.stickN = p, 1
 	}
 	if p.Node != l.node && h.P.Grouping != AllPaths {
+		// The first choice is logged too ("->a"), so that the host's
+		// node is known from its events at any time.
+		h.event(l.id, "switch", p.Name, l.node+"->"+p.Node)
 		if l.node != "" {
-			h.event(l.id, "switch", p.Name, l.node+"->"+p.Node)
 			h.count(func(s *Stats) { s.GroupSwitches++ })
 		}
 		l.node = p.Node

@@ -12,7 +12,6 @@ import (
 
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/daemon"
-	"github.com/aluad/aluad/pkg/initiator"
 )
 
 // CrashOptions shape the crash check.
@@ -139,9 +138,7 @@ func crashRound(ctx context.Context, env *Env, o CrashOptions, rng *rand.Rand, i
 					b := uint64(slot) + uint64(o.QD)*r.Uint64N(blocks/uint64(o.QD))
 					tag := uint64(it+1)<<40 | lun<<32 | uint64(slot)<<24 | seq
 					tagBlock(buf, tag)
-					err := h.Do(wctx, lun, func(s *initiator.Session) error {
-						return s.Write16(wctx, lun, b*8, buf, 512, false)
-					})
+					err := h.Write(wctx, lun, b*8, buf, false)
 					if err == nil {
 						sw.tags[b] = tag
 						delete(sw.maybe, b)
@@ -190,12 +187,7 @@ func verify(ctx context.Context, env *Env, acked []*slotWrites) (int, error) {
 	want := make([]byte, blk4k)
 	for _, sw := range acked {
 		for b, tag := range sw.tags {
-			var got []byte
-			err := h.Do(ctx, sw.lun, func(s *initiator.Session) error {
-				var err error
-				got, err = s.Read16(ctx, sw.lun, b*8, 8, 512)
-				return err
-			})
+			got, err := h.Read(ctx, sw.lun, b*8, 8)
 			if err != nil {
 				return lost, err
 			}

@@ -17,12 +17,16 @@ import (
 
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/daemon"
+	"github.com/aluad/aluad/pkg/hosts"
+	"github.com/aluad/aluad/pkg/initiator"
 )
 
 // Env is one running array with its hosts.
 type Env struct {
 	D     *daemon.Daemon
-	Hosts []*Host
+	Hosts []*hosts.Host
+	// IQN maps a host name to its initiator name.
+	IQN map[string]string
 	LUNs  []uint64
 	dir   string
 	log   io.Writer
@@ -32,13 +36,18 @@ type Env struct {
 type EnvConfig struct {
 	LUNs    int
 	LUNSize int64
+	// Hosts is the number of quick ALUA followers (QuickFollower) when
+	// Stacks is empty; Stacks declares hosts with their personalities.
 	Hosts   int
+	Stacks  []HostSpec
+	ALUA    string // implicit (default) or explicit
 	Mirror  bool
 	// Tick is the ownership core's tick; windows scale with it.
 	Tick           time.Duration
 	FailbackWindow time.Duration
 	Cooldown       time.Duration
 	PlanInterval   time.Duration
+	ShipWindow     time.Duration
 	NodeCapacity   float64
 	Penalty        time.Duration
 	// Dir holds the LUN files (a temporary directory when empty).
@@ -66,7 +75,10 @@ func Start(ctx context.Context, ec EnvConfig) (*Env, error) {
 	cfg.Cache.Mirror = &ec.Mirror
 	cfg.Interlink.Penalty = ec.Penalty
 	cfg.Ownership = array.OwnershipConfig{Tick: ec.Tick, FailbackWindow: ec.FailbackWindow, Cooldown: ec.Cooldown,
-		PlanInterval: ec.PlanInterval, DiscoveryWindow: 10 * ec.Tick, NodeCapacity: ec.NodeCapacity}
+		PlanInterval: ec.PlanInterval, DiscoveryWindow: 10 * ec.Tick, NodeCapacity: ec.NodeCapacity, ShipWindow: ec.ShipWindow}
+	if ec.ALUA != "" {
+		cfg.ALUA = ec.ALUA
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -82,7 +94,7 @@ func Start(ctx context.Context, ec EnvConfig) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Env{D: d, dir: dir, log: logw}
+	e := &Env{D: d, dir: dir, log: logw, IQN: map[string]string{}}
 	if ec.Dir == "" {
 		e.dir = dir
 	} else {
@@ -91,16 +103,52 @@ func Start(ctx context.Context, ec EnvConfig) (*Env, error) {
 	for _, l := range d.Array.LUNs {
 		e.LUNs = append(e.LUNs, l.ID)
 	}
-	for i := 0; i < ec.Hosts; i++ {
-		name := fmt.Sprintf("h%d", i+1)
-		h, err := NewHost(ctx, name, "iqn.2026-11.org.aluad.lab:"+name, cfg.Target, d.Portals(), e.LUNs)
+	specs := ec.Stacks
+	for i := 0; len(ec.Stacks) == 0 && i < ec.Hosts; i++ {
+		specs = append(specs, HostSpec{Name: fmt.Sprintf("h%d", i+1)})
+	}
+	for i, hs := range specs {
+		p := QuickFollower()
+		if hs.Stack != "" {
+			if p, err = hosts.Lookup(hs.Stack, hs.Opts); err != nil {
+				e.Close()
+				return nil, err
+			}
+		}
+		iqn := "iqn.2026-11.org.aluad.lab:" + hs.Name
+		h, err := hosts.New(ctx, hs.Name, p, pathSpecs(hs.Name, iqn, byte(i+1), d.Portals()), e.LUNs)
 		if err != nil {
 			e.Close()
 			return nil, err
 		}
 		e.Hosts = append(e.Hosts, h)
+		e.IQN[hs.Name] = iqn
 	}
 	return e, nil
+}
+
+// QuickFollower is the lab's stand-in host for runs about the array
+// rather than the host (crash check, transition and mirroring runs): the
+// MSDSM behaviour (follows a UA at once) with a 10 ms retry and a 50 ms
+// path checker. It is not a real stack; pkg/hosts has those.
+func QuickFollower() hosts.Personality {
+	p := hosts.WindowsMSDSM()
+	p.Name = "quick-follower"
+	p.RetryEvery, p.CheckEvery, p.MaxCheckEvery = 10*time.Millisecond, 50*time.Millisecond, 50*time.Millisecond
+	p.NoPathRetry = hosts.QueueForever
+	return p
+}
+
+// pathSpecs gives a host one path per target port.
+func pathSpecs(name, iqn string, hostNo byte, portals []daemon.PortalInfo) []hosts.PathSpec {
+	var out []hosts.PathSpec
+	for i, pi := range portals {
+		cfg := initiator.Config{Addr: pi.Addr, Target: pi.Target, InitiatorName: iqn,
+			ISID: [6]byte{0x80, 0, 0, 0, hostNo, byte(i + 1)}, DialTimeout: time.Second}
+		out = append(out, hosts.PathSpec{Name: name + ":" + pi.Port, Node: pi.Node, RelID: pi.RelativeID,
+			Dial: hosts.SessionDialer(cfg)})
+	}
+	return out
 }
 
 // Close logs the hosts out, stops the daemon and removes a temporary dir.

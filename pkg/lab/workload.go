@@ -8,22 +8,33 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/aluad/aluad/pkg/initiator"
+	"github.com/aluad/aluad/pkg/hosts"
 )
 
-// Sample is one completed I/O: when it started and how long it took.
+// Sample is one completed I/O: which host and LUN, when it started and
+// how long it took.
 type Sample struct {
+	Host    int
+	LUN     uint64
 	Start   time.Time
 	Latency time.Duration
 	Err     bool
 }
 
-// Workload runs 4 KiB random I/O on every LUN at a fixed queue depth per
-// LUN, from the hosts in turn, and records every I/O.
+// Stream is one host's load on one LUN.
+type Stream struct {
+	Host    int // index in Env.Hosts
+	LUN     uint64
+	BS      int
+	ReadPct int
+	QD      int
+	// Rate caps the stream's commands per second (0: unlimited).
+	Rate float64
+}
+
+// Workload runs streams of random I/O and records every command.
 type Workload struct {
 	env     *Env
-	QD      int
-	ReadPct int
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	mu      sync.Mutex
@@ -35,42 +46,66 @@ type Workload struct {
 // Completed counts the I/Os completed so far.
 func (w *Workload) Completed() int64 { return w.done.Load() }
 
-// StartWorkload starts the I/O; Stop ends it and returns the samples.
+// StartWorkload starts 4 KiB random I/O on every LUN at queue depth qd,
+// each LUN driven by one host in turn.
 func StartWorkload(env *Env, qd, readPct int, lunSize int64, seed uint64) *Workload {
-	ctx, cancel := context.WithCancel(context.Background())
-	w := &Workload{env: env, QD: qd, ReadPct: readPct, cancel: cancel, blocks: uint64(lunSize) / blk4k}
+	var st []Stream
 	for li, lun := range env.LUNs {
-		h := env.Hosts[li%len(env.Hosts)]
-		for q := 0; q < qd; q++ {
+		st = append(st, Stream{Host: li % len(env.Hosts), LUN: lun, BS: blk4k, ReadPct: readPct, QD: qd})
+	}
+	return StartStreams(env, st, lunSize, seed)
+}
+
+// StartStreams starts the streams; Stop ends them and returns the samples.
+func StartStreams(env *Env, streams []Stream, lunSize int64, seed uint64) *Workload {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &Workload{env: env, cancel: cancel, blocks: uint64(lunSize) / hosts.BlockSize}
+	for _, st := range streams {
+		for q := 0; q < st.QD; q++ {
 			idx := len(w.samples)
 			w.samples = append(w.samples, nil)
 			w.wg.Add(1)
-			go w.worker(ctx, h, lun, idx, seed+uint64(idx))
+			go w.worker(ctx, st, q, idx, seed+uint64(idx))
 		}
 	}
 	return w
 }
 
-func (w *Workload) worker(ctx context.Context, h *Host, lun uint64, idx int, seed uint64) {
+func (w *Workload) worker(ctx context.Context, st Stream, slot, idx int, seed uint64) {
 	defer w.wg.Done()
-	r := rand.New(rand.NewPCG(seed, lun))
-	buf := make([]byte, blk4k)
+	h := w.env.Hosts[st.Host]
+	r := rand.New(rand.NewPCG(seed, st.LUN))
+	buf := make([]byte, st.BS)
+	per := uint64(st.BS / hosts.BlockSize)
+	var interval time.Duration
+	if st.Rate > 0 {
+		interval = time.Duration(float64(st.QD) / st.Rate * float64(time.Second))
+	}
+	next := time.Now().Add(time.Duration(slot) * interval / time.Duration(max(st.QD, 1)))
 	var out []Sample
 	for ctx.Err() == nil {
-		b := r.Uint64N(w.blocks)
-		read := r.IntN(100) < w.ReadPct
-		start := time.Now()
-		err := h.Do(ctx, lun, func(s *initiator.Session) error {
-			if read {
-				_, err := s.Read16(ctx, lun, b*8, 8, 512)
-				return err
+		if interval > 0 {
+			if d := time.Until(next); d > 0 {
+				select {
+				case <-ctx.Done():
+				case <-time.After(d):
+				}
 			}
-			return s.Write16(ctx, lun, b*8, buf, 512, false)
-		})
+			next = next.Add(interval)
+		}
+		lba := r.Uint64N(w.blocks/per) * per
+		read := r.IntN(100) < st.ReadPct
+		start := time.Now()
+		var err error
+		if read {
+			_, err = h.Read(ctx, st.LUN, lba, uint32(per))
+		} else {
+			err = h.Write(ctx, st.LUN, lba, buf, false)
+		}
 		if ctx.Err() != nil {
 			break // the run ended mid-command: not a sample
 		}
-		out = append(out, Sample{Start: start, Latency: time.Since(start), Err: err != nil})
+		out = append(out, Sample{Host: st.Host, LUN: st.LUN, Start: start, Latency: time.Since(start), Err: err != nil})
 		w.done.Add(1)
 	}
 	w.mu.Lock()

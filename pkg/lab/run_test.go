@@ -1,0 +1,76 @@
+package lab
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A short partial fault: h1 loses node a. The implicit array fails the
+// LUNs over once and back once; explicit hosts fight over them (their
+// checkers run every second here) until the repair.
+const shortScenario = `name short
+luns 4 size=8MiB
+host h1 linux-dm checker=1s
+host h2 windows-msdsm
+workload luns=all hosts=all qd=1 rate=100
+duration 10s
+at 2s failover: cut host=h1 node=a
+at 6s failback: restore host=h1 node=a
+compare explicit-alua checker=1s
+`
+
+func TestRunScenario(t *testing.T) {
+	s, err := ParseScenarioText(shortScenario)
+	require.NoError(t, err)
+	r, err := Run(context.Background(), s, RunOptions{Seed: 1})
+	require.NoError(t, err)
+	require.Len(t, r.Modes, 2)
+	imp, exp := r.Modes[0], r.Modes[1]
+	assert.Equal(t, "implicit", imp.Mode)
+	assert.Equal(t, "explicit", exp.Mode)
+	for _, m := range r.Modes {
+		assert.Zero(t, m.Errors, "%s: no I/O error at any host", m.Mode)
+		assert.Greater(t, m.IOs, 1000)
+		require.Len(t, m.Events, 2)
+	}
+	// Implicit: LUNs 0 and 2 (preferred a) fail over to b, then back.
+	assert.Equal(t, 2, imp.Events[0].Moves)
+	assert.Zero(t, imp.Events[0].Thrash)
+	assert.Equal(t, 2, imp.Events[1].Moves)
+	causes := map[string]int{}
+	for _, m := range imp.Moves {
+		causes[m.Cause] += len(m.LUNs)
+	}
+	assert.Equal(t, map[string]int{"failover": 2, "failback": 2}, causes)
+	// Explicit: h1 moves them to b by STPG, h2 moves them back: thrash.
+	assert.Positive(t, exp.Events[0].Thrash)
+	assert.Positive(t, exp.Hosts[0].Stats.STPGs)
+	assert.Positive(t, exp.Hosts[1].Stats.STPGs)
+	for _, m := range exp.Moves {
+		assert.Equal(t, "stpg", m.Cause)
+	}
+	// Explicit moves put 04/0A in the hosts' way; implicit ones do not.
+	assert.Zero(t, imp.Hosts[1].Stats.Transitioning)
+	assert.Positive(t, exp.Hosts[1].Stats.Transitioning)
+
+	var table strings.Builder
+	r.Table(&table)
+	assert.Contains(t, table.String(), "failover  reduction")
+	dir := t.TempDir()
+	files, err := WriteReport(dir, r, s, shortScenario)
+	require.NoError(t, err)
+	assert.Len(t, files, 4)
+	page, err := os.ReadFile(filepath.Join(dir, "report.html"))
+	require.NoError(t, err)
+	assert.Contains(t, string(page), "<svg")
+	assert.Contains(t, string(page), "explicit ALUA: worst I/O latency")
+	js, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	require.NoError(t, err)
+	assert.Contains(t, string(js), `"thrash"`)
+}
