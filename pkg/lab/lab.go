@@ -26,10 +26,10 @@ type Env struct {
 	D     *daemon.Daemon
 	Hosts []*hosts.Host
 	// IQN maps a host name to its initiator name.
-	IQN map[string]string
-	LUNs  []uint64
-	dir   string
-	log   io.Writer
+	IQN  map[string]string
+	LUNs []uint64
+	dir  string
+	log  io.Writer
 }
 
 // EnvConfig shapes an Env.
@@ -38,10 +38,10 @@ type EnvConfig struct {
 	LUNSize int64
 	// Hosts is the number of quick ALUA followers (QuickFollower) when
 	// Stacks is empty; Stacks declares hosts with their personalities.
-	Hosts   int
-	Stacks  []HostSpec
-	ALUA    string // implicit (default) or explicit
-	Mirror  bool
+	Hosts  int
+	Stacks []HostSpec
+	ALUA   string // implicit (default) or explicit
+	Mirror bool
 	// Tick is the ownership core's tick; windows scale with it.
 	Tick           time.Duration
 	FailbackWindow time.Duration

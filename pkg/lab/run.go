@@ -67,18 +67,18 @@ type ReportRecord struct {
 
 // HostResult is one host's view of a run.
 type HostResult struct {
-	Name   string       `json:"name"`
-	Stack  string       `json:"stack"`
-	Stats  hosts.Stats  `json:"stats"`
-	Paths  []PathResult `json:"paths"`
+	Name   string          `json:"name"`
+	Stack  string          `json:"stack"`
+	Stats  hosts.Stats     `json:"stats"`
+	Paths  []PathResult    `json:"paths"`
 	Follow []time.Duration `json:"follow_ns"` // per ownership move of a LUN it uses: move to switch
 }
 
 // PathResult is one path's counters at the end of a run.
 type PathResult struct {
-	Name     string          `json:"name"`
-	Up       bool            `json:"up"`
-	Counters hosts.Counters  `json:"counters"`
+	Name     string         `json:"name"`
+	Up       bool           `json:"up"`
+	Counters hosts.Counters `json:"counters"`
 }
 
 // Run runs the scenario, then its comparison (explicit ALUA, every host
