@@ -7,3 +7,5 @@ bench:
 	scripts/bench.sh
 serve: build
 	bin/aluad serve
+lab: build
+	bin/aluad lab

@@ -18,6 +18,7 @@ FUZZTIME=${FUZZTIME:-10s}
 echo "== fuzz ($FUZZTIME each)"
 for f in FuzzReadPDU FuzzParseText FuzzLoginStep; do go test -run='^$' -fuzz="^$f\$" -fuzztime="$FUZZTIME" ./pkg/iscsi/; done
 for f in FuzzExecute FuzzExecuteALUA FuzzParseSense FuzzParseRTPG FuzzParseSTPG; do go test -run='^$' -fuzz="^$f\$" -fuzztime="$FUZZTIME" ./pkg/scsi/; done
+go test -run='^$' -fuzz='^FuzzParseScenario$' -fuzztime="$FUZZTIME" ./pkg/lab/
 echo "== iscsi-test-cu against tgtd (same command, for comparison)"
 scripts/tgtd-conformance.sh | tee results/tgtd-conformance.txt
 cat results/tgtd-conformance.txt | head -1

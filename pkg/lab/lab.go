@@ -1,10 +1,16 @@
 // Package lab owns the in-process lab runs: an aluad daemon on loopback,
-// emulated multipath hosts over the Go initiator (real iSCSI), a workload
-// generator with per-I/O latency recording, fault injection, and the runs
-// built from them: the crash check (no acknowledged write lost), the
-// transition benchmark (I/O latency through failback and rebalance) and
-// the mirroring bandwidth comparison. It drives pkg/daemon from outside,
-// as a user's hosts would; nothing here is imported by the array.
+// emulated hosts of pkg/hosts (real iSCSI over the Go initiator), a
+// workload generator with per-I/O latency recording, fault injection, and
+// the runs built from them. The main one runs a scenario file
+// (scenario.go; the default is scenarios/default.txt): hosts of several
+// multipath stacks under steady load through timed faults, then the same
+// with explicit ALUA and hosts that drive ownership by STPG; it measures
+// per event the worst I/O, the longest stall, ownership moves, thrash and
+// how long each host took to follow, and writes a table, JSON, an SVG
+// chart and an HTML report. The others are the crash check (no
+// acknowledged write lost), the transition benchmark and the mirroring
+// comparison. It drives pkg/daemon from outside, as a user's hosts would;
+// nothing here is imported by the array.
 package lab
 
 import (

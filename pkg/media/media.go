@@ -5,11 +5,13 @@
 package media
 
 import (
+	"container/heap"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -196,10 +198,13 @@ func (s *profiled) WriteAt(p []byte, off int64) error {
 }
 
 // PreciseWait waits for d by the clock. OS timers on some machines (this
-// project's CI VMs among them) fire no sooner than ~1 ms, far coarser than
-// an SSD access or an interlink hop, so time.Sleep(50µs) would wait 1 ms.
-// Short waits therefore spin on the clock, yielding the processor between
-// checks; only the part of a long wait beyond 2 ms sleeps.
+// one and the project's CI VMs among them) fire no sooner than ~1 ms, far
+// coarser than an SSD access or an interlink hop, so time.Sleep(50µs)
+// would wait 1 ms. Short waits are therefore woken by one clock goroutine
+// that spins on the clock, yielding between checks, while any wait is
+// pending; only the part of a long wait beyond 2 ms sleeps. One spinner
+// for all waiters (not one per waiter) keeps dozens of concurrent waits
+// from starving the goroutines that serve I/O on a machine with few cores.
 func PreciseWait(d time.Duration) {
 	if d <= 0 {
 		return
@@ -208,7 +213,66 @@ func PreciseWait(d time.Duration) {
 	if d > 2*time.Millisecond {
 		time.Sleep(d - 2*time.Millisecond)
 	}
-	for time.Now().Before(deadline) {
+	if !time.Now().Before(deadline) {
+		return
+	}
+	<-waker.add(deadline)
+}
+
+// waker is the clock goroutine's queue of pending waits.
+var waker = &clock{}
+
+type clock struct {
+	mu      sync.Mutex
+	waits   waitHeap
+	running bool
+}
+
+type wait struct {
+	at time.Time
+	ch chan struct{}
+}
+
+type waitHeap []wait
+
+func (h waitHeap) Len() int           { return len(h) }
+func (h waitHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h waitHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *waitHeap) Push(x any)        { *h = append(*h, x.(wait)) }
+func (h *waitHeap) Pop() any {
+	old := *h
+	w := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return w
+}
+
+// add queues a wait and returns the channel closed at its deadline.
+func (c *clock) add(at time.Time) chan struct{} {
+	ch := make(chan struct{})
+	c.mu.Lock()
+	heap.Push(&c.waits, wait{at, ch})
+	if !c.running {
+		c.running = true
+		go c.spin()
+	}
+	c.mu.Unlock()
+	return ch
+}
+
+// spin wakes waits as their deadlines pass and exits when none is left.
+func (c *clock) spin() {
+	for {
+		now := time.Now()
+		c.mu.Lock()
+		for len(c.waits) > 0 && !c.waits[0].at.After(now) {
+			close(heap.Pop(&c.waits).(wait).ch)
+		}
+		if len(c.waits) == 0 {
+			c.running = false
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
 		runtime.Gosched()
 	}
 }
