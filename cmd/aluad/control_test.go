@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -75,11 +76,16 @@ func TestFaultAndLabCommands(t *testing.T) {
 	} {
 		require.ErrorContains(t, fault(tc.args), tc.want, "%v", tc.args)
 	}
+	bad := filepath.Join(t.TempDir(), "bad.txt")
+	require.NoError(t, os.WriteFile(bad, []byte("hots h1 linux-dm\n"), 0o644))
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
-		{nil, "--scenario is required"},
+		{[]string{"--repeat", "0"}, "--repeat must be from 1 to 20"},
+		{[]string{"--file", filepath.Join(t.TempDir(), "none.txt")}, "no such file"},
+		{[]string{"--file", bad}, "scenario: line 1: unknown directive"},
+		{[]string{"--scenario", "default", "--file", bad}, "not both"},
 		{[]string{"--scenario", "moon"}, `unknown scenario "moon"`},
 		{[]string{"--scenario", "crash", "--mirror", "maybe"}, "--mirror must be on, off or both"},
 		{[]string{"--scenario", "crash", "--iterations", "0"}, "must be positive"},

@@ -20,6 +20,7 @@ func labCmd(args []string) error {
 	fs := flag.NewFlagSet("lab", flag.ContinueOnError)
 	scenario := fs.String("scenario", "", "a built-in run: default (the lab), crash, transition or mirror")
 	file := fs.String("file", "", "a scenario file to run (see pkg/lab/scenarios/default.txt)")
+	repeat := fs.Int("repeat", 1, "run the scenario this many times and print the medians")
 	out := fs.String("out", "", "directory for the report files (default aluad-lab/NAME-TIME)")
 	iters := fs.Int("iterations", 20, "crash: node crashes to run")
 	mirror := fs.String("mirror", "both", "crash: write-cache mirroring on, off or both")
@@ -89,7 +90,7 @@ func labCmd(args []string) error {
 			}
 			text = string(b)
 		}
-		return runScenario(ctx, text, *out, *seed, *verbose)
+		return runScenario(ctx, text, *out, *seed, *repeat, *verbose)
 	}
 	return fmt.Errorf("unknown scenario %q (default, crash, transition, mirror)", *scenario)
 }
@@ -149,7 +150,7 @@ func printTransition(r lab.TransitionResult, luns, qd int) {
 
 // runScenario runs a lab scenario, prints the comparison table and
 // writes the report files.
-func runScenario(ctx context.Context, text, out string, seed uint64, verbose bool) error {
+func runScenario(ctx context.Context, text, out string, seed uint64, repeat int, verbose bool) error {
 	s, err := lab.ParseScenarioText(text)
 	if err != nil {
 		return fmt.Errorf("scenario: %w", err)
@@ -164,12 +165,28 @@ func runScenario(ctx context.Context, text, out string, seed uint64, verbose boo
 		logw = os.Stderr
 	}
 	fmt.Printf("aluad lab %q: %d hosts (%s), %d LUNs, %v per run\n", s.Name, len(s.Hosts), stacks(s), s.LUNs, s.Duration)
-	r, err := lab.Run(ctx, s, lab.RunOptions{Seed: seed, Progress: os.Stderr, TTY: tty, Verbose: verbose, Log: logw})
-	if err != nil {
-		return err
+	if repeat < 1 || repeat > 20 {
+		return fmt.Errorf("--repeat must be from 1 to 20")
 	}
-	fmt.Println()
-	r.Table(os.Stdout)
+	var all []*lab.Result
+	var r *lab.Result
+	for i := 0; i < repeat; i++ {
+		var err error
+		r, err = lab.Run(ctx, s, lab.RunOptions{Seed: seed + uint64(i), Progress: os.Stderr, TTY: tty, Verbose: verbose, Log: logw})
+		if err != nil {
+			return err
+		}
+		all = append(all, r)
+		fmt.Println()
+		if repeat > 1 {
+			fmt.Printf("repeat %d/%d:\n", i+1, repeat)
+		}
+		r.Table(os.Stdout)
+	}
+	if repeat > 1 {
+		fmt.Printf("\nmedians over %d repeats:\n", repeat)
+		lab.MedianTable(os.Stdout, all)
+	}
 	for _, m := range r.Modes {
 		fmt.Printf("\n%s ALUA, hosts:\n", m.Mode)
 		m.HostTable(os.Stdout)
@@ -178,7 +195,16 @@ func runScenario(ctx context.Context, text, out string, seed uint64, verbose boo
 	if err != nil {
 		return err
 	}
-	fmt.Printf("\nreport: %s\n", strings.Join(files, ", "))
+	if repeat > 1 {
+		var b strings.Builder
+		lab.MedianTable(&b, all)
+		p := filepath.Join(out, "medians.txt")
+		if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+			return err
+		}
+		files = append(files, p)
+	}
+	fmt.Printf("\nreport (last run): %s\n", strings.Join(files, ", "))
 	return nil
 }
 

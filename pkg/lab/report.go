@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -140,4 +141,51 @@ func WriteReport(dir string, r *Result, s *Scenario, scenarioText string) ([]str
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// MedianTable writes, per event and run mode, the median over repeated
+// runs of each figure of Table, with the range of the worst I/O.
+func MedianTable(w io.Writer, rs []*Result) {
+	if len(rs) == 0 || len(rs[0].Modes) == 0 {
+		return
+	}
+	med := func(get func(*Result) float64) (float64, float64, float64) {
+		var v []float64
+		for _, r := range rs {
+			v = append(v, get(r))
+		}
+		slices.Sort(v)
+		return v[len(v)/2], v[0], v[len(v)-1]
+	}
+	dms := func(f float64) string { return ms(time.Duration(f)) }
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "event\tALUA\tworst I/O (median of %d)\tworst range\tstall\tp99\tmoves\tthrash\tslowest host follow\n", len(rs))
+	first := rs[0]
+	for i := range first.Modes[0].Events {
+		worsts := map[int]float64{}
+		for mi, m := range first.Modes {
+			ev := func(get func(EventResult) float64) func(*Result) float64 {
+				return func(r *Result) float64 {
+					if mi >= len(r.Modes) || i >= len(r.Modes[mi].Events) {
+						return 0
+					}
+					return get(r.Modes[mi].Events[i])
+				}
+			}
+			wm, wlo, whi := med(ev(func(e EventResult) float64 { return float64(e.Worst) }))
+			st, _, _ := med(ev(func(e EventResult) float64 { return float64(e.Stall) }))
+			p99, _, _ := med(ev(func(e EventResult) float64 { return float64(e.P99) }))
+			mv, _, _ := med(ev(func(e EventResult) float64 { return float64(e.Moves) }))
+			th, _, _ := med(ev(func(e EventResult) float64 { return float64(e.Thrash) }))
+			fo, _, _ := med(ev(func(e EventResult) float64 { return float64(e.Follow) }))
+			worsts[mi] = wm
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s - %s\t%s\t%s\t%.0f\t%.0f\t%s\n", m.Events[i].Label, m.Mode, dms(wm), dms(wlo), dms(whi),
+				dms(st), dms(p99), mv, th, dms(fo))
+		}
+		if len(first.Modes) == 2 {
+			fmt.Fprintf(tw, "%s\treduction\t%.1f%%\t\t\t\t\t\t\n", first.Modes[0].Events[i].Label,
+				Reduction(time.Duration(worsts[0]), time.Duration(worsts[1])))
+		}
+	}
+	tw.Flush()
 }

@@ -113,3 +113,22 @@ func TestWorstAndStall(t *testing.T) {
 	assert.Equal(t, 40*time.Millisecond, worst)
 	assert.Equal(t, 40*time.Millisecond, stall, "stream h0/LUN 0 completed nothing from 2 ms to 42 ms")
 }
+
+func TestMedianTable(t *testing.T) {
+	mk := func(imp, exp time.Duration, thrash int) *Result {
+		return &Result{Modes: []*ModeResult{
+			{Mode: "implicit", Events: []EventResult{{Label: "failover", Worst: imp}}},
+			{Mode: "explicit", Events: []EventResult{{Label: "failover", Worst: exp, Thrash: thrash}}},
+		}}
+	}
+	var b strings.Builder
+	MedianTable(&b, []*Result{mk(30*time.Millisecond, time.Second, 4), mk(10*time.Millisecond, 2*time.Second, 6),
+		mk(20*time.Millisecond, 3*time.Second, 5)})
+	out := b.String()
+	assert.Contains(t, out, "worst I/O (median of 3)")
+	assert.Regexp(t, `failover\s+implicit\s+20.0 ms\s+10.0 ms - 30.0 ms`, out)
+	assert.Regexp(t, `failover\s+explicit\s+2000.0 ms\s+1000.0 ms - 3000.0 ms.*\s5\s`, out)
+	assert.Regexp(t, `failover\s+reduction\s+99.0%`, out)
+	assert.Equal(t, 99.0, Reduction(20*time.Millisecond, 2*time.Second))
+	assert.Zero(t, Reduction(time.Millisecond, 0))
+}
