@@ -16,10 +16,14 @@ type EventResult struct {
 	Kind  string        `json:"kind"`
 	At    time.Duration `json:"at_ns"`
 	// Worst is the longest I/O in flight at the event or during any
-	// ownership move of its phase; Stall the longest time one host's
-	// stream to one LUN completed nothing, over the same moments.
-	Worst time.Duration `json:"worst_ns"`
-	Stall time.Duration `json:"stall_ns"`
+	// ownership move the array or a host made in its phase; Stall the
+	// longest time one host's stream to one LUN completed nothing, over the
+	// same moments. The scenario's own operator moves (skew) are the
+	// injected condition, not the reaction to it: the longest I/O through
+	// them is OperatorWorst.
+	Worst         time.Duration `json:"worst_ns"`
+	Stall         time.Duration `json:"stall_ns"`
+	OperatorWorst time.Duration `json:"operator_worst_ns,omitempty"`
 	// P99 and Max over every I/O that started in the phase.
 	P99    time.Duration `json:"p99_ns"`
 	Max    time.Duration `json:"max_ns"`
@@ -67,13 +71,19 @@ func analyse(mr *ModeResult, s *Scenario, env *Env, actual []time.Time) {
 		st := Summarise(mr.samples, from, to)
 		er.P99, er.Max, er.IOs, er.Errors = st.P99, st.Max, st.Count, st.Errors
 		windows := [][2]time.Time{{from, from.Add(10 * time.Millisecond)}}
+		var opWindows [][2]time.Time
 		last := map[uint64]MoveRecord{}
 		for mi, m := range mr.Moves {
 			at := t0.Add(m.At)
 			if at.Before(from) || !at.Before(to) {
 				continue
 			}
-			windows = append(windows, [2]time.Time{at.Add(-m.Flush - m.Stop), at})
+			w := [2]time.Time{at.Add(-m.Flush - m.Stop), at}
+			if m.Cause == "manual" {
+				opWindows = append(opWindows, w) // the scenario's own moves (skew)
+			} else {
+				windows = append(windows, w)
+			}
 			for _, lun := range m.LUNs {
 				er.Moves++
 				if p, ok := last[lun]; ok && p.From == m.To && p.Cause != "manual" && m.Cause != "manual" {
@@ -88,6 +98,9 @@ func analyse(mr *ModeResult, s *Scenario, env *Env, actual []time.Time) {
 			}
 		}
 		er.Worst, er.Stall = worstAndStall(mr.samples, windows)
+		if len(opWindows) > 0 {
+			er.OperatorWorst, _ = worstAndStall(mr.samples, opWindows)
+		}
 		mr.Events = append(mr.Events, er)
 	}
 	for i, h := range env.Hosts {

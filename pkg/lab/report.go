@@ -29,19 +29,23 @@ func Reduction(implicit, explicit time.Duration) float64 {
 // how long the slowest host took to follow a move; then the reduction.
 func (r *Result) Table(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "event\tALUA\tworst I/O\tstall\tp99\tI/Os\terrors\tmoves\tthrash\tslowest host follow")
+	fmt.Fprintln(tw, "event\tALUA\tworst I/O\tstall\tp99\tI/Os\terrors\tmoves\tthrash\tslowest host follow\toperator moves' worst")
 	for i := range r.Modes[0].Events {
 		for _, m := range r.Modes {
 			if i >= len(m.Events) {
 				continue
 			}
 			e := m.Events[i]
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", e.Label, m.Mode, ms(e.Worst), ms(e.Stall), ms(e.P99),
-				e.IOs, e.Errors, e.Moves, e.Thrash, ms(e.Follow))
+			op := "-"
+			if e.OperatorWorst > 0 {
+				op = ms(e.OperatorWorst)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", e.Label, m.Mode, ms(e.Worst), ms(e.Stall), ms(e.P99),
+				e.IOs, e.Errors, e.Moves, e.Thrash, ms(e.Follow), op)
 		}
 		if len(r.Modes) == 2 && i < len(r.Modes[1].Events) {
 			a, b := r.Modes[0].Events[i], r.Modes[1].Events[i]
-			fmt.Fprintf(tw, "%s\treduction\t%.1f%%\t%.1f%%\t\t\t\t\t\t\n", a.Label, Reduction(a.Worst, b.Worst), Reduction(a.Stall, b.Stall))
+			fmt.Fprintf(tw, "%s\treduction\t%.1f%%\t%.1f%%\t\t\t\t\t\t\t\n", a.Label, Reduction(a.Worst, b.Worst), Reduction(a.Stall, b.Stall))
 		}
 	}
 	tw.Flush()
