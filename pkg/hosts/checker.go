@@ -84,10 +84,16 @@ func (h *Host) check(p *Path) {
 		default:
 		}
 		if err := nx.TestUnitReady(ctx, h.order[0]); err != nil {
-			if _, _, _, sensed := senseOf(err); !sensed {
+			key, asc, ascq, sensed := senseOf(err)
+			if !sensed {
 				h.pathFailed(p, nx, err)
 				h.schedule(p, true)
 				return
+			}
+			if key == 0x6 {
+				// The checker's TUR met the unit attention first: the
+				// stack acts on it as on any command's (scsi_dh_alua).
+				h.react(ctx, h.luns[h.order[0]], p, nx, key, asc, ascq)
 			}
 		}
 		for _, id := range h.order {
