@@ -53,7 +53,8 @@ func (h *Host) check(p *Path) {
 		}
 	}()
 	changed := false
-	if nx := p.nexus(); nx == nil {
+	nx := p.nexus()
+	if nx == nil {
 		nx, err := p.login(ctx)
 		if err != nil {
 			h.schedule(p, true)
@@ -64,9 +65,7 @@ func (h *Host) check(p *Path) {
 		h.event(0, "reinstated", p.Name, "")
 		for _, id := range h.order {
 			l := h.luns[id]
-			l.mu.Lock()
-			delete(l.failed, p)
-			l.mu.Unlock()
+			l.unfail(p)
 			if h.P.ReadsRTPG {
 				h.readRTPG(ctx, l, p, nx, false)
 				h.refreshPrio(l, p)
@@ -75,40 +74,44 @@ func (h *Host) check(p *Path) {
 		}
 		h.schedule(p, true)
 		return
-	} else {
-		select {
-		case <-nx.Done():
-			h.pathFailed(p, nx, errors.New("connection closed"))
+	}
+	select {
+	case <-nx.Done():
+		h.pathFailed(p, nx, errors.New("connection closed"))
+		h.schedule(p, true)
+		return
+	default:
+	}
+	if err := nx.TestUnitReady(ctx, h.order[0]); err != nil {
+		key, asc, ascq, sensed := senseOf(err)
+		if !sensed {
+			h.pathFailed(p, nx, err)
 			h.schedule(p, true)
 			return
-		default:
 		}
-		if err := nx.TestUnitReady(ctx, h.order[0]); err != nil {
-			key, asc, ascq, sensed := senseOf(err)
-			if !sensed {
-				h.pathFailed(p, nx, err)
-				h.schedule(p, true)
-				return
-			}
-			if key == 0x6 {
-				// The checker's TUR met the unit attention first: the
-				// stack acts on it as on any command's (scsi_dh_alua).
-				h.react(ctx, h.luns[h.order[0]], p, nx, key, asc, ascq)
-			}
+		if key == 0x6 {
+			// The checker's TUR met the unit attention first: the
+			// stack acts on it as on any command's (scsi_dh_alua).
+			h.react(ctx, h.luns[h.order[0]], p, nx, key, asc, ascq)
 		}
-		for _, id := range h.order {
-			l := h.luns[id]
-			l.mu.Lock()
-			delete(l.failed, p)
-			l.mu.Unlock()
-			if h.P.PrioAtCheck {
-				h.readRTPG(ctx, l, p, nx, false)
-				changed = h.refreshPrio(l, p) || changed
-				h.failback(l, nil)
-			}
+	}
+	for _, id := range h.order {
+		l := h.luns[id]
+		l.unfail(p)
+		if h.P.PrioAtCheck {
+			h.readRTPG(ctx, l, p, nx, false)
+			changed = h.refreshPrio(l, p) || changed
+			h.failback(l, nil)
 		}
 	}
 	h.schedule(p, changed)
+}
+
+// unfail reinstates p for the LUN (a checker that found it working).
+func (l *lunState) unfail(p *Path) {
+	l.mu.Lock()
+	delete(l.failed, p)
+	l.mu.Unlock()
 }
 
 // refreshPrio sets p's priority for l from the driver's state; it reports
