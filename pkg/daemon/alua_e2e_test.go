@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -94,8 +95,39 @@ func TestManualMoveOverControlSocket(t *testing.T) {
 		}
 	}
 	require.Equal(t, 2, kinds[EventLogin])
+	var uas []string
+	for _, e := range ev.Events {
+		if e.Kind == EventUA {
+			uas = append(uas, fmt.Sprintf("%s LUN %d port %d", e.Reason, *e.LUN, e.TargetPort))
+		}
+	}
+	require.ElementsMatch(t, []string{"29/00 LUN 0 port 1", "29/00 LUN 1 port 1", "29/00 LUN 0 port 3", "29/00 LUN 1 port 3",
+		"2A/06 LUN 0 port 1", "2A/06 LUN 0 port 3"}, uas, "every UA reported to a nexus, once")
 	require.Equal(t, 6, kinds[EventRTPG], "one per path before the move, two formats per path after")
 	require.Equal(t, 1, kinds[EventALUA])
+
+	// Media arrivals per path: a read on the new owner's path counts there
+	// and stamps its arrival; the old path shows none.
+	before := time.Now()
+	_, err = paths[1].Read16(ctx, 0, 0, 1, 512)
+	require.NoError(t, err)
+	ios, err := c.IO()
+	require.NoError(t, err)
+	var onB *PathIO
+	for i, p := range ios {
+		if p.LUN == 0 && p.Node == "b" {
+			onB = &ios[i]
+		}
+		if p.LUN == 0 && p.Node == "a" {
+			require.Zero(t, p.Media)
+			require.True(t, p.LastMedia.IsZero())
+		}
+	}
+	require.NotNil(t, onB)
+	require.Equal(t, host, onB.Initiator)
+	require.Equal(t, uint64(1), onB.Media)
+	require.Equal(t, uint64(1), onB.Reads)
+	require.False(t, onB.LastMedia.Before(before.Add(-time.Second)))
 
 	// Per-interval I/O events carry the nexus and the non-optimized share.
 	d.EmitIOStats()

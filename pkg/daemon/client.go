@@ -90,3 +90,9 @@ func (c *Client) Inject(f Fault) (FaultResult, error) {
 	var out FaultResult
 	return out, c.do("POST", "/v1/faults", f, &out)
 }
+
+// IO returns the cumulative I/O counters of every (nexus, LUN).
+func (c *Client) IO() ([]PathIO, error) {
+	var out []PathIO
+	return out, c.do("GET", "/v1/io", nil, &out)
+}

@@ -20,6 +20,7 @@ import (
 //	GET  /v1/luns              owners, states and per-node counters
 //	POST /v1/luns/{id}/move    {"to": "b"}: a manual move (flush under I/O, short hold, 2A/06)
 //	GET  /v1/events?since=N    the event feed after sequence N
+//	GET  /v1/io                cumulative I/O per (nexus, LUN), with the last media arrival
 //	POST /v1/faults            {"kind": "crash", "node": "a"}: inject a fault (see Fault)
 
 // LUNInfo is one LUN as the control API reports it.
@@ -52,6 +53,37 @@ type NodeIO struct {
 	Bytes          uint64 `json:"bytes"`
 	Forwarded      uint64 `json:"forwarded"`
 	ForwardedBytes uint64 `json:"forwarded_bytes"`
+}
+
+// PathIO is the cumulative I/O of one nexus (host path) to one LUN.
+type PathIO struct {
+	Initiator  string `json:"initiator"`
+	ISID       string `json:"isid,omitempty"`
+	Host       string `json:"host,omitempty"`
+	TargetPort uint16 `json:"target_port"`
+	Node       string `json:"node,omitempty"`
+	LUN        uint64 `json:"lun"`
+	Reads      uint64 `json:"reads"`
+	Writes     uint64 `json:"writes"`
+	Other      uint64 `json:"other"`
+	// Media counts READs and WRITEs whatever their status; LastMedia is
+	// the arrival of the latest (zero if none).
+	Media        uint64    `json:"media"`
+	LastMedia    time.Time `json:"last_media"`
+	NonOptimized uint64    `json:"non_optimized"`
+	Gone         bool      `json:"gone,omitempty"`
+}
+
+// PathIOs reports the I/O counters of every (nexus, LUN).
+func (d *Daemon) PathIOs() []PathIO {
+	var out []PathIO
+	for _, s := range d.SCSI.IOStats() {
+		e := d.nexusEvent("", s.Nexus)
+		out = append(out, PathIO{Initiator: e.Initiator, ISID: e.ISID, Host: e.Host, TargetPort: e.TargetPort,
+			Node: e.Node, LUN: s.LUN, Reads: s.Reads, Writes: s.Writes, Other: s.Other, Media: s.Media,
+			LastMedia: s.LastMedia, NonOptimized: s.NonOptimized, Gone: s.Gone})
+	}
+	return out
 }
 
 // MoveRequest is the body of POST /v1/luns/{id}/move.
@@ -127,6 +159,9 @@ func (d *Daemon) ControlHandler() http.Handler {
 		writeJSON(w, http.StatusOK, d.LUNInfos())
 	})
 	mux.HandleFunc("POST /v1/luns/{id}/move", d.handleMove)
+	mux.HandleFunc("GET /v1/io", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, d.PathIOs())
+	})
 	mux.HandleFunc("POST /v1/faults", func(w http.ResponseWriter, r *http.Request) {
 		var f Fault
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -16,8 +17,10 @@ const (
 	EventLogin  = "login"
 	EventLogout = "logout"
 	EventRTPG   = "rtpg"
-	EventIO     = "io"
-	EventALUA   = "alua"
+	// EventUA: a unit attention was reported to a nexus (Reason: "2A/06").
+	EventUA   = "ua"
+	EventIO   = "io"
+	EventALUA = "alua"
 	// EventReport: a report condition raised or cleared by the ownership core.
 	EventReport = "report"
 	// EventFault: a fault injected or cleared.
@@ -163,6 +166,15 @@ func (d *Daemon) nexusEvent(kind string, n scsi.Nexus) Event {
 func (d *Daemon) RTPG(n scsi.Nexus, lun uint64, extended bool) {
 	e := d.nexusEvent(EventRTPG, n)
 	e.LUN, e.Extended = &lun, extended
+	d.Events.Add(e)
+}
+
+// UnitAttention implements scsi.Observer: the moment a host learns of a
+// change, against which its switch to the new owner is measured.
+func (d *Daemon) UnitAttention(n scsi.Nexus, lun uint64, r scsi.Reason) {
+	e := d.nexusEvent(EventUA, n)
+	_, asc, ascq := r.Codes()
+	e.LUN, e.Reason = &lun, fmt.Sprintf("%02X/%02X", asc, ascq)
 	d.Events.Add(e)
 }
 

@@ -58,6 +58,9 @@ type ALUA interface {
 type Observer interface {
 	// RTPG: a REPORT TARGET PORT GROUPS for lun arrived on nexus n.
 	RTPG(n Nexus, lun uint64, extended bool)
+	// UnitAttention: a pending unit attention r was reported to nexus n
+	// for lun (as CHECK CONDITION, or as REQUEST SENSE data).
+	UnitAttention(n Nexus, lun uint64, r Reason)
 }
 
 // reportTargetPortGroups answers REPORT TARGET PORT GROUPS (SPC-4 6.36) in

@@ -20,6 +20,9 @@ func requestSense(x *exec) ([]byte, error) {
 	default:
 		if r, ok := x.lu.ua.take(x.c.Nexus); ok {
 			e = Sense(r)
+			if o := x.s.observer; o != nil {
+				o.UnitAttention(x.c.Nexus, x.c.LUN, r)
+			}
 		} else if x.lu.isStopped() {
 			e = Sense(ReasonNotReadyInitCmdRequired)
 		}

@@ -280,7 +280,7 @@ func (s *Server) Execute(c *Command) Response {
 	start := s.now()
 	x := &exec{s: s, lu: lu, c: c, desc: desc}
 	r := s.gateAndRun(op, x)
-	lu.io.record(c.Nexus, op.io, &r, x.state == StateActiveNonOptimized, s.now().Sub(start))
+	lu.io.record(c.Nexus, op.io, &r, x.state == StateActiveNonOptimized, start, s.now().Sub(start))
 	return r
 }
 
@@ -292,6 +292,9 @@ func (s *Server) gateAndRun(op *opEntry, x *exec) Response {
 	lu, c, desc := x.lu, x.c, x.desc
 	if !op.noUA {
 		if r, ok := lu.ua.take(c.Nexus); ok {
+			if o := s.observer; o != nil {
+				o.UnitAttention(c.Nexus, c.LUN, r)
+			}
 			return checkCondition(Sense(r), desc)
 		}
 	}

@@ -31,6 +31,12 @@ type NexusIO struct {
 	NonOptimized uint64
 	// Busy is the summed time from the gate to the response.
 	Busy time.Duration
+	// Media counts the READ and WRITE commands that arrived, whatever
+	// their status (a read refused with 04/0B on a standby path counts);
+	// LastMedia is when the latest of them arrived. Together they tell
+	// when a host stopped using a path and started using another.
+	Media     uint64
+	LastMedia time.Time
 	// Gone: the nexus has ended; once its last counts are read, ForgetIO
 	// releases them.
 	Gone bool
@@ -41,6 +47,8 @@ type ioCounters struct {
 	bytesRead, bytesWritten atomic.Uint64
 	nonOpt                  atomic.Uint64
 	busy                    atomic.Int64
+	media                   atomic.Uint64
+	lastMedia               atomic.Int64 // arrival, Unix nanoseconds
 	gone                    atomic.Bool
 }
 
@@ -56,10 +64,14 @@ func (st *ioStats) counters(n Nexus) *ioCounters {
 	return v.(*ioCounters)
 }
 
-func (st *ioStats) record(n Nexus, class ioClass, r *Response, nonOpt bool, busy time.Duration) {
+func (st *ioStats) record(n Nexus, class ioClass, r *Response, nonOpt bool, arrived time.Time, busy time.Duration) {
 	c := st.counters(n)
 	if nonOpt {
 		c.nonOpt.Add(1)
+	}
+	if class != ioOther {
+		c.media.Add(1)
+		c.lastMedia.Store(arrived.UnixNano())
 	}
 	good := r.Status == StatusGood
 	switch {
@@ -86,7 +98,11 @@ func (s *Server) IOStats() []NexusIO {
 		}
 		lu.io.m.Range(func(k, v any) bool {
 			c := v.(*ioCounters)
-			out = append(out, NexusIO{Nexus: k.(Nexus), LUN: lun,
+			var last time.Time
+			if ns := c.lastMedia.Load(); ns != 0 {
+				last = time.Unix(0, ns)
+			}
+			out = append(out, NexusIO{Media: c.media.Load(), LastMedia: last, Nexus: k.(Nexus), LUN: lun,
 				Reads: c.reads.Load(), Writes: c.writes.Load(), Other: c.other.Load(),
 				BytesRead: c.bytesRead.Load(), BytesWritten: c.bytesWritten.Load(), NonOptimized: c.nonOpt.Load(),
 				Busy: time.Duration(c.busy.Load()), Gone: c.gone.Load()})
