@@ -1,0 +1,45 @@
+#!/bin/sh
+# Configure a Debian client guest of the aluad lab, and log in.
+#
+#   setup-client.sh MULTIPATH_CONF INITIATOR_IQN [PORTAL]
+#
+# Used by the QEMU lab (cluster-tests/qemulab sends it through the guest
+# agent) and by the Vagrantfile's client VMs alike. MULTIPATH_CONF is one
+# of cluster-tests/guest/multipath-*.conf. With PORTAL the guest discovers
+# the array (SendTargets) there and logs in to every portal it returns;
+# without it (QEMU's libiscsi drives) only multipathing is set up.
+set -eu
+conf=$1
+iqn=$2
+portal=${3:-}
+
+install -m 0644 "$conf" /etc/multipath.conf
+mkdir -p /etc/iscsi /run/lock/iscsi /var/log/aluad-lab
+echo "InitiatorName=$iqn" >/etc/iscsi/initiatorname.iscsi
+# Lab timeouts: a lost path is noticed in seconds, and a session that
+# cannot come back is given up only after the whole scenario.
+sed -i -e 's/^node.session.timeo.replacement_timeout = .*/node.session.timeo.replacement_timeout = 120/' \
+	-e 's/^node.startup = .*/node.startup = manual/' /etc/iscsi/iscsid.conf
+
+if [ -d /run/systemd/system ]; then
+	systemctl restart iscsid.socket iscsid.service 2>/dev/null || systemctl restart iscsid
+	systemctl enable --now multipathd
+	systemctl restart multipathd
+else
+	# The QEMU lab's guests run no init system: start what systemd would.
+	/lib/systemd/systemd-udevd --daemon
+	udevadm trigger --action=add --type=subsystems
+	udevadm trigger --action=add --type=devices
+	udevadm settle --timeout=60 || true
+	if [ -n "$portal" ]; then
+		iscsid -f >/var/log/aluad-lab/iscsid.log 2>&1 &
+	fi
+	multipathd -d -s >/var/log/aluad-lab/multipathd.log 2>&1 &
+	sleep 1
+fi
+
+if [ -n "$portal" ]; then
+	iscsiadm -m discovery -t sendtargets -p "$portal"
+	iscsiadm -m node -L all
+fi
+udevadm settle --timeout=60 || true

@@ -1,0 +1,271 @@
+package qemulab
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// guestModules are loaded by the agent at boot, before the network is
+// configured: NICs, the agent channel, and the storage stack.
+var guestModules = []string{"virtio_net", "virtio_scsi", "sd_mod", "sg", "scsi_dh_alua", "iscsi_tcp",
+	"dm_multipath", "dm_round_robin", "dm_service_time", "dm_queue_length"}
+
+// VMSpec describes one guest.
+type VMSpec struct {
+	Name  string
+	Index int // 0.. : picks the guest's lab addresses
+	Mem   int // MiB
+	CPUs  int
+	// ISCSIDrives: QEMU's own iSCSI initiator (libiscsi) attaches these
+	// iscsi:// URLs as scsi-block devices, so the guest's SCSI stack sees
+	// the target's real INQUIRY/RTPG through QEMU.
+	ISCSIDrives []string
+	// InitiatorName for QEMU's libiscsi sessions.
+	InitiatorName string
+}
+
+// VM is a running guest.
+type VM struct {
+	Spec    VMSpec
+	Console string // console log file
+	cmd     *exec.Cmd
+	done    chan error
+
+	mu      sync.Mutex
+	conn    net.Conn
+	enc     *json.Encoder
+	nextID  int64
+	pending map[int64]chan reply
+	Booted  time.Duration // QEMU start to the agent's first answer
+}
+
+type request struct {
+	ID        int64  `json:"id"`
+	Op        string `json:"op,omitempty"`
+	Cmd       string `json:"cmd,omitempty"`
+	Path      string `json:"path,omitempty"`
+	Data      []byte `json:"data,omitempty"`
+	TimeoutMS int64  `json:"timeout_ms,omitempty"`
+}
+
+type reply struct {
+	ID  int64  `json:"id"`
+	RC  int    `json:"rc"`
+	Out string `json:"out,omitempty"`
+	Err string `json:"err,omitempty"`
+	MS  int64  `json:"ms"`
+}
+
+// Taps returns the tap names of a guest, one per fabric.
+func (s VMSpec) Taps() []string {
+	var t []string
+	for f := range Fabrics {
+		t = append(t, fmt.Sprintf("%s-%c", s.Name, 'a'+f))
+	}
+	return t
+}
+
+// StartVM boots a guest in the lab network. dir holds its sockets and logs.
+func StartVM(ctx context.Context, n *Net, img Image, initrd, dir string, s VMSpec) (*VM, error) {
+	if s.Mem == 0 {
+		s.Mem = 768
+	}
+	if s.CPUs == 0 {
+		s.CPUs = 1
+	}
+	sock := filepath.Join(dir, s.Name+".agent")
+	console := filepath.Join(dir, s.Name+".console")
+	_ = os.Remove(sock)
+	appendLine := []string{"console=ttyS0", "panic=-1", "net.ifnames=0", "quiet", "loglevel=4",
+		"aluad.name=" + s.Name, "aluad.modules=" + strings.Join(guestModules, ",")}
+	args := []string{"-name", s.Name, "-accel", "tcg,thread=multi", "-cpu", "max", "-m", fmt.Sprint(s.Mem),
+		"-smp", fmt.Sprint(s.CPUs), "-nographic", "-no-reboot", "-nodefaults",
+		"-kernel", img.Kernel, "-initrd", initrd,
+		"-drive", "file=" + img.Root + ",if=virtio,format=raw,snapshot=on,cache=unsafe",
+		"-serial", "file:" + console,
+		"-device", "virtio-serial-pci",
+		"-chardev", "socket,id=agent,path=" + sock + ",server=on,wait=off",
+		"-device", "virtserialport,chardev=agent,name=agent",
+	}
+	for f, tap := range s.Taps() {
+		if err := n.Tap(tap, f); err != nil {
+			return nil, err
+		}
+		appendLine = append(appendLine, fmt.Sprintf("aluad.ip%d=%s/24", f, GuestAddr(s.Index, f)))
+		args = append(args, "-netdev", fmt.Sprintf("tap,id=n%d,ifname=%s,script=no,downscript=no", f, tap),
+			"-device", fmt.Sprintf("virtio-net-pci,netdev=n%d,mac=52:54:00:77:%02x:%02x", f, f+1, 100+s.Index))
+	}
+	if len(s.ISCSIDrives) > 0 {
+		args = append(args, "-device", "virtio-scsi-pci,id=scsi0")
+		for i, u := range s.ISCSIDrives {
+			args = append(args, "-drive", fmt.Sprintf("file=%s,if=none,id=is%d,format=raw,cache=none,initiator-name=%s", u, i, s.InitiatorName),
+				"-device", fmt.Sprintf("scsi-block,drive=is%d,bus=scsi0.0,channel=0,scsi-id=%d,lun=0", i, i))
+		}
+	}
+	args = append(args, "-append", strings.Join(appendLine, " "))
+	cmd := n.Exec("qemu-system-x86_64", args...)
+	logf, err := os.Create(filepath.Join(dir, s.Name+".qemu.log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("qemu (%s): %w", s.Name, err)
+	}
+	v := &VM{Spec: s, Console: console, cmd: cmd, done: make(chan error, 1), pending: map[int64]chan reply{}}
+	go func() { v.done <- cmd.Wait(); logf.Close() }()
+	if err := v.connect(ctx, sock); err != nil {
+		v.Kill()
+		return nil, fmt.Errorf("%s: %w (console: %s)", s.Name, err, tail(console, 15))
+	}
+	v.Booted = time.Since(start)
+	return v, nil
+}
+
+// connect attaches to the agent socket and waits for the agent to answer.
+func (v *VM) connect(ctx context.Context, sock string) error {
+	deadline := time.Now().Add(4 * time.Minute)
+	for {
+		select {
+		case err := <-v.done:
+			return fmt.Errorf("qemu exited: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the guest agent did not answer within 4 minutes")
+		}
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		v.mu.Lock()
+		v.conn, v.enc = c, json.NewEncoder(c)
+		v.mu.Unlock()
+		go v.read(c)
+		// The agent starts reading only once the guest has booted: ping
+		// until it answers.
+		for time.Now().Before(deadline) {
+			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err := v.do(pctx, request{Op: "ping"})
+			cancel()
+			if err == nil {
+				return nil
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			select {
+			case err := <-v.done:
+				return fmt.Errorf("qemu exited: %v", err)
+			default:
+			}
+		}
+	}
+}
+
+func (v *VM) read(c net.Conn) {
+	sc := bufio.NewScanner(c)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	for sc.Scan() {
+		var r reply
+		if json.Unmarshal(sc.Bytes(), &r) != nil {
+			continue
+		}
+		v.mu.Lock()
+		ch := v.pending[r.ID]
+		delete(v.pending, r.ID)
+		v.mu.Unlock()
+		if ch != nil {
+			ch <- r
+		}
+	}
+}
+
+func (v *VM) do(ctx context.Context, r request) (reply, error) {
+	ch := make(chan reply, 1)
+	v.mu.Lock()
+	v.nextID++
+	r.ID = v.nextID
+	v.pending[r.ID] = ch
+	err := v.enc.Encode(r)
+	v.mu.Unlock()
+	if err != nil {
+		return reply{}, err
+	}
+	select {
+	case rep := <-ch:
+		return rep, nil
+	case <-ctx.Done():
+		v.mu.Lock()
+		delete(v.pending, r.ID)
+		v.mu.Unlock()
+		return reply{}, ctx.Err()
+	}
+}
+
+// Sh runs a shell command in the guest and returns its combined output.
+// A non-zero exit is an error that carries the output.
+func (v *VM) Sh(ctx context.Context, timeout time.Duration, cmd string) (string, error) {
+	cctx, cancel := context.WithTimeout(ctx, timeout+10*time.Second)
+	defer cancel()
+	rep, err := v.do(cctx, request{Cmd: cmd, TimeoutMS: timeout.Milliseconds()})
+	if err != nil {
+		return "", fmt.Errorf("%s: %q: %w", v.Spec.Name, cmd, err)
+	}
+	if rep.RC != 0 {
+		return rep.Out, fmt.Errorf("%s: %q: exit %d: %s", v.Spec.Name, cmd, rep.RC, strings.TrimSpace(rep.Out))
+	}
+	return rep.Out, nil
+}
+
+// Write writes a file in the guest.
+func (v *VM) Write(ctx context.Context, path string, data []byte) error {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	rep, err := v.do(cctx, request{Op: "write", Path: path, Data: data})
+	if err == nil && rep.RC != 0 {
+		err = errors.New(rep.Err)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: write %s: %w", v.Spec.Name, path, err)
+	}
+	return nil
+}
+
+// Kill stops the guest (its disk is a snapshot: nothing to save).
+func (v *VM) Kill() {
+	if v.cmd.Process != nil {
+		_ = v.cmd.Process.Kill()
+	}
+	v.mu.Lock()
+	if v.conn != nil {
+		v.conn.Close()
+	}
+	v.mu.Unlock()
+	select {
+	case <-v.done:
+	case <-time.After(10 * time.Second):
+	}
+}
+
+// tail returns the last n lines of a file.
+func tail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
