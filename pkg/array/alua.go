@@ -67,6 +67,9 @@ var HostTypes = map[string]HostType{
 		Doc: "Linux dm-multipath with scsi_dh_alua; non-owner paths are ANO"},
 	"linux-standby": {Name: "linux-standby", NonOwner: Standby, TPGS: true,
 		Doc: "Linux dm-multipath; non-owner paths report STANDBY so I/O leaves them on the next command"},
+	// The name storage admins know from arrays' host type lists.
+	"linux-dmmp": {Name: "linux-dmmp", NonOwner: Standby, TPGS: true,
+		Doc: "Linux DM-MP (same as linux-standby): dm-multipath at its defaults moves to the new owner within a second of a move instead of at its next path check"},
 	"windows": {Name: "windows", NonOwner: ActiveNonOptimized, TPGS: true,
 		Doc: "Windows MSDSM (Round Robin with Subset); non-owner paths are ANO"},
 	"vmware": {Name: "vmware", NonOwner: ActiveNonOptimized, TPGS: true,

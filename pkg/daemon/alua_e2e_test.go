@@ -175,3 +175,25 @@ func TestAbortOfCompletedTask(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, byte(0), code, "LUN RESET: function complete")
 }
+
+// The ownership core's node capacity can be re-declared over the control
+// socket; bad nodes and values are refused with a clear message.
+func TestSetCapacityOverControlSocket(t *testing.T) {
+	dir := t.TempDir()
+	ctl := filepath.Join(dir, "aluad.sock")
+	for _, off := range []bool{false, true} {
+		cfg := testConfig(dir)
+		cfg.Ownership.Off = off
+		d, err := Start(cfg, Options{Logger: quiet(), Control: ctl, StatsInterval: -1})
+		require.NoError(t, err)
+		c := NewClient(ctl)
+		if off {
+			require.ErrorContains(t, c.SetCapacity("a", 40), "ownership core is not running")
+		} else {
+			require.NoError(t, c.SetCapacity("a", 40))
+			require.ErrorContains(t, c.SetCapacity("q", 40), "known node")
+			require.ErrorContains(t, c.SetCapacity("b", 0), "positive capacity")
+		}
+		require.NoError(t, d.Stop(5*time.Second))
+	}
+}

@@ -96,3 +96,9 @@ func (c *Client) IO() ([]PathIO, error) {
 	var out []PathIO
 	return out, c.do("GET", "/v1/io", nil, &out)
 }
+
+// SetCapacity re-declares a node's capacity to the ownership core.
+func (c *Client) SetCapacity(node string, capacity float64) error {
+	var out CapacityRequest
+	return c.do("PUT", "/v1/nodes/"+node+"/capacity", CapacityRequest{Capacity: capacity}, &out)
+}

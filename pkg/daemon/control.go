@@ -21,6 +21,7 @@ import (
 //	POST /v1/luns/{id}/move    {"to": "b"}: a manual move (flush under I/O, short hold, 2A/06)
 //	GET  /v1/events?since=N    the event feed after sequence N
 //	GET  /v1/io                cumulative I/O per (nexus, LUN), with the last media arrival
+//	PUT  /v1/nodes/{name}/capacity {"capacity": 40}: the node's work units per tick, for the ownership core
 //	POST /v1/faults            {"kind": "crash", "node": "a"}: inject a fault (see Fault)
 
 // LUNInfo is one LUN as the control API reports it.
@@ -84,6 +85,11 @@ func (d *Daemon) PathIOs() []PathIO {
 			LastMedia: s.LastMedia, NonOptimized: s.NonOptimized, Gone: s.Gone})
 	}
 	return out
+}
+
+// CapacityRequest is the body of PUT /v1/nodes/{name}/capacity.
+type CapacityRequest struct {
+	Capacity float64 `json:"capacity"`
 }
 
 // MoveRequest is the body of POST /v1/luns/{id}/move.
@@ -159,6 +165,20 @@ func (d *Daemon) ControlHandler() http.Handler {
 		writeJSON(w, http.StatusOK, d.LUNInfos())
 	})
 	mux.HandleFunc("POST /v1/luns/{id}/move", d.handleMove)
+	mux.HandleFunc("PUT /v1/nodes/{name}/capacity", func(w http.ResponseWriter, r *http.Request) {
+		var req CapacityRequest
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			writeError(w, http.StatusBadRequest, "body: "+err.Error())
+			return
+		}
+		if err := d.SetNodeCapacity(r.PathValue("name"), req.Capacity); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, req)
+	})
 	mux.HandleFunc("GET /v1/io", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, d.PathIOs())
 	})
