@@ -2,10 +2,15 @@
 // debugging aid for the QEMU lab (cluster-tests).
 //
 //	go run ./cluster-tests/cmd/qemu-boot 'uname -a' 'lsmod | grep dm_'
+//	go run ./cluster-tests/cmd/qemu-boot --array --setup multipath-alua.conf 'multipath -ll'
+//
+// --array runs aluad (2 nodes, 2 LUNs) in the lab namespace; --setup runs
+// cluster-tests/guest/setup-client.sh with that multipath.conf, logging in.
 package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,8 +20,15 @@ import (
 	"github.com/aluad/aluad/cluster-tests/qemulab"
 )
 
+var (
+	withArray = flag.Bool("array", false, "run aluad in the lab namespace")
+	setup     = flag.String("setup", "", "multipath conf (cluster-tests/guest/) to set the guest up with and log in")
+	hostType  = flag.String("type", "linux", "host type the array is told for the guest")
+)
+
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	flag.Parse()
+	if err := run(flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "qemu-boot:", err)
 		os.Exit(1)
 	}
@@ -48,6 +60,20 @@ func run(cmds []string) error {
 		return err
 	}
 	defer n.Close()
+	const iqn = "iqn.2026-11.org.example:dbg"
+	if *withArray {
+		bin := filepath.Join(dir, "aluad")
+		if out, err := exec.Command("go", "build", "-o", bin, "./cmd/aluad").CombinedOutput(); err != nil {
+			return fmt.Errorf("build aluad: %v %s", err, out)
+		}
+		a, err := qemulab.StartArray(ctx, n, bin, dir, qemulab.ArraySpec{LUNs: 2, Capacity: 1000,
+			FailbackWindow: 5 * time.Second, Hosts: []qemulab.HostDecl{{Name: "dbg", Type: *hostType, IQN: iqn}}})
+		if err != nil {
+			return err
+		}
+		defer a.Stop()
+		logf("aluad running; control %s", filepath.Join(dir, "aluad.sock"))
+	}
 	start := time.Now()
 	vm, err := qemulab.StartVM(ctx, n, img, initrd, dir, qemulab.VMSpec{Name: "dbg", CPUs: 2, Mem: 1024})
 	if err != nil {
@@ -55,6 +81,24 @@ func run(cmds []string) error {
 	}
 	defer vm.Kill()
 	logf("booted in %v (console %s)", time.Since(start).Round(time.Millisecond), vm.Console)
+	if *setup != "" {
+		for _, f := range []string{"setup-client.sh", *setup} {
+			b, err := os.ReadFile(filepath.Join("cluster-tests/guest", f))
+			if err != nil {
+				return err
+			}
+			if err := vm.Write(ctx, "/run/lab/"+f, b); err != nil {
+				return err
+			}
+		}
+		t := time.Now()
+		out, err := vm.Sh(ctx, 3*time.Minute, fmt.Sprintf("sh /run/lab/setup-client.sh /run/lab/%s %s %s", *setup, iqn, qemulab.PortAddr(0, 0)))
+		fmt.Print(out)
+		if err != nil {
+			return err
+		}
+		logf("set up in %v", time.Since(t).Round(time.Millisecond))
+	}
 	for _, c := range cmds {
 		out, err := vm.Sh(ctx, 5*time.Minute, c)
 		fmt.Printf("$ %s\n%s", c, out)

@@ -1,0 +1,183 @@
+package qemulab
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/aluad/aluad/pkg/daemon"
+)
+
+// pathKey names the I/O of one host initiator to one LUN through one node.
+type pathKey struct {
+	Initiator, Node string
+	LUN             uint64
+}
+
+type mediaStep struct {
+	t     time.Time // when the poll saw the count
+	media uint64
+}
+
+// Watcher polls the array's per-path I/O every 10 ms and its event feed
+// every 100 ms, so a host's switch after a move can be timed afterwards
+// at the array's clock.
+type Watcher struct {
+	c *daemon.Client
+
+	mu     sync.Mutex
+	steps  map[pathKey][]mediaStep // only when the count changed
+	last   map[pathKey]time.Time   // latest media arrival
+	events []daemon.Event
+	polls  int
+	errs   int
+	stop   context.CancelFunc
+	done   chan struct{}
+}
+
+// Watch starts polling.
+func Watch(c *daemon.Client) *Watcher {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &Watcher{c: c, steps: map[pathKey][]mediaStep{}, last: map[pathKey]time.Time{}, stop: cancel, done: make(chan struct{})}
+	go w.loop(ctx)
+	return w
+}
+
+func (w *Watcher) loop(ctx context.Context) {
+	defer close(w.done)
+	var seq uint64
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		ios, err := w.c.IO()
+		now := time.Now()
+		w.mu.Lock()
+		w.polls++
+		if err != nil {
+			w.errs++
+		}
+		sum := map[pathKey]uint64{}
+		for _, p := range ios {
+			k := pathKey{p.Initiator, p.Node, p.LUN}
+			sum[k] += p.Media
+			if p.LastMedia.After(w.last[k]) {
+				w.last[k] = p.LastMedia
+			}
+		}
+		for k, m := range sum {
+			s := w.steps[k]
+			if len(s) == 0 || s[len(s)-1].media != m {
+				w.steps[k] = append(s, mediaStep{now, m})
+			}
+		}
+		w.mu.Unlock()
+		if i%10 == 0 {
+			if ev, err := w.c.Events(seq); err == nil && len(ev.Events) > 0 {
+				w.mu.Lock()
+				w.events = append(w.events, ev.Events...)
+				w.mu.Unlock()
+				seq = ev.Events[len(ev.Events)-1].Seq
+			}
+		}
+	}
+}
+
+// Close stops polling.
+func (w *Watcher) Close() {
+	w.stop()
+	<-w.done
+}
+
+// Changes returns the ALUA changes made at or after t.
+func (w *Watcher) Changes(t time.Time) []daemon.Event {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []daemon.Event
+	for _, e := range w.events {
+		if e.Kind == daemon.EventALUA && e.Change != nil && !e.Change.Failed && !e.Time.Before(t) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// Follow is how one host followed one LUN's move.
+type Follow struct {
+	Host, Initiator string
+	LUN             uint64
+	From, To, Cause string
+	Moved           time.Time // the change committed (UA queued)
+	// UA: the host's first 2A/06 for the LUN after the move (zero if none).
+	UA time.Time
+	// FirstNew: the first READ/WRITE seen at the new owner (poll time,
+	// 10 ms resolution); LastOld: the last to arrive at the old owner
+	// after the move (zero if none).
+	FirstNew, LastOld time.Time
+	// Switched: from then on, all of the host's I/O to the LUN ran on the
+	// new owner (the later of FirstNew and LastOld); zero if not yet.
+	Switched time.Time
+	Stop     time.Duration // the array's I/O hold for the move
+}
+
+// Done says whether the host runs all I/O on the new owner.
+func (f Follow) Done() bool { return !f.Switched.IsZero() }
+
+// MoveToSwitch and UAToSwitch are the figures reported.
+func (f Follow) MoveToSwitch() time.Duration { return f.Switched.Sub(f.Moved) }
+
+// UAToSwitch is the time from the host's UA to its switch (negative: the
+// host switched before it was told, e.g. its old path failed first).
+func (f Follow) UAToSwitch() time.Duration {
+	if f.UA.IsZero() {
+		return 0
+	}
+	return f.Switched.Sub(f.UA)
+}
+
+// follow computes how initiator followed a change of lun (from -> to),
+// as seen at time at: a host that still sent I/O to the old owner in the
+// 2 s before at has not switched.
+func (w *Watcher) follow(initiator string, lun uint64, ch daemon.Event, at time.Time) Follow {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	c := ch.Change
+	f := Follow{Initiator: initiator, LUN: lun, From: c.From, To: c.To, Cause: c.Cause, Moved: ch.Time, Stop: c.Stop}
+	for _, e := range w.events {
+		if e.Kind == daemon.EventUA && e.Initiator == initiator && e.LUN != nil && *e.LUN == lun &&
+			e.Reason == "2A/06" && !e.Time.Before(ch.Time.Add(-2*time.Second)) {
+			f.UA, f.Host = e.Time, e.Host
+			break
+		}
+	}
+	s := w.steps[pathKey{initiator, c.To, lun}]
+	var base uint64
+	i := sort.Search(len(s), func(i int) bool { return !s[i].t.Before(ch.Time) })
+	if i > 0 {
+		base = s[i-1].media
+	}
+	for ; i < len(s); i++ {
+		if s[i].media > base {
+			f.FirstNew = s[i].t
+			break
+		}
+	}
+	if l := w.last[pathKey{initiator, c.From, lun}]; l.After(ch.Time) {
+		f.LastOld = l
+	}
+	if !f.FirstNew.IsZero() {
+		f.Switched = f.FirstNew
+		if f.LastOld.After(f.Switched) {
+			f.Switched = f.LastOld
+		}
+		if f.LastOld.After(at.Add(-2 * time.Second)) {
+			f.Switched = time.Time{}
+		}
+	}
+	return f
+}

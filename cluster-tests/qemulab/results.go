@@ -1,0 +1,83 @@
+package qemulab
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Write writes results.json and results.md to dir.
+func (r *Results) Write(dir string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), b, 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "results.md"), []byte(r.Markdown()), 0o644)
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%d ms", d.Round(time.Millisecond).Milliseconds()) }
+
+// Markdown renders the results for a person.
+func (r *Results) Markdown() string {
+	var b strings.Builder
+	verdict := "PASS"
+	if !r.Pass {
+		verdict = "FAIL"
+	}
+	fmt.Fprintf(&b, "# aluad QEMU lab: %s (%s)\n\n", r.Scenario, verdict)
+	fmt.Fprintf(&b, "Run %s, %v in all (image %v). Real Linux guests (Debian bookworm, QEMU TCG) on a lab network; "+
+		"aluad on the host. Times are taken at the array: the move's commit (UA queued), the host's first 2A/06, "+
+		"and when its READs/WRITEs left the old owner and ran only on the new one (10 ms polling).\n\n",
+		r.Started.Format(time.RFC3339), r.Elapsed.Round(time.Second), (time.Duration(r.ImageMS) * time.Millisecond).Round(time.Second))
+	b.WriteString("## Clients\n\n| client | stack and configuration | declared as | boot | set-up | maps x paths | AO group on owner | fio I/Os | fio errors | dm errors | path errors retried |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, c := range r.Clients {
+		fmt.Fprintf(&b, "| %s | %s | %s | %.1f s | %.1f s | %d x %d | %v | %d | %d | %d | %d |\n", c.Spec.Name, c.Spec.Desc, c.Spec.HostType,
+			c.Booted.Seconds(), c.SetUp.Seconds(), c.Maps, c.Paths/max(c.Maps, 1), c.AOOnOwner, c.FioIOs, c.FioErrors, c.KernelDMErrors, c.KernelPathErrors)
+	}
+	for _, st := range r.Steps {
+		fmt.Fprintf(&b, "\n## Step: %s\n\n", st.Name)
+		if st.Err != "" {
+			fmt.Fprintf(&b, "**Error:** %s\n\n", st.Err)
+		}
+		for _, c := range st.Changes {
+			fmt.Fprintf(&b, "- %s\n", c)
+		}
+		b.WriteString("\n| client | LUN | move | cause | I/O held | move -> UA | UA -> switch | move -> switch |\n|---|---|---|---|---|---|---|---|\n")
+		for _, f := range st.Follows {
+			ua, uaSw, sw := "no UA", "-", "not within the window"
+			if !f.UA.IsZero() {
+				ua = ms(f.UA.Sub(f.Moved))
+			}
+			if f.Done() {
+				sw = ms(f.MoveToSwitch())
+				if !f.UA.IsZero() {
+					uaSw = ms(f.UAToSwitch())
+				}
+			}
+			fmt.Fprintf(&b, "| %s | %d | %s -> %s | %s | %s | %s | %s | %s |\n", f.Host, f.LUN, f.From, f.To, f.Cause,
+				f.Stop.Round(time.Microsecond), ua, uaSw, sw)
+		}
+	}
+	b.WriteString("\n## Checks\n\n")
+	for _, c := range r.Checks {
+		mark := "ok  "
+		if !c.OK {
+			mark = "FAIL"
+		}
+		fmt.Fprintf(&b, "- `%s` %s: %s\n", mark, c.Name, c.Detail)
+	}
+	for _, c := range r.Clients {
+		fmt.Fprintf(&b, "\n## %s: multipath -ll\n\nBefore the steps:\n\n```\n%s```\n\nAfter:\n\n```\n%s```\n", c.Spec.Name, c.Before, c.After)
+	}
+	if len(r.Clients) > 0 {
+		c := r.Clients[0]
+		fmt.Fprintf(&b, "\n## %s: sg_rtpg and sg_inq on one path\n\n```\n%s\n%s```\n", c.Spec.Name, c.RTPG, c.Inquiry)
+	}
+	return b.String()
+}

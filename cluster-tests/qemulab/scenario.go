@@ -1,0 +1,695 @@
+package qemulab
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aluad/aluad/pkg/daemon"
+)
+
+// ClientSpec is one client guest: its multipath stack and configuration,
+// and the host type it is declared to the array with.
+type ClientSpec struct {
+	Name     string `json:"name"`
+	Conf     string `json:"multipath_conf"` // cluster-tests/guest/<Conf>
+	HostType string `json:"host_type"`
+	// LibISCSI: the guest's disks come from QEMU's libiscsi driver as
+	// scsi-block devices (no iSCSI initiator in the guest).
+	LibISCSI bool   `json:"libiscsi"`
+	Desc     string `json:"desc"`
+}
+
+// Scenario is a set of clients and the ownership steps run under their I/O.
+type Scenario struct {
+	Name    string
+	Clients []ClientSpec
+	// Steps, in order: "move" (a manual move of LUN 0), "rebalance" (the
+	// array's own load-balancing move after the manual move overloaded a
+	// node), "failover" (every client's links to LUN 0's owner cut at the
+	// array), "failback" (the links restored; the array fails back after
+	// its stability window).
+	Steps []string
+}
+
+var (
+	cDefaultsDMMP = ClientSpec{Name: "c1", Conf: "multipath-defaults.conf", HostType: "linux-dmmp",
+		Desc: "dm-multipath at its defaults; declared Linux DM-MP (non-owner paths STANDBY)"}
+	cDefaultsANO = ClientSpec{Name: "c2", Conf: "multipath-defaults.conf", HostType: "linux",
+		Desc: "dm-multipath at its defaults; declared linux (non-owner paths ANO)"}
+	cALUA = ClientSpec{Name: "c3", Conf: "multipath-alua.conf", HostType: "linux",
+		Desc: "dm-multipath: prio alua, group_by_prio, failback immediate, queue_if_no_path"}
+	cFollowover = ClientSpec{Name: "c4", Conf: "multipath-followover.conf", HostType: "linux",
+		Desc: "dm-multipath: prio alua, group_by_prio, failback followover, no_path_retry 30, queue-length"}
+	cLibISCSI = ClientSpec{Name: "c5", Conf: "multipath-alua.conf", HostType: "linux", LibISCSI: true,
+		Desc: "QEMU libiscsi + scsi-block; guest dm-multipath as c3 (scsi_dh_alua talks RTPG through QEMU)"}
+)
+
+// Scenarios are the named scenarios.
+var Scenarios = map[string]Scenario{
+	// smoke: one client, one failback (after the failover it needs); CI.
+	"smoke": {Name: "smoke", Clients: []ClientSpec{cALUA}, Steps: []string{"failover", "failback"}},
+	// full: every client configuration, every kind of move.
+	"full": {Name: "full", Clients: []ClientSpec{cDefaultsDMMP, cDefaultsANO, cALUA, cFollowover, cLibISCSI},
+		Steps: []string{"move", "rebalance", "failover", "failback"}},
+}
+
+// Options tell Run where things are.
+type Options struct {
+	Scenario Scenario
+	Root     string // the repository (cluster-tests/ is under it)
+	Out      string // results directory
+	LUNs     int    // default 2
+	// Follow is how long hosts get to switch after a change (default 40 s).
+	Follow time.Duration
+	Log    func(string, ...any)
+}
+
+// ClientResult is what one client did.
+type ClientResult struct {
+	Spec      ClientSpec    `json:"spec"`
+	IQN       string        `json:"iqn"`
+	Booted    time.Duration `json:"boot_ns"`
+	SetUp     time.Duration `json:"setup_ns"`
+	Maps      int           `json:"maps"`
+	Paths     int           `json:"paths"`
+	AOOnOwner bool          `json:"ao_on_owner"`
+	Before    string        `json:"multipath_ll_before"`
+	After     string        `json:"multipath_ll_after"`
+	RTPG      string        `json:"sg_rtpg"`
+	Inquiry   string        `json:"sg_inq_vpd83"`
+	FioIOs    uint64        `json:"fio_ios"`
+	FioErrors int           `json:"fio_errors"`
+	// KernelPathErrors: kernel log lines of I/O errors on a path (sdX):
+	// dm-multipath retried those on another path. KernelDMErrors: on the
+	// multipath device itself: the application saw them.
+	KernelPathErrors int      `json:"kernel_path_errors"`
+	KernelDMErrors   int      `json:"kernel_dm_errors"`
+	Problems         []string `json:"problems,omitempty"`
+
+	vm    *VM
+	disks map[string]DiskPath // dev -> portal, LUN
+	maps  []MPath
+}
+
+// StepResult is one step: the changes the array made and how each client
+// followed each changed LUN.
+type StepResult struct {
+	Name    string    `json:"name"`
+	Start   time.Time `json:"start"`
+	Changes []string  `json:"changes"`
+	Follows []Follow  `json:"follows"`
+	Err     string    `json:"error,omitempty"`
+}
+
+// Check is one pass/fail condition of the run.
+type Check struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
+}
+
+// Results of a run.
+type Results struct {
+	Scenario string          `json:"scenario"`
+	Started  time.Time       `json:"started"`
+	Elapsed  time.Duration   `json:"elapsed_ns"`
+	ImageMS  int64           `json:"image_ms"`
+	Clients  []*ClientResult `json:"clients"`
+	Steps    []*StepResult   `json:"steps"`
+	Checks   []Check         `json:"checks"`
+	Pass     bool            `json:"pass"`
+}
+
+func (r *Results) check(name string, ok bool, format string, a ...any) {
+	r.Checks = append(r.Checks, Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, a...)})
+}
+
+// nodeOfPortal maps a portal address to its node name.
+func nodeOfPortal(portal string) string {
+	for node, name := range []string{"a", "b"} {
+		for f := range Fabrics {
+			if strings.HasPrefix(portal, PortAddr(node, f)+":") {
+				return name
+			}
+		}
+	}
+	return ""
+}
+
+// lab is a run in progress.
+type lab struct {
+	opt   Options
+	net   *Net
+	arr   *Array
+	w     *Watcher
+	res   *Results
+	dir   string
+	img   Image
+	initr string
+}
+
+// Run runs a scenario and writes its results to opt.Out.
+func Run(ctx context.Context, opt Options) (*Results, error) {
+	if opt.LUNs == 0 {
+		opt.LUNs = 2
+	}
+	if opt.Follow == 0 {
+		opt.Follow = 40 * time.Second
+	}
+	if opt.Log == nil {
+		opt.Log = func(string, ...any) {}
+	}
+	if err := os.MkdirAll(opt.Out, 0o755); err != nil {
+		return nil, err
+	}
+	l := &lab{opt: opt, dir: opt.Out, res: &Results{Scenario: opt.Scenario.Name, Started: time.Now()}}
+	defer l.close()
+	if err := l.prepare(ctx); err != nil {
+		return nil, err
+	}
+	err := l.run(ctx)
+	l.res.Elapsed = time.Since(l.res.Started)
+	l.res.Pass = err == nil
+	for _, c := range l.res.Checks {
+		l.res.Pass = l.res.Pass && c.OK
+	}
+	if werr := l.res.Write(opt.Out); werr != nil && err == nil {
+		err = werr
+	}
+	return l.res, err
+}
+
+func (l *lab) close() {
+	if l.w != nil {
+		l.w.Close()
+	}
+	for _, c := range l.res.Clients {
+		if c.vm != nil {
+			c.vm.Kill()
+		}
+	}
+	if l.arr != nil {
+		l.arr.Stop()
+	}
+	if l.net != nil {
+		l.net.Close()
+	}
+}
+
+// prepare builds the image, the agent, the initrd and aluad.
+func (l *lab) prepare(ctx context.Context) error {
+	t := time.Now()
+	img, err := BuildImage(ctx, filepath.Join(l.opt.Root, "cluster-tests"), "client", l.opt.Log)
+	if err != nil {
+		return err
+	}
+	l.img = img
+	l.res.ImageMS = time.Since(t).Milliseconds()
+	l.opt.Log("image ready in %v: %s", time.Since(t).Round(time.Second), img.Dir)
+	agent := filepath.Join(l.dir, "aluad-agent")
+	if err := goBuild(ctx, l.opt.Root, agent, "./cluster-tests/agent", "CGO_ENABLED=0"); err != nil {
+		return err
+	}
+	l.initr = filepath.Join(l.dir, "initrd.gz")
+	if err := BuildInitrd(img, agent, "/bin/busybox", l.initr); err != nil {
+		return err
+	}
+	return goBuild(ctx, l.opt.Root, filepath.Join(l.dir, "aluad"), "./cmd/aluad")
+}
+
+func goBuild(ctx context.Context, root, out, pkg string, env ...string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), env...)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return nil
+}
+
+func (l *lab) run(ctx context.Context) error {
+	sc := l.opt.Scenario
+	var err error
+	if l.net, err = NewNet(2); err != nil {
+		return err
+	}
+	var hosts []HostDecl
+	for _, c := range sc.Clients {
+		cr := &ClientResult{Spec: c, IQN: "iqn.2026-11.org.example:" + c.Name}
+		l.res.Clients = append(l.res.Clients, cr)
+		hosts = append(hosts, HostDecl{Name: c.Name, Type: c.HostType, IQN: cr.IQN})
+	}
+	l.arr, err = StartArray(ctx, l.net, filepath.Join(l.dir, "aluad"), l.dir, ArraySpec{LUNs: l.opt.LUNs, Hosts: hosts,
+		Capacity: 1e6, FailbackWindow: 5 * time.Second})
+	if err != nil {
+		return err
+	}
+	l.w = Watch(l.arr.Client)
+
+	// Boot and set up every client at once.
+	var wg sync.WaitGroup
+	errs := make([]error, len(l.res.Clients))
+	for i, c := range l.res.Clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = l.bringUp(ctx, i, c)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	for _, c := range l.res.Clients {
+		l.res.check(c.Spec.Name+": one multipath device per LUN, 4 paths each", c.Maps == l.opt.LUNs && c.Paths == 4*l.opt.LUNs,
+			"%d maps, %d paths", c.Maps, c.Paths)
+		l.res.check(c.Spec.Name+": the active path group is on the owner", c.AOOnOwner, "%s", strings.Join(c.Problems, "; "))
+	}
+
+	for _, c := range l.res.Clients {
+		if err := l.startFio(ctx, c); err != nil {
+			return err
+		}
+	}
+	l.opt.Log("fio running on every client; letting it settle")
+	if !sleepCtx(ctx, 10*time.Second) {
+		return ctx.Err()
+	}
+	var stepErr error
+	for _, name := range sc.Steps {
+		st, err := l.step(ctx, name)
+		l.res.Steps = append(l.res.Steps, st)
+		if err != nil {
+			st.Err = err.Error()
+			stepErr = fmt.Errorf("step %s: %w", name, err)
+			break
+		}
+	}
+	for _, c := range l.res.Clients {
+		if err := l.finish(ctx, c); err != nil && stepErr == nil {
+			stepErr = err
+		}
+		l.res.check(c.Spec.Name+": zero I/O errors at the application (fio)", c.FioErrors == 0 && c.KernelDMErrors == 0 && c.FioIOs > 0,
+			"%d I/Os, %d fio errors, %d errors on the multipath device, %d path errors retried by dm-multipath",
+			c.FioIOs, c.FioErrors, c.KernelDMErrors, c.KernelPathErrors)
+	}
+	l.judge()
+	return stepErr
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+// bringUp boots client i, logs it in and checks its multipath view.
+func (l *lab) bringUp(ctx context.Context, i int, c *ClientResult) error {
+	spec := VMSpec{Name: c.Spec.Name, Index: i, InitiatorName: c.IQN}
+	var urls []string
+	if c.Spec.LibISCSI {
+		for lun := 0; lun < l.opt.LUNs; lun++ {
+			for node := 0; node < 2; node++ {
+				for f := range Fabrics {
+					urls = append(urls, fmt.Sprintf("iscsi://%s/%s/%d", PortAddr(node, f), Target, lun))
+				}
+			}
+		}
+		spec.ISCSIDrives = urls
+	}
+	vm, err := StartVM(ctx, l.net, l.img, l.initr, l.dir, spec)
+	if err != nil {
+		return err
+	}
+	c.vm, c.Booted = vm, vm.Booted
+	l.opt.Log("%s booted in %v", c.Spec.Name, vm.Booted.Round(100*time.Millisecond))
+	t := time.Now()
+	for _, f := range []string{"setup-client.sh", c.Spec.Conf} {
+		b, err := os.ReadFile(filepath.Join(l.opt.Root, "cluster-tests", "guest", f))
+		if err != nil {
+			return err
+		}
+		if err := vm.Write(ctx, "/run/lab/"+f, b); err != nil {
+			return err
+		}
+	}
+	portal := PortAddr(0, 0)
+	if c.Spec.LibISCSI {
+		portal = ""
+	}
+	if out, err := vm.Sh(ctx, 3*time.Minute, fmt.Sprintf("sh /run/lab/setup-client.sh /run/lab/%s %s %s", c.Spec.Conf, c.IQN, portal)); err != nil {
+		return fmt.Errorf("%w\n%s", err, out)
+	}
+	// Wait for dm-multipath to assemble every LUN from all four paths.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		out, err := vm.Sh(ctx, 30*time.Second, "multipath -ll")
+		maps, perr := ParseMultipathLL(out)
+		if err == nil && perr == nil {
+			n := 0
+			for _, m := range maps {
+				n += len(m.Paths())
+			}
+			c.Maps, c.Paths, c.maps, c.Before = len(maps), n, maps, out
+			if len(maps) == l.opt.LUNs && n == 4*l.opt.LUNs {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			l.opt.Log("%s: multipath did not assemble %d LUNs x 4 paths: %v %v\n%s", c.Spec.Name, l.opt.LUNs, err, perr, out)
+			break
+		}
+		if !sleepCtx(ctx, 2*time.Second) {
+			return ctx.Err()
+		}
+	}
+	c.SetUp = time.Since(t)
+	if err := l.mapDisks(ctx, c, urls); err != nil {
+		return err
+	}
+	l.checkAO(c)
+	if len(c.maps) > 0 && len(c.maps[0].Paths()) > 0 {
+		dev := "/dev/" + c.maps[0].Paths()[0].Dev
+		c.RTPG, _ = vm.Sh(ctx, 30*time.Second, "sg_rtpg -d "+dev+"; sg_rtpg -e -d "+dev)
+		c.Inquiry, _ = vm.Sh(ctx, 30*time.Second, "sg_inq "+dev+"; sg_inq -p 0x83 "+dev)
+	}
+	l.opt.Log("%s set up in %v: %d maps, %d paths", c.Spec.Name, c.SetUp.Round(100*time.Millisecond), c.Maps, c.Paths)
+	return nil
+}
+
+// mapDisks learns, for every SCSI disk of the guest, its portal and LUN.
+func (l *lab) mapDisks(ctx context.Context, c *ClientResult, urls []string) error {
+	c.disks = map[string]DiskPath{}
+	if !c.Spec.LibISCSI {
+		out, err := c.vm.Sh(ctx, 30*time.Second, diskScript)
+		if err != nil {
+			return err
+		}
+		ds, err := ParseDisks(out)
+		if err != nil {
+			return err
+		}
+		for _, d := range ds {
+			c.disks[d.Dev] = d
+		}
+		return nil
+	}
+	out, err := c.vm.Sh(ctx, 30*time.Second, scsiBlockScript)
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var dev string
+		var h, ch, id, lun int
+		if _, err := fmt.Sscanf(line, "%s %d:%d:%d:%d", &dev, &h, &ch, &id, &lun); err != nil || id >= len(urls) {
+			continue
+		}
+		// iscsi://portal/target/lun
+		parts := strings.Split(strings.TrimPrefix(urls[id], "iscsi://"), "/")
+		var l uint64
+		fmt.Sscan(parts[2], &l)
+		c.disks[dev] = DiskPath{Dev: dev, Portal: parts[0] + ":3260", LUN: l}
+	}
+	return nil
+}
+
+// lunOf returns the LUN a map leads to.
+func (c *ClientResult) lunOf(m MPath) (uint64, bool) {
+	for _, p := range m.Paths() {
+		if d, ok := c.disks[p.Dev]; ok {
+			return d.LUN, true
+		}
+	}
+	return 0, false
+}
+
+// checkAO checks that every map's active group runs on the LUN's owner.
+func (l *lab) checkAO(c *ClientResult) {
+	luns, err := l.arr.Client.LUNs()
+	if err != nil {
+		c.Problems = append(c.Problems, err.Error())
+		return
+	}
+	owner := map[uint64]string{}
+	for _, x := range luns {
+		owner[x.ID] = x.Owner
+	}
+	c.AOOnOwner = len(c.maps) > 0
+	for _, m := range c.maps {
+		lun, ok := c.lunOf(m)
+		g := m.ActiveGroup()
+		if !ok || g == nil {
+			c.AOOnOwner = false
+			c.Problems = append(c.Problems, m.Name+": no LUN or no active group")
+			continue
+		}
+		for _, p := range g.Paths {
+			if n := nodeOfPortal(c.disks[p.Dev].Portal); n != owner[lun] {
+				c.AOOnOwner = false
+				c.Problems = append(c.Problems, fmt.Sprintf("LUN %d: active group path %s is on node %q, owner %s", lun, p.Dev, n, owner[lun]))
+			}
+		}
+	}
+	if c.AOOnOwner {
+		c.Problems = append(c.Problems, "every LUN's active group is on its owner")
+	}
+}
+
+// startFio starts 4 KiB random I/O (70% reads, QD 2, 100 IOPS) on every
+// multipath device of a client, until finish stops it.
+func (l *lab) startFio(ctx context.Context, c *ClientResult) error {
+	var jobs []string
+	for _, m := range c.maps {
+		lun, _ := c.lunOf(m)
+		jobs = append(jobs, fmt.Sprintf("--name=lun%d --filename=/dev/%s", lun, m.DM))
+	}
+	cmd := "fio --output-format=json --output=/tmp/fio.json --ioengine=libaio --direct=1 --rw=randrw --rwmixread=70 " +
+		"--bs=4k --iodepth=2 --rate_iops=70,30 --time_based --runtime=3600 " + strings.Join(jobs, " ") +
+		" >/tmp/fio.log 2>&1 & echo $! >/tmp/fio.pid"
+	_, err := c.vm.Sh(ctx, 30*time.Second, cmd)
+	return err
+}
+
+// finish stops fio and collects errors and the final multipath view.
+func (l *lab) finish(ctx context.Context, c *ClientResult) error {
+	out, err := c.vm.Sh(ctx, 2*time.Minute, `p=$(cat /tmp/fio.pid); kill -INT $p; while kill -0 $p 2>/dev/null; do sleep 0.2; done; cat /tmp/fio.json`)
+	if err != nil {
+		return err
+	}
+	var fr FioResult
+	if i := strings.Index(out, "{"); i < 0 || json.Unmarshal([]byte(out[i:]), &fr) != nil {
+		log, _ := c.vm.Sh(ctx, 10*time.Second, "tail -20 /tmp/fio.log")
+		return fmt.Errorf("%s: fio printed no JSON results: %s", c.Spec.Name, log)
+	}
+	for _, j := range fr.Jobs {
+		c.FioIOs += j.Read.IOs + j.Write.IOs
+		if j.Error != 0 {
+			c.FioErrors++
+		}
+	}
+	dm, _ := c.vm.Sh(ctx, 10*time.Second, "dmesg | grep -c 'I/O error, dev dm-' || true")
+	sd, _ := c.vm.Sh(ctx, 10*time.Second, "dmesg | grep -c 'I/O error, dev sd' || true")
+	fmt.Sscan(strings.TrimSpace(dm), &c.KernelDMErrors)
+	fmt.Sscan(strings.TrimSpace(sd), &c.KernelPathErrors)
+	c.After, _ = c.vm.Sh(ctx, 30*time.Second, "multipath -ll")
+	for name, cmd := range map[string]string{"dmesg": "dmesg", "multipathd": "cat /var/log/aluad-lab/multipathd.log"} {
+		if out, err := c.vm.Sh(ctx, 30*time.Second, cmd); err == nil {
+			_ = os.WriteFile(filepath.Join(l.dir, c.Spec.Name+"."+name+".log"), []byte(out), 0o644)
+		}
+	}
+	return nil
+}
+
+// step runs one ownership step under I/O and times how each client followed.
+func (l *lab) step(ctx context.Context, name string) (*StepResult, error) {
+	st := &StepResult{Name: name, Start: time.Now()}
+	cl := l.arr.Client
+	luns, err := cl.LUNs()
+	if err != nil {
+		return st, err
+	}
+	owner0 := luns[0].Owner
+	other := map[string]string{"a": "b", "b": "a"}
+	var want func(daemon.Event) bool
+	wait := 30 * time.Second
+	l.opt.Log("step %s", name)
+	switch name {
+	case "move":
+		if _, err := cl.Move(0, other[owner0]); err != nil {
+			return st, err
+		}
+		want = func(e daemon.Event) bool { return e.Change.Cause == "manual" }
+	case "rebalance":
+		if err := l.calibrate(ctx); err != nil {
+			return st, err
+		}
+		want = func(e daemon.Event) bool { return e.Change.Cause != "manual" }
+		wait = 60 * time.Second
+	case "failover":
+		for _, c := range l.res.Clients {
+			for f := range Fabrics {
+				if _, err := cl.Inject(daemon.Fault{Kind: daemon.FaultPathDown, Port: fmt.Sprintf("%s%d", owner0, f), Initiator: c.IQN}); err != nil {
+					return st, err
+				}
+			}
+		}
+		want = func(e daemon.Event) bool { return e.Change.Cause == "failover" }
+	case "failback":
+		if _, err := cl.Inject(daemon.Fault{Kind: daemon.FaultClear}); err != nil {
+			return st, err
+		}
+		want = func(e daemon.Event) bool { return e.Change.Cause == "failback" }
+		wait = 90 * time.Second
+	default:
+		return st, fmt.Errorf("unknown step %q", name)
+	}
+	// Wait for the change the step is about.
+	deadline := time.Now().Add(wait)
+	var seen bool
+	for !seen {
+		for _, e := range l.w.Changes(st.Start) {
+			seen = seen || want(e)
+		}
+		if seen {
+			break
+		}
+		if time.Now().After(deadline) {
+			return st, fmt.Errorf("no %s move within %v", name, wait)
+		}
+		if !sleepCtx(ctx, 100*time.Millisecond) {
+			return st, ctx.Err()
+		}
+	}
+	// Then give every client time to follow every change.
+	until := time.Now().Add(l.opt.Follow)
+	for {
+		done := true
+		now := time.Now()
+		st.Follows = st.Follows[:0]
+		st.Changes = st.Changes[:0]
+		for _, e := range l.w.Changes(st.Start) {
+			st.Changes = append(st.Changes, fmt.Sprintf("LUNs %v %s -> %s (%s; I/O held %v)", e.Change.LUNs, e.Change.From, e.Change.To,
+				e.Change.Cause, e.Change.Stop.Round(time.Microsecond)))
+			for _, lun := range e.Change.LUNs {
+				for _, c := range l.res.Clients {
+					f := l.w.follow(c.IQN, lun, e, now)
+					f.Host = c.Spec.Name
+					st.Follows = append(st.Follows, f)
+					done = done && f.Done()
+				}
+			}
+		}
+		if done || now.After(until) {
+			break
+		}
+		if !sleepCtx(ctx, 500*time.Millisecond) {
+			return st, ctx.Err()
+		}
+	}
+	for _, f := range st.Follows {
+		if f.Done() {
+			l.opt.Log("  %s LUN %d %s->%s (%s): UA +%v, switched +%v", f.Host, f.LUN, f.From, f.To, f.Cause,
+				f.UA.Sub(f.Moved).Round(time.Millisecond), f.MoveToSwitch().Round(time.Millisecond))
+		} else {
+			l.opt.Log("  %s LUN %d %s->%s (%s): not on the new owner within %v", f.Host, f.LUN, f.From, f.To, f.Cause, l.opt.Follow)
+		}
+	}
+	return st, nil
+}
+
+// calibrate sets the nodes' capacity from the clients' measured load so
+// that all LUNs on one node run it at about 90% and a balanced placement
+// at about 45%: the array's own ROI check then decides the rebalance.
+func (l *lab) calibrate(ctx context.Context) error {
+	total := func() (uint64, error) {
+		ios, err := l.arr.Client.IO()
+		var n uint64
+		for _, p := range ios {
+			n += p.Media
+		}
+		return n, err
+	}
+	a, err := total()
+	if err != nil {
+		return err
+	}
+	t := time.Now()
+	if !sleepCtx(ctx, 5*time.Second) {
+		return ctx.Err()
+	}
+	b, err := total()
+	if err != nil {
+		return err
+	}
+	iops := float64(b-a) / time.Since(t).Seconds()
+	work := iops * 0.1 * (1 + 4096.0/65536) // per 100 ms tick, 4 KiB commands
+	capacity := max(work*1.1, 1)
+	l.opt.Log("  load %.0f IOPS: node capacity %.1f units per tick", iops, capacity)
+	for _, n := range []string{"a", "b"} {
+		if err := l.arr.Client.SetCapacity(n, capacity); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// judge adds the checks on the steps.
+func (l *lab) judge() {
+	for _, st := range l.res.Steps {
+		if st.Err != "" {
+			continue
+		}
+		for _, f := range st.Follows {
+			c := l.client(f.Host)
+			if c == nil {
+				continue
+			}
+			// A host at multipathd's defaults declared Linux DM-MP must
+			// run I/O on the new owner within 1 s of a planned move.
+			if c.Spec.HostType == "linux-dmmp" && (st.Name == "move" || st.Name == "rebalance" || st.Name == "failback") {
+				l.res.check(fmt.Sprintf("%s: %s of LUN %d: I/O on the new owner within 1 s", f.Host, st.Name, f.LUN),
+					f.Done() && f.MoveToSwitch() <= time.Second, "%s", describe(f))
+			}
+			if c.Spec.Conf == "multipath-alua.conf" && st.Name == "failback" {
+				l.res.check(fmt.Sprintf("%s: failback of LUN %d followed", f.Host, f.LUN), f.Done(), "%s", describe(f))
+			}
+			if st.Name == "failover" {
+				l.res.check(fmt.Sprintf("%s: failover of LUN %d followed", f.Host, f.LUN), f.Done(), "%s", describe(f))
+			}
+		}
+	}
+	sort.SliceStable(l.res.Checks, func(i, j int) bool { return l.res.Checks[i].Name < l.res.Checks[j].Name })
+}
+
+func (l *lab) client(name string) *ClientResult {
+	for _, c := range l.res.Clients {
+		if c.Spec.Name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+func describe(f Follow) string {
+	if !f.Done() {
+		return "still on the old owner at the end of the window"
+	}
+	s := fmt.Sprintf("switched %v after the move", f.MoveToSwitch().Round(time.Millisecond))
+	if !f.UA.IsZero() {
+		s += fmt.Sprintf(", %v after its UA", f.UAToSwitch().Round(time.Millisecond))
+	}
+	return s
+}
