@@ -123,6 +123,9 @@ type Follow struct {
 	// new owner (the later of FirstNew and LastOld); zero if not yet.
 	Switched time.Time
 	Stop     time.Duration // the array's I/O hold for the move
+	// Already: the host was sending I/O to the new owner in the 2 s
+	// before the move (its multipath used the non-owner's paths).
+	Already bool
 }
 
 // Done says whether the host runs all I/O on the new owner.
@@ -160,6 +163,8 @@ func (w *Watcher) follow(initiator string, lun uint64, ch daemon.Event, at time.
 	i := sort.Search(len(s), func(i int) bool { return !s[i].t.Before(ch.Time) })
 	if i > 0 {
 		base = s[i-1].media
+		// Two counts before the move, the latest within 2 s of it, that differ.
+		f.Already = i > 1 && s[i-1].t.After(ch.Time.Add(-2*time.Second)) && s[i-2].media < base
 	}
 	for ; i < len(s); i++ {
 		if s[i].media > base {

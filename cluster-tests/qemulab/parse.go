@@ -24,7 +24,7 @@ type PathGroup struct {
 
 // MPathPath is one path of a group.
 type MPathPath struct {
-	HCTL, Dev             string
+	HCTL, Dev              string
 	DMState, Check, Online string
 }
 

@@ -214,6 +214,12 @@ func TestFollow(t *testing.T) {
 			}
 		})
 	}
+	// I/O already arriving at the new owner just before the move.
+	w.steps[newKey] = []mediaStep{{at(-3000), 1}, {at(-500), 3}, {at(40), 4}}
+	require.True(t, w.follow(ini, 0, ch, at(10000)).Already)
+	w.steps[newKey] = []mediaStep{{at(-6000), 1}, {at(-3000), 3}, {at(40), 4}}
+	require.False(t, w.follow(ini, 0, ch, at(10000)).Already, "the last I/O there was 3 s before the move")
+
 	// No I/O at the new owner at all.
 	f := w.follow("iqn.2026-11.org.example:other", 0, ch, at(10000))
 	require.False(t, f.Done())

@@ -21,7 +21,9 @@ func (r *Results) Write(dir string) error {
 	return os.WriteFile(filepath.Join(dir, "results.md"), []byte(r.Markdown()), 0o644)
 }
 
-func ms(d time.Duration) string { return fmt.Sprintf("%d ms", d.Round(time.Millisecond).Milliseconds()) }
+func ms(d time.Duration) string {
+	return fmt.Sprintf("%d ms", d.Round(time.Millisecond).Milliseconds())
+}
 
 // Markdown renders the results for a person.
 func (r *Results) Markdown() string {
@@ -54,7 +56,9 @@ func (r *Results) Markdown() string {
 			if !f.UA.IsZero() {
 				ua = ms(f.UA.Sub(f.Moved))
 			}
-			if f.Done() {
+			if f.Already {
+				sw = "already there"
+			} else if f.Done() {
 				sw = ms(f.MoveToSwitch())
 				if !f.UA.IsZero() {
 					uaSw = ms(f.UAToSwitch())

@@ -167,11 +167,18 @@ type GroupState struct {
 
 // Groups reports every group's state for the LUN as seen by initiator,
 // from one snapshot.
+//
+// PREF marks the owner's group, not the configured preferred owner: the
+// array moves LUNs by itself, and Linux multipath-tools' prio alua ranks
+// a PREF group that is not optimized at 90, above an optimized group (50),
+// so a PREF bit left on the home node kept dm-multipath (group_by_prio,
+// failback immediate) on the old owner after every move (found in the
+// QEMU lab, cluster-tests).
 func (l *LUN) Groups(initiator string) []GroupState {
 	s := l.alua.Load()
 	out := make([]GroupState, 0, len(l.arr.Nodes))
 	for _, n := range l.arr.Nodes {
-		g := GroupState{Node: n, ID: n.GroupID, Pref: n == l.Preferred, Status: s.status[n.Index],
+		g := GroupState{Node: n, ID: n.GroupID, Pref: n == s.owner, Status: s.status[n.Index],
 			State: l.stateIn(s, initiator, n)}
 		for _, p := range n.Ports {
 			g.Ports = append(g.Ports, p.RelativeID)

@@ -44,7 +44,7 @@ func TestInitialStates(t *testing.T) {
 			var got []AccessState
 			for _, g := range a.LUN(tc.lun).Groups(tc.initiator) {
 				got = append(got, g.State)
-				require.Equal(t, g.Node == a.LUN(tc.lun).Preferred, g.Pref)
+				require.Equal(t, g.Node == a.LUN(tc.lun).Owner(), g.Pref, "PREF marks the owner's group")
 				require.Equal(t, g.Node.GroupID, g.ID)
 			}
 			require.Equal(t, tc.want, got)

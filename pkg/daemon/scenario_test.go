@@ -395,6 +395,9 @@ func (s *scenario) cmdEvents() string {
 		if e.Kind == EventRTPG {
 			fmt.Fprintf(&b, " extended=%v", e.Extended)
 		}
+		if e.Kind == EventUA {
+			fmt.Fprintf(&b, " sense=%s", e.Reason)
+		}
 		if e.IO != nil {
 			fmt.Fprintf(&b, " reads=%d writes=%d other=%d read=%dB written=%dB non-optimized=%d",
 				e.IO.Reads, e.IO.Writes, e.IO.Other, e.IO.BytesRead, e.IO.BytesWritten, e.IO.NonOptimized)

@@ -123,7 +123,7 @@ func (h *Host) refreshPrio(l *lunState, p *Path) bool {
 	if !ok {
 		return false
 	}
-	n := prioOf(l.state[g])
+	n := prioOf(l.state[g], l.pref[g])
 	old, had := l.prio[p]
 	l.prio[p] = n
 	return !had || old != n

@@ -24,6 +24,8 @@ type fakeTarget struct {
 	nexi     []*fakeNexus
 	log      []fakeCmd
 	moves    int
+	// pref: the group reported with the PREF bit (0: none).
+	pref uint16
 }
 
 type fakeCmd struct {
@@ -193,8 +195,8 @@ func (n *fakeNexus) ReportTargetPortGroups(ctx context.Context, lun uint64) ([]b
 	t := n.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	groups := []scsi.PortGroupState{{ID: 1, State: t.state[1], Ports: []uint16{1, 2}},
-		{ID: 2, State: t.state[2], Ports: []uint16{3, 4}}}
+	groups := []scsi.PortGroupState{{ID: 1, State: t.state[1], Pref: t.pref == 1, Ports: []uint16{1, 2}},
+		{ID: 2, State: t.state[2], Pref: t.pref == 2, Ports: []uint16{3, 4}}}
 	return scsi.AppendRTPG(nil, groups, true, t.tt), nil
 }
 

@@ -82,6 +82,25 @@ func TestLinuxDM(t *testing.T) {
 			assert.EqualValues(t, 4, h.Stats().UAs, "one per nexus: met by I/O or by the checker's TUR")
 		})
 	})
+	t.Run("a PREF group that is not optimized outranks AO (prio alua +80)", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			// As multipath-tools does, and as the QEMU lab saw with real
+			// dm-multipath while aluad kept PREF on the home node: the
+			// host never follows a move away from the PREF group.
+			ft := newFakeTarget()
+			ft.pref = 1
+			h := attach(t, ft, "h1", LinuxDM())
+			ft.move(bAO, nil)
+			time.Sleep(30 * time.Second)
+			assert.Contains(t, []uint16{1, 2}, io(t, ft, h), "PREF+ANO (90) beats AO (50)")
+			// With PREF on the owner's group, the same move is followed.
+			ft.mu.Lock()
+			ft.pref = 2
+			ft.mu.Unlock()
+			time.Sleep(25 * time.Second)
+			assert.Contains(t, []uint16{3, 4}, io(t, ft, h))
+		})
+	})
 	t.Run("04/0A retried every second until the transition ends", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			ft := newFakeTarget()

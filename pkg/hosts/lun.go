@@ -17,6 +17,7 @@ type lunState struct {
 	// target port group, from the last RTPG; groupOf maps target ports to
 	// their groups.
 	state        map[uint16]scsi.AccessState
+	pref         map[uint16]bool // the group's PREF bit
 	groupOf      map[uint16]uint16
 	transSince   map[uint16]time.Time
 	transTimeout time.Duration
@@ -38,22 +39,28 @@ type lunState struct {
 }
 
 func newLUN(id uint64) *lunState {
-	return &lunState{id: id, state: map[uint16]scsi.AccessState{}, groupOf: map[uint16]uint16{},
+	return &lunState{id: id, state: map[uint16]scsi.AccessState{}, pref: map[uint16]bool{}, groupOf: map[uint16]uint16{},
 		transSince: map[uint16]time.Time{}, transTimeout: 60 * time.Second, prio: map[*Path]int{},
 		failed: map[*Path]bool{}, cur: -1}
 }
 
-// prioOf is multipath-tools' prio alua.
-func prioOf(s scsi.AccessState) int {
+// prioOf is multipath-tools' prio alua: AO 50, ANO 10, STANDBY 1, else
+// 0, and 80 more for a group with the PREF bit that is not optimized
+// (libmultipath/prioritizers/alua.c; so a PREF ANO group, 90, outranks AO).
+func prioOf(s scsi.AccessState, pref bool) int {
+	n := 0
 	switch s {
 	case scsi.StateActiveOptimized:
-		return 50
+		n = 50
 	case scsi.StateActiveNonOptimized:
-		return 10
+		n = 10
 	case scsi.StateStandby:
-		return 1
+		n = 1
 	}
-	return 0
+	if pref && s != scsi.StateActiveOptimized {
+		n += 80
+	}
+	return n
 }
 
 // readRTPG reads RTPG for l on p, one at a time per LUN (a concurrent
@@ -112,6 +119,7 @@ func (h *Host) readRTPG(ctx context.Context, l *lunState, p *Path, nx Nexus, att
 	}
 	for _, g := range groups {
 		l.state[g.ID] = g.State
+		l.pref[g.ID] = g.Pref
 		if g.State != scsi.StateTransitioning {
 			delete(l.transSince, g.ID)
 		}
@@ -122,7 +130,7 @@ func (h *Host) readRTPG(ctx context.Context, l *lunState, p *Path, nx Nexus, att
 	if attach || !h.P.PrioAtCheck {
 		for _, q := range h.paths {
 			if g, ok := l.groupOf[q.RelID]; ok {
-				l.prio[q] = prioOf(l.state[g])
+				l.prio[q] = prioOf(l.state[g], l.pref[g])
 			}
 		}
 	}
