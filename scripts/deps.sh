@@ -10,10 +10,24 @@ command -v bc >/dev/null || need+=(bc)
 command -v gcc >/dev/null || need+=(gcc)
 [ -f /usr/include/stdio.h ] || need+=(libc6-dev)
 [ -f /usr/include/iscsi/iscsi.h ] || need+=(libiscsi-dev)
-if [ ${#need[@]} -gt 0 ]; then
+# The QEMU lab (cluster-tests): guests built by debootstrap, booted by
+# QEMU (TCG), QEMU's libiscsi block driver, busybox for the initrd, and
+# Vagrant to validate the Vagrantfile.
+# (without recommends: Vagrant's would pull in libvirt and an initramfs)
+lean=()
+command -v qemu-system-x86_64 >/dev/null || lean+=(qemu-system-x86)
+[ -e /usr/lib/x86_64-linux-gnu/qemu/block-iscsi.so ] || lean+=(qemu-block-extra)
+command -v debootstrap >/dev/null || lean+=(debootstrap)
+{ [ -x /bin/busybox ] && /bin/busybox --list | grep -qx switch_root; } || lean+=(busybox-static)
+command -v mkfs.ext4 >/dev/null || lean+=(e2fsprogs)
+command -v ip >/dev/null || lean+=(iproute2)
+command -v vagrant >/dev/null || lean+=(vagrant)
+[ -d /usr/share/vagrant-plugins/plugins.d ] && ls /usr/share/vagrant-plugins/plugins.d | grep -q libvirt || lean+=(vagrant-libvirt)
+if [ ${#need[@]} -gt 0 ] || [ ${#lean[@]} -gt 0 ]; then
   SUDO=; [ "$(id -u)" -ne 0 ] && SUDO=sudo
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+  [ ${#need[@]} -eq 0 ] || DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+  [ ${#lean[@]} -eq 0 ] || DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${lean[@]}" >/dev/null
 fi
 command -v go >/dev/null || { echo "Go 1.26+ is required (https://go.dev/dl)"; exit 1; }
 go mod download

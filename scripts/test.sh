@@ -11,7 +11,7 @@ export ALUAD_RESULTS="$PWD/results"
 # Tests that need libiscsi tools fail here instead of skipping.
 export ALUAD_REQUIRE_EXTERNAL=1
 echo "== go vet"; go vet ./...
-echo "== gofmt"; test -z "$(gofmt -l cmd pkg test)" || { gofmt -l cmd pkg test; exit 1; }
+echo "== gofmt"; test -z "$(gofmt -l cmd pkg test ownership cluster-tests)" || { gofmt -l cmd pkg test ownership cluster-tests; exit 1; }
 echo "== go test -race"
 go test -race -count=1 ./... 2>&1 | tee results/go-test.txt
 FUZZTIME=${FUZZTIME:-10s}
@@ -22,5 +22,14 @@ go test -run='^$' -fuzz='^FuzzParseScenario$' -fuzztime="$FUZZTIME" ./pkg/lab/
 echo "== iscsi-test-cu against tgtd (same command, for comparison)"
 scripts/tgtd-conformance.sh | tee results/tgtd-conformance.txt
 cat results/tgtd-conformance.txt | head -1
+echo "== vagrant validate"
+vagrant validate
+# The QEMU lab's smoke scenario: a real Debian guest (open-iscsi +
+# dm-multipath) against aluad, one failover and one failback under fio.
+# ALUAD_QEMU=0 leaves it out (a machine without root or /dev/net/tun).
+if [ "${ALUAD_QEMU:-1}" != 0 ]; then
+  echo "== QEMU lab smoke (cluster-tests)"
+  go run ./cluster-tests/cmd/qemulab --scenario smoke --out results/qemu-lab-smoke
+fi
 # Closing line: aluad's libiscsi conformance result.
 sed -E 's/^aluad: ([0-9]+) real passes, ([0-9]+) skips, ([0-9]+) failures/iscsi-test-cu: \1 passed, \3 failed, \2 skipped/' results/aluad-conformance.txt

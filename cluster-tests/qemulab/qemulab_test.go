@@ -225,3 +225,26 @@ func TestFollow(t *testing.T) {
 	require.False(t, f.Done())
 	require.True(t, f.UA.IsZero())
 }
+
+// The Vagrant storage VM's configuration is the QEMU lab's topology, and
+// declares the client host types the scenarios use.
+func TestVagrantConfig(t *testing.T) {
+	cfg, err := array.LoadConfig("../vagrant/aluad.yaml")
+	require.NoError(t, err)
+	require.Equal(t, Target, cfg.Target)
+	for node := range cfg.Nodes {
+		for f := range Fabrics {
+			require.Equal(t, PortAddr(node, f)+":3260", cfg.Nodes[node].Ports[f].Addr)
+		}
+	}
+	types := map[string]string{}
+	for _, h := range cfg.Hosts {
+		types[h.Name] = h.Type
+	}
+	require.Equal(t, map[string]string{"c1": cDefaultsDMMP.HostType, "c3": cALUA.HostType, "c4": cFollowover.HostType}, types)
+	b, err := os.ReadFile("../../Vagrantfile")
+	require.NoError(t, err)
+	for _, c := range []ClientSpec{cDefaultsDMMP, cALUA, cFollowover} {
+		require.Contains(t, string(b), `["`+c.Name+`", "`+c.Conf+`", "`+c.HostType+`"]`)
+	}
+}

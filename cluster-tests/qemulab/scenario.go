@@ -590,8 +590,17 @@ func (l *lab) step(ctx context.Context, name string) (*StepResult, error) {
 			return st, ctx.Err()
 		}
 	}
-	// Then give every client time to follow every change.
-	until := time.Now().Add(l.opt.Follow)
+	// Then give every client time to follow every change. QEMU's libiscsi
+	// driver reconnects under a guest and holds its I/O, so such a guest
+	// notices a lost path only at its SCSI command timeout (30 s) and
+	// error handling: give a failover longer.
+	window := l.opt.Follow
+	for _, c := range l.res.Clients {
+		if c.Spec.LibISCSI && name == "failover" {
+			window = max(window, 90*time.Second)
+		}
+	}
+	until := time.Now().Add(window)
 	for {
 		done := true
 		now := time.Now()
@@ -621,7 +630,7 @@ func (l *lab) step(ctx context.Context, name string) (*StepResult, error) {
 			l.opt.Log("  %s LUN %d %s->%s (%s): UA +%v, switched +%v", f.Host, f.LUN, f.From, f.To, f.Cause,
 				f.UA.Sub(f.Moved).Round(time.Millisecond), f.MoveToSwitch().Round(time.Millisecond))
 		} else {
-			l.opt.Log("  %s LUN %d %s->%s (%s): not on the new owner within %v", f.Host, f.LUN, f.From, f.To, f.Cause, l.opt.Follow)
+			l.opt.Log("  %s LUN %d %s->%s (%s): not on the new owner within %v", f.Host, f.LUN, f.From, f.To, f.Cause, window)
 		}
 	}
 	return st, nil
