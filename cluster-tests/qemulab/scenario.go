@@ -62,6 +62,8 @@ var (
 var Scenarios = map[string]Scenario{
 	// smoke: one client, one failback (after the failover it needs); CI.
 	"smoke": {Name: "smoke", Clients: []ClientSpec{cALUA}, Steps: []string{"failover", "failback"}},
+	// libiscsi: the QEMU libiscsi client alone, a failover and a failback.
+	"libiscsi": {Name: "libiscsi", Clients: []ClientSpec{cLibISCSI}, Steps: []string{"failover", "failback"}},
 	// full: every client configuration, every kind of move.
 	"full": {Name: "full", Clients: []ClientSpec{cDefaultsDMMP, cDefaultsANO, cALUA, cFollowover, cLibISCSI},
 		Steps: []string{"move", "rebalance", "failover", "failback"}},

@@ -106,7 +106,7 @@ func StartVM(ctx context.Context, n *Net, img Image, initrd, dir string, s VMSpe
 			"-device", fmt.Sprintf("virtio-net-pci,netdev=n%d,mac=52:54:00:77:%02x:%02x", f, f+1, 100+s.Index))
 	}
 	if len(s.ISCSIDrives) > 0 {
-		args = append(args, "-device", "virtio-scsi-pci,id=scsi0", "-iscsi", "initiator-name="+s.InitiatorName)
+		args = append(args, "-device", "virtio-scsi-pci,id=scsi0", "-iscsi", "initiator-name="+s.InitiatorName+",timeout=5")
 		for i, u := range s.ISCSIDrives {
 			args = append(args, "-drive", fmt.Sprintf("file=%s,if=none,id=is%d,format=raw,cache=none", u, i),
 				"-device", fmt.Sprintf("scsi-block,drive=is%d,bus=scsi0.0,channel=0,scsi-id=%d,lun=0", i, i))
