@@ -248,3 +248,38 @@ func TestVagrantConfig(t *testing.T) {
 		require.Contains(t, string(b), `["`+c.Name+`", "`+c.Conf+`", "`+c.HostType+`"]`)
 	}
 }
+
+// The results page names every client, every follow (switched, already
+// there, not within the window) and every check, and says FAIL when any
+// check failed.
+func TestMarkdown(t *testing.T) {
+	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	r := &Results{Scenario: "full", Started: t0, Pass: false,
+		Clients: []*ClientResult{{Spec: cDefaultsDMMP, Maps: 2, Paths: 8, AOOnOwner: true, FioIOs: 100, Before: "before\n", After: "after\n"}},
+		Steps: []*StepResult{{Name: "move", Changes: []string{"LUNs [0] a -> b (manual)"},
+			MultipathLL: map[string]string{"c1": "after-move\n"},
+			Follows: []Follow{
+				{Host: "c1", LUN: 0, From: "a", To: "b", Cause: "manual", Moved: t0, UA: t0.Add(20 * time.Millisecond), Switched: t0.Add(400 * time.Millisecond)},
+				{Host: "c2", LUN: 0, From: "a", To: "b", Cause: "manual", Moved: t0, Already: true},
+				{Host: "c4", LUN: 1, From: "b", To: "a", Cause: "balance", Moved: t0},
+			}}},
+		Checks: []Check{{Name: "c1: move", OK: true, Detail: "fine"}, {Name: "c5: failover", OK: false, Detail: "stuck"}},
+	}
+	md := r.Markdown()
+	for _, want := range []string{
+		"# aluad QEMU lab: full (FAIL)",
+		"| c1 | dm-multipath at its defaults; declared Linux DM-MP (non-owner paths STANDBY) | linux-dmmp |",
+		"| c1 | 0 | a -> b | manual | 0s | 20 ms | 380 ms | 400 ms |",
+		"| c2 | 0 | a -> b | manual | 0s | no UA | - | already there |",
+		"| c4 | 1 | b -> a | balance | 0s | no UA | - | not within the window |",
+		"- `ok  ` c1: move: fine", "- `FAIL` c5: failover: stuck",
+		"After step move:\n\n```\nafter-move\n```",
+	} {
+		require.Contains(t, md, want)
+	}
+	dir := t.TempDir()
+	require.NoError(t, r.Write(dir))
+	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	require.NoError(t, err)
+	require.Contains(t, string(b), `"scenario": "full"`)
+}

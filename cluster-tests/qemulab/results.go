@@ -77,7 +77,13 @@ func (r *Results) Markdown() string {
 		fmt.Fprintf(&b, "- `%s` %s: %s\n", mark, c.Name, c.Detail)
 	}
 	for _, c := range r.Clients {
-		fmt.Fprintf(&b, "\n## %s: multipath -ll\n\nBefore the steps:\n\n```\n%s```\n\nAfter:\n\n```\n%s```\n", c.Spec.Name, c.Before, c.After)
+		fmt.Fprintf(&b, "\n## %s: multipath -ll\n\nBefore the steps:\n\n```\n%s```\n", c.Spec.Name, c.Before)
+		for _, st := range r.Steps {
+			if out, ok := st.MultipathLL[c.Spec.Name]; ok {
+				fmt.Fprintf(&b, "\nAfter step %s:\n\n```\n%s```\n", st.Name, out)
+			}
+		}
+		fmt.Fprintf(&b, "\nAt the end:\n\n```\n%s```\n", c.After)
 	}
 	if len(r.Clients) > 0 {
 		c := r.Clients[0]

@@ -115,6 +115,8 @@ type StepResult struct {
 	Changes []string  `json:"changes"`
 	Follows []Follow  `json:"follows"`
 	Err     string    `json:"error,omitempty"`
+	// MultipathLL is each client's `multipath -ll` at the end of the step.
+	MultipathLL map[string]string `json:"multipath_ll"`
 }
 
 // Check is one pass/fail condition of the run.
@@ -625,6 +627,12 @@ func (l *lab) step(ctx context.Context, name string) (*StepResult, error) {
 		}
 		if !sleepCtx(ctx, 500*time.Millisecond) {
 			return st, ctx.Err()
+		}
+	}
+	st.MultipathLL = map[string]string{}
+	for _, c := range l.res.Clients {
+		if out, err := c.vm.Sh(ctx, 30*time.Second, "multipath -ll"); err == nil {
+			st.MultipathLL[c.Spec.Name] = out
 		}
 	}
 	for _, f := range st.Follows {
