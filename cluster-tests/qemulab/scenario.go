@@ -640,12 +640,23 @@ func (l *lab) step(ctx context.Context, name string) (*StepResult, error) {
 			return st, ctx.Err()
 		}
 	}
+	// Every client's view after the step, all at once: `multipath -ll`
+	// runs the path checkers and takes seconds in a busy TCG guest.
 	st.MultipathLL = map[string]string{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
 	for _, c := range l.res.Clients {
-		if out, err := c.vm.Sh(ctx, 30*time.Second, "multipath -ll"); err == nil {
-			st.MultipathLL[c.Spec.Name] = out
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if out, err := c.vm.Sh(ctx, 20*time.Second, "multipath -ll"); err == nil {
+				mu.Lock()
+				st.MultipathLL[c.Spec.Name] = out
+				mu.Unlock()
+			}
+		}()
 	}
+	wg.Wait()
 	for _, f := range st.Follows {
 		if f.Done() {
 			l.opt.Log("  %s LUN %d %s->%s (%s): UA +%v, switched +%v", f.Host, f.LUN, f.From, f.To, f.Cause,
