@@ -21,29 +21,15 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/aluad/aluad/cluster-tests/agentproto"
 )
 
-// Request is one command from the orchestrator.
-type Request struct {
-	ID int64 `json:"id"`
-	// Op: "sh" (default) runs Cmd with /bin/sh -c; "write" writes Data to
-	// Path; "ping" answers at once.
-	Op        string `json:"op,omitempty"`
-	Cmd       string `json:"cmd,omitempty"`
-	Path      string `json:"path,omitempty"`
-	Data      []byte `json:"data,omitempty"`
-	TimeoutMS int64  `json:"timeout_ms,omitempty"`
-}
-
-// Reply answers one Request.
-type Reply struct {
-	ID  int64  `json:"id"`
-	RC  int    `json:"rc"`
-	Out string `json:"out,omitempty"`
-	Err string `json:"err,omitempty"`
-	// MS is how long the command ran, by the guest's clock.
-	MS int64 `json:"ms"`
-}
+// Request and Reply are the lab's wire protocol.
+type (
+	Request = agentproto.Request
+	Reply   = agentproto.Reply
+)
 
 func logf(format string, a ...any) {
 	fmt.Fprintf(os.Stderr, "aluad-agent: "+format+"\n", a...)
@@ -70,8 +56,14 @@ func mounts() {
 // cmdline returns the aluad.* parameters of the kernel command line.
 func cmdline() map[string]string {
 	b, _ := os.ReadFile("/proc/cmdline")
+	return parseCmdline(string(b))
+}
+
+// parseCmdline returns the aluad.* parameters of a kernel command line,
+// without the prefix.
+func parseCmdline(line string) map[string]string {
 	out := map[string]string{}
-	for _, f := range strings.Fields(string(b)) {
+	for _, f := range strings.Fields(line) {
 		if k, v, ok := strings.Cut(f, "="); ok && strings.HasPrefix(k, "aluad.") {
 			out[strings.TrimPrefix(k, "aluad.")] = v
 		}
@@ -133,6 +125,11 @@ func handle(r Request) Reply {
 			defer cancel()
 		}
 		cmd := exec.CommandContext(ctx, "/bin/sh", "-c", r.Cmd)
+		// A timeout kills the whole process group, and the output is
+		// given up on shortly after, even if a child still holds it.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+		cmd.WaitDelay = time.Second
 		cmd.Env = append(os.Environ(), "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "TERM=dumb")
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out

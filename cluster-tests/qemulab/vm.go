@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/aluad/aluad/cluster-tests/agentproto"
 )
 
 // guestModules are loaded by the agent at boot, before the network is
@@ -49,22 +51,10 @@ type VM struct {
 	Booted  time.Duration // QEMU start to the agent's first answer
 }
 
-type request struct {
-	ID        int64  `json:"id"`
-	Op        string `json:"op,omitempty"`
-	Cmd       string `json:"cmd,omitempty"`
-	Path      string `json:"path,omitempty"`
-	Data      []byte `json:"data,omitempty"`
-	TimeoutMS int64  `json:"timeout_ms,omitempty"`
-}
-
-type reply struct {
-	ID  int64  `json:"id"`
-	RC  int    `json:"rc"`
-	Out string `json:"out,omitempty"`
-	Err string `json:"err,omitempty"`
-	MS  int64  `json:"ms"`
-}
+type (
+	request = agentproto.Request
+	reply   = agentproto.Reply
+)
 
 // Taps returns the tap names of a guest, one per fabric.
 func (s VMSpec) Taps() []string {

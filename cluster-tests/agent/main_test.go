@@ -1,0 +1,53 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// handle runs what the lab asks: shell commands with their exit code and
+// output, file writes, pings; a timeout kills the command; an unknown op
+// is refused.
+func TestHandle(t *testing.T) {
+	dir := t.TempDir()
+	cases := []struct {
+		name    string
+		req     Request
+		rc      int
+		out     string
+		errPart string
+	}{
+		{"ping", Request{ID: 1, Op: "ping"}, 0, "", ""},
+		{"shell output", Request{ID: 2, Cmd: "echo hello; echo oops >&2"}, 0, "hello\noops\n", ""},
+		{"exit code", Request{ID: 3, Op: "sh", Cmd: "exit 7"}, 7, "", "exit status 7"},
+		{"timeout", Request{ID: 4, Cmd: "sleep 5", TimeoutMS: 100}, -1, "", "killed"},
+		{"write", Request{ID: 5, Op: "write", Path: filepath.Join(dir, "a/b.conf"), Data: []byte("x=1\n")}, 0, "", ""},
+		{"write fails", Request{ID: 6, Op: "write", Path: "/proc/no/such/file", Data: []byte("x")}, 1, "", "no such file"},
+		{"unknown op", Request{ID: 7, Op: "reboot"}, 2, "", `unknown op "reboot"`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rep := handle(c.req)
+			require.Equal(t, c.req.ID, rep.ID)
+			require.Equal(t, c.rc, rep.RC)
+			require.Equal(t, c.out, rep.Out)
+			if c.errPart != "" {
+				require.Contains(t, rep.Err, c.errPart)
+			} else {
+				require.Empty(t, rep.Err)
+			}
+		})
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "a/b.conf"))
+	require.NoError(t, err)
+	require.Equal(t, "x=1\n", string(b))
+}
+
+func TestParseCmdline(t *testing.T) {
+	got := parseCmdline("console=ttyS0 net.ifnames=0 aluad.name=c1 aluad.ip0=10.77.1.100/24 aluad.modules=a,b aluad.flag quiet\n")
+	require.Equal(t, map[string]string{"name": "c1", "ip0": "10.77.1.100/24", "modules": "a,b"}, got)
+	require.Empty(t, parseCmdline(""))
+}
