@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"debug/elf"
 	"fmt"
 	"io"
 	"os"
@@ -104,6 +105,13 @@ func BuildInitrd(img Image, agent, busybox, out string) error {
 	bb, err := os.ReadFile(busybox)
 	if err != nil {
 		return fmt.Errorf("busybox (Debian busybox-static): %w", err)
+	}
+	if ef, err := elf.NewFile(bytes.NewReader(bb)); err == nil {
+		for _, p := range ef.Progs {
+			if p.Type == elf.PT_INTERP {
+				return fmt.Errorf("%s is dynamically linked and cannot run in the initrd: install busybox-static", busybox)
+			}
+		}
 	}
 	ag, err := os.ReadFile(agent)
 	if err != nil {

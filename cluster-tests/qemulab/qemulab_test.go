@@ -153,6 +153,11 @@ func TestBuildInitrd(t *testing.T) {
 	require.Equal(t, "module ext4", files["lib/modules/ext4.ko"])
 
 	require.Error(t, BuildInitrd(img, filepath.Join(dir, "agent"), filepath.Join(dir, "missing"), out), "no busybox")
+	// A dynamically linked busybox would not run in the initrd.
+	if _, err := os.Stat("/bin/sh"); err == nil {
+		sh, _ := filepath.EvalSymlinks("/bin/sh")
+		require.ErrorContains(t, BuildInitrd(img, filepath.Join(dir, "agent"), sh, out), "dynamically linked")
+	}
 }
 
 // The lab's aluad configuration is one aluad itself accepts, with the
