@@ -194,6 +194,7 @@ func (h *Host) do(ctx context.Context, lun uint64, write bool, size int, fn func
 		}
 		key, asc, ascq, sensed := senseOf(err)
 		if !sensed {
+			sleep(ctx, p.recovery(nx, h.P.FastIOFail))
 			h.pathFailed(p, nx, err)
 		} else if !h.react(ctx, l, p, nx, key, asc, ascq) {
 			h.count(func(s *Stats) { s.IOErrors++ })

@@ -145,6 +145,28 @@ func TestLinuxDM(t *testing.T) {
 			assert.EqualValues(t, 2, h.Stats().Relogins)
 		})
 	})
+	t.Run("fast_io_fail holds I/O on a lost path before failing over", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			p, err := Lookup("linux-dm", map[string]string{"fast_io_fail": "5s"})
+			require.NoError(t, err)
+			ft := newFakeTarget()
+			h := attach(t, ft, "h1", p)
+			ft.setCut("h1", 1, true)
+			ft.setCut("h1", 2, true)
+			start := time.Now()
+			assert.Contains(t, []uint16{3, 4}, io(t, ft, h))
+			took := time.Since(start)
+			// The command is held 5 s on the path it met the loss on; if it
+			// then meets the other lost path before the checker has failed
+			// it, 5 s more (the real stack, whose sessions time out in
+			// parallel, took 5.1-5.8 s).
+			assert.True(t, took >= 5*time.Second && took <= 10*time.Second, "took %v", took)
+			start = time.Now()
+			assert.Contains(t, []uint16{3, 4}, io(t, ft, h))
+			assert.Less(t, time.Since(start), time.Second, "once failed, the paths are not tried again")
+			assert.EqualValues(t, 0, h.Stats().IOErrors)
+		})
+	})
 	t.Run("queue_if_no_path holds I/O until a path returns", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			ft := newFakeTarget()

@@ -48,6 +48,26 @@ type Path struct {
 	nextCheck time.Time
 	checkInt  time.Duration
 	lastOK    bool
+	// recoverUntil: the transport gives up on the broken nexus then
+	// (Personality.FastIOFail); commands that fail on it wait till then.
+	recoverUntil time.Time
+	recoverNx    Nexus
+}
+
+// recovery returns how long a command that failed on nx by a transport
+// error waits before the path fails: until hold after the first such
+// failure on that nexus.
+func (p *Path) recovery(nx Nexus, hold time.Duration) time.Duration {
+	if hold <= 0 {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	if p.recoverNx != nx {
+		p.recoverNx, p.recoverUntil = nx, now.Add(hold)
+	}
+	return p.recoverUntil.Sub(now)
 }
 
 // PathSpec declares a path for New.

@@ -109,6 +109,7 @@ func TestLookup(t *testing.T) {
 		{"linux-dm", map[string]string{"failback": "sometimes"}, "immediate, followover or manual", nil},
 		{"linux-dm", map[string]string{"selector": "fastest"}, "unknown path selector", nil},
 		{"linux-dm", map[string]string{"colour": "blue"}, "unknown option", nil},
+		{"linux-dm", map[string]string{"fast_io_fail": "soon"}, "want a positive duration", nil},
 		{"aix-mpio", nil, "unknown host stack", nil},
 	}
 	for _, tc := range tests {
