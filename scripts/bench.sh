@@ -32,6 +32,11 @@ nodes:
     ports: [{name: b0, addr: "127.0.0.1:3361"}]
 luns:
   - {id: 0, size: 1GiB, preferred: a}
+# The ownership core stays off: it would rightly ship LUN 0 to node b
+# after the ANO rounds (ship_window), and the "ANO" rows would then
+# measure an owner (iscsi-perf also miscounts the 2A/06 that follows,
+# in_flight -1, and never exits).
+ownership: {off: true}
 YAML
 bin/aluad serve --config "$work/aluad.yaml" >"$work/aluad.out" 2>"$work/aluad.err" & APID=$!
 start_tgtd 3370 7 iqn.2026-11.org.aluad:tgtbench "$work/tgt.img" "$work/tgtd.log"
@@ -43,8 +48,13 @@ dd if=/dev/urandom of="$work/fill" bs=1M count=64 status=none
 for u in "$A_URL" "$T_URL"; do iscsi-dd --src "file://$work/fill" --dst "$u" >/dev/null 2>&1 || true; done
 
 perf() { # url blocks random -> average IOPS
-  timeout $((SECS+20)) iscsi-perf -m "$4" -b "$2" $3 -t "$SECS" "$1" 2>&1 | tr '\r' '\n' |
-    grep -o 'iops average [0-9]*' | tail -1 | awk '{print $3}'
+  local out rc=0
+  out=$(timeout $((SECS+20)) iscsi-perf -m "$4" -b "$2" $3 -t "$SECS" "$1" 2>&1) || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    echo "bench.sh: iscsi-perf -m $4 -b $2 $3 $1 failed (exit $rc): $(echo "$out" | tr '\r' '\n' | tail -3)" >&2
+    return 1
+  fi
+  echo "$out" | tr '\r' '\n' | grep -o 'iops average [0-9]*' | tail -1 | awk '{print $3}'
 }
 wl() { # addr target lun -> IOPS
   bin/writeload -addr "$1" -target "$2" -lun "$3" -size 4096 -qd 16 -t "${SECS}s" | awk '{print $2}'
