@@ -31,8 +31,8 @@ vagrant validate
 echo "== QEMU lab smoke (cluster-tests)"
 if [ "${ALUAD_QEMU:-1}" = 0 ]; then
   echo "SKIPPED: ALUAD_QEMU=0"
-elif [ "$(id -u)" -ne 0 ] || [ ! -c /dev/net/tun ]; then
-  echo "SKIPPED: the QEMU lab needs root and /dev/net/tun (uid $(id -u); $(ls /dev/net/tun 2>&1))"
+elif ! why=$(scripts/qemu-lab-probe.sh 2>&1); then
+  echo "SKIPPED: this machine cannot host the QEMU lab: $why"
 else
   go run ./cluster-tests/cmd/qemulab --scenario smoke --out results/qemu-lab-smoke
 fi
