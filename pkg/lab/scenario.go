@@ -193,7 +193,7 @@ func (s *Scenario) parseLUNs(f []string) error {
 		return fmt.Errorf("luns N [size=SIZE]")
 	}
 	n, err := strconv.Atoi(f[0])
-	if err != nil || n < 1 || n > 256 {
+	if err != nil || n < 1 || n > maxLUNs {
 		return fmt.Errorf("luns: %q is not a count from 1 to 256", f[0])
 	}
 	opts, err := kv(f[1:])
@@ -259,22 +259,31 @@ func (s *Scenario) parseLoad(f []string) error {
 }
 
 // parseIDs reads 0-7 or 0,2,4 or a mix.
+// maxLUNs bounds a scenario's LUN count (luns 1..256), so LUN numbers
+// are 0..255 and a list holds each at most once: a line cannot make the
+// parser build a huge list.
+const maxLUNs = 256
+
 func parseIDs(v string) ([]uint64, error) {
 	var out []uint64
+	seen := map[uint64]bool{}
 	for _, part := range strings.Split(v, ",") {
 		lo, hi, isRange := strings.Cut(part, "-")
 		a, err := strconv.ParseUint(lo, 10, 16)
-		if err != nil {
-			return nil, fmt.Errorf("LUN list %q: %q is not a LUN number", v, lo)
+		if err != nil || a >= maxLUNs {
+			return nil, fmt.Errorf("LUN list %q: %q is not a LUN number (0 to %d)", v, lo, maxLUNs-1)
 		}
 		b := a
 		if isRange {
-			if b, err = strconv.ParseUint(hi, 10, 16); err != nil || b < a {
+			if b, err = strconv.ParseUint(hi, 10, 16); err != nil || b < a || b >= maxLUNs {
 				return nil, fmt.Errorf("LUN list %q: bad range %q", v, part)
 			}
 		}
 		for i := a; i <= b; i++ {
-			out = append(out, i)
+			if !seen[i] {
+				seen[i] = true
+				out = append(out, i)
+			}
 		}
 	}
 	return out, nil

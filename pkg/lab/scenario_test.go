@@ -53,6 +53,8 @@ func TestParseScenarioErrors(t *testing.T) {
 		{"workload read=101\n", "percentage"},
 		{"workload bs=1000\n", "512-byte units"},
 		{"workload luns=3-1\n", "bad range"},
+		{"workload luns=0-65535\n", "bad range"},
+		{"workload luns=300\n", "not a LUN number (0 to 255)"},
 		{"workload speed=9\n", "unknown option"},
 		{minimal + "workload hosts=h9\n", "no host \"h9\""},
 		{minimal + "workload luns=8\n", "no LUN 8"},
@@ -131,4 +133,16 @@ func TestMedianTable(t *testing.T) {
 	assert.Regexp(t, `failover\s+reduction\s+99.0%`, out)
 	assert.Equal(t, 99.0, Reduction(20*time.Millisecond, 2*time.Second))
 	assert.Zero(t, Reduction(time.Millisecond, 0))
+}
+
+// LUN lists: ranges, repeats counted once, numbers bounded by the LUN limit.
+func TestParseIDs(t *testing.T) {
+	got, err := parseIDs("0-3,2-5,7,7")
+	require.NoError(t, err)
+	require.Equal(t, []uint64{0, 1, 2, 3, 4, 5, 7}, got)
+	got, err = parseIDs(strings.Repeat("0-255,", 200) + "1")
+	require.NoError(t, err)
+	require.Len(t, got, maxLUNs, "a long line still yields each LUN once")
+	_, err = parseIDs("256")
+	require.ErrorContains(t, err, "0 to 255")
 }
