@@ -12,6 +12,7 @@ import (
 
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/daemon"
+	"github.com/aluad/aluad/pkg/reports"
 )
 
 // defaultControl is the control socket of a daemon serving data dir data.
@@ -122,6 +123,32 @@ func events(args []string) error {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+func report(args []string) error {
+	fs := flag.NewFlagSet("report", flag.ContinueOnError)
+	format := fs.String("o", "text", "output: text (Recovery Guru pages) or json")
+	client := controlFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if *format != "text" && *format != "json" {
+		return fmt.Errorf("-o %q: want text or json", *format)
+	}
+	rs, err := client().Reports()
+	if err != nil {
+		return err
+	}
+	if *format == "json" {
+		if rs == nil {
+			rs = []reports.Report{}
+		}
+		return printJSON(rs)
+	}
+	return reports.Render(os.Stdout, rs, time.Now())
 }
 
 func printJSON(v any) error {

@@ -31,6 +31,10 @@ func TestClientCommands(t *testing.T) {
 	require.NoError(t, luns([]string{"--control", ctl}))
 	require.NoError(t, luns([]string{"--control", ctl, "--json"}))
 	require.NoError(t, events([]string{"--control", ctl}))
+	require.NoError(t, report([]string{"--control", ctl}))
+	require.NoError(t, report([]string{"--control", ctl, "-o", "json"}))
+	require.ErrorContains(t, report([]string{"--control", ctl, "-o", "yaml"}), `-o "yaml": want text or json`)
+	require.ErrorContains(t, report([]string{"--control", ctl, "now"}), `unexpected argument "now"`)
 
 	tests := []struct {
 		name string

@@ -1,6 +1,7 @@
 // Command aluad emulates the firmware of a multi-controller storage array
 // with implicit ALUA. Subcommands: serve (the array on the embedded pure-Go
-// iSCSI fabric) and the control clients move, luns and events.
+// iSCSI fabric), the control clients move, luns, events, fault and
+// report, and the in-process lab.
 package main
 
 import (
@@ -15,6 +16,7 @@ Usage:
   aluad move --lun N --to NODE               move a LUN's ownership (flush, short hold, then UA 2A/06)
   aluad luns [--json]                        owners, ALUA states and forwarded I/O per LUN
   aluad events [--since SEQ] [--follow]      the event feed (logins, RTPGs, I/O, ALUA changes) as JSON lines
+  aluad report [-o text|json]                the problems raised now, as Recovery Guru reports
   aluad fault KIND [--node N] [--port P] [--initiator IQN] [--delay D]
                                              inject a fault: crash, restart, port-down, port-up,
                                              path-down, path-up, delay, clear
@@ -46,6 +48,8 @@ func main() {
 		err = events(os.Args[2:])
 	case "fault":
 		err = fault(os.Args[2:])
+	case "report":
+		err = report(os.Args[2:])
 	case "lab":
 		err = labCmd(os.Args[2:])
 	case "help", "-h", "--help":

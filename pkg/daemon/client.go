@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/aluad/aluad/pkg/reports"
 	"net"
 	"net/http"
 	"time"
@@ -101,4 +102,10 @@ func (c *Client) IO() ([]PathIO, error) {
 func (c *Client) SetCapacity(node string, capacity float64) error {
 	var out CapacityRequest
 	return c.do("PUT", "/v1/nodes/"+node+"/capacity", CapacityRequest{Capacity: capacity}, &out)
+}
+
+// Reports returns the conditions raised now.
+func (c *Client) Reports() ([]reports.Report, error) {
+	var out []reports.Report
+	return out, c.do("GET", "/v1/reports", nil, &out)
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/reports"
 )
 
 // The control API: JSON over HTTP on a local Unix socket (only local users
@@ -21,6 +22,7 @@ import (
 //	POST /v1/luns/{id}/move    {"to": "b"}: a manual move (flush under I/O, short hold, 2A/06)
 //	GET  /v1/events?since=N    the event feed after sequence N
 //	GET  /v1/io                cumulative I/O per (nexus, LUN), with the last media arrival
+//	GET  /v1/reports           the conditions raised now (Recovery Guru reports)
 //	PUT  /v1/nodes/{name}/capacity {"capacity": 40}: the node's work units per tick, for the ownership core
 //	POST /v1/faults            {"kind": "crash", "node": "a"}: inject a fault (see Fault)
 
@@ -178,6 +180,17 @@ func (d *Daemon) ControlHandler() http.Handler {
 			return
 		}
 		writeJSON(w, http.StatusOK, req)
+	})
+	mux.HandleFunc("GET /v1/reports", func(w http.ResponseWriter, r *http.Request) {
+		rs, err := d.Reports()
+		if err != nil {
+			writeError(w, http.StatusConflict, err.Error())
+			return
+		}
+		if rs == nil {
+			rs = []reports.Report{}
+		}
+		writeJSON(w, http.StatusOK, rs)
 	})
 	mux.HandleFunc("GET /v1/io", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, d.PathIOs())

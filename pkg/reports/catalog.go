@@ -1,0 +1,209 @@
+// Package reports owns what a storage admin reads when the array raises a
+// connectivity or ownership condition: the catalog (one entry per
+// condition the ownership core raises: code, title, severity, what the
+// condition means, and the recovery procedure) and the Recovery Guru
+// rendering of a raised report (reference 002: summary, details, what
+// caused the problem, recovery procedure). It holds no state; the daemon
+// fills a Report from the core's raised conditions and the array's
+// topology.
+package reports
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/aluad/aluad/ownership"
+)
+
+// Severity orders reports.
+type Severity string
+
+// Severities, most urgent first.
+const (
+	Critical Severity = "critical" // I/O is at risk: one more failure stops it
+	Major    Severity = "major"    // redundancy or performance is reduced
+	Minor    Severity = "minor"    // a configuration to correct
+)
+
+func (s Severity) rank() int {
+	switch s {
+	case Critical:
+		return 0
+	case Major:
+		return 1
+	}
+	return 2
+}
+
+// Entry is one condition of the catalog.
+type Entry struct {
+	Condition ownership.Condition `json:"condition"`
+	Code      string              `json:"code"`
+	Title     string              `json:"title"`
+	Severity  Severity            `json:"severity"`
+	// Meaning says what the condition is, whoever it concerns.
+	Meaning string `json:"meaning"`
+	// Procedure is the recovery procedure, in steps.
+	Procedure []string `json:"procedure"`
+}
+
+// Catalog holds every condition the ownership core raises, by condition.
+var Catalog = map[ownership.Condition]Entry{
+	ownership.HostRedundancyLost: {
+		Code: "HRL", Title: "Host Redundancy Lost", Severity: Critical,
+		Meaning: "The host can reach the array through one node only. Its I/O runs, but the loss of that node, " +
+			"a port on it or the last cable would stop it.",
+		Procedure: []string{
+			"Check the host's links to the node named in the details: cables, switch ports and zoning, or the VLAN and IP routes for iSCSI.",
+			"On the host, check the iSCSI sessions to that node's portals (iscsiadm -m session) and log in again if they are gone.",
+			"Check that the host's multipath driver sees the paths again (multipath -ll on Linux, mpclaim -s -d on Windows).",
+			"The array moves the host's LUNs back to their preferred owner by itself once the paths have stayed up for the failback window.",
+		},
+	},
+	ownership.VolumeNotOnPreferred: {
+		Code: "VNP", Title: "Volume Not On Preferred Path", Severity: Major,
+		Meaning: "The LUN is owned by a node other than its preferred owner, so the preferred node's hosts' I/O is forwarded " +
+			"or has moved away from the planned layout.",
+		Procedure: []string{
+			"Look for an earlier report that explains the move (Host Redundancy Lost, Node Offline) and recover that first.",
+			"If every host reaches the preferred owner again, the array moves the LUN back after its failback window; no action is needed.",
+			"If an operator moved the LUN on purpose, make the new owner the preferred owner, or move it back with aluad move.",
+		},
+	},
+	ownership.MultipathNotDiscovering: {
+		Code: "MND", Title: "Multipath Not Discovering Paths", Severity: Major,
+		Meaning: "The host has logged in on paths to the array but has not read the ALUA state (REPORT TARGET PORT GROUPS) " +
+			"on them: its multipath driver is not managing those paths, so it cannot fail over or follow ownership.",
+		Procedure: []string{
+			"Check that the host's multipath software is installed and running (multipathd on Linux, the MPIO feature with the Microsoft DSM on Windows).",
+			"Check that the array's LUNs are claimed by it: a multipath.conf device section for vendor ALUAD (prio alua, hardware_handler \"1 alua\"), or mpclaim on Windows.",
+			"Check the host type the host is declared with on the array: it must be one that follows ALUA.",
+			"Rescan on the host, then check that every path shows in the multipath device.",
+		},
+	},
+	ownership.ConnectedToOneNodeOnly: {
+		Code: "C1N", Title: "Initiator Connected To One Node Only", Severity: Major,
+		Meaning: "An initiator has sessions to one node of the array and none to another. Unless the host reaches the other " +
+			"node through another initiator, it has no redundancy.",
+		Procedure: []string{
+			"Check that the host has discovered every portal of the array (iscsiadm -m discovery -t st, or the iSCSI initiator's Discovery tab).",
+			"Log in to the other node's portals and make the sessions persistent.",
+			"Check the host's network to the other node's ports (VLAN, routes, firewall).",
+		},
+	},
+	ownership.OwnershipThrash: {
+		Code: "OTD", Title: "Ownership Thrash Detected", Severity: Major,
+		Meaning: "The LUN's ownership has moved back and forth several times in a short window. Each move holds its I/O briefly, " +
+			"and hosts that follow the moves keep switching paths.",
+		Procedure: []string{
+			"Look for hosts that drive ownership against each other: explicit ALUA (STPG) hosts with different path views, or a host whose paths to one node are failing intermittently.",
+			"Check the host types declared for the LUN's hosts and their multipath settings (failback policy).",
+			"Fix the flapping path, or declare the offending host's type so the array stops moving the LUN for it.",
+		},
+	},
+}
+
+func init() {
+	for c, e := range Catalog {
+		e.Condition = c
+		Catalog[c] = e
+	}
+}
+
+// Lookup returns the catalog entry of a condition.
+func Lookup(c ownership.Condition) (Entry, bool) {
+	e, ok := Catalog[c]
+	return e, ok
+}
+
+// Report is a raised condition as an admin reads it.
+type Report struct {
+	Entry
+	Host  string    `json:"host,omitempty"`
+	Node  string    `json:"node,omitempty"`
+	Ports []string  `json:"ports,omitempty"`
+	LUNs  []uint64  `json:"luns,omitempty"`
+	Cause string    `json:"cause"`
+	Since time.Time `json:"since,omitempty"`
+}
+
+// Summary is the report's one-line summary.
+func (r Report) Summary() string {
+	var who []string
+	if r.Host != "" {
+		who = append(who, "host "+r.Host)
+	}
+	if r.Node != "" {
+		who = append(who, "node "+r.Node)
+	}
+	if r.Host == "" && len(r.LUNs) == 1 {
+		who = append(who, fmt.Sprintf("LUN %d", r.LUNs[0]))
+	}
+	if len(who) == 0 {
+		return r.Title
+	}
+	return r.Title + ": " + strings.Join(who, ", ")
+}
+
+// Sort orders reports by severity, then title, host, node.
+func Sort(rs []Report) {
+	sort.SliceStable(rs, func(i, j int) bool {
+		a, b := rs[i], rs[j]
+		if a.Severity.rank() != b.Severity.rank() {
+			return a.Severity.rank() < b.Severity.rank()
+		}
+		if a.Title != b.Title {
+			return a.Title < b.Title
+		}
+		if a.Host != b.Host {
+			return a.Host < b.Host
+		}
+		return a.Node < b.Node
+	})
+}
+
+// Render writes reports as Recovery Guru pages: summary, details, what
+// caused the problem, recovery procedure.
+func Render(w io.Writer, rs []Report, now time.Time) error {
+	if len(rs) == 0 {
+		_, err := fmt.Fprintln(w, "No problems: every host has redundant paths and every LUN is where it should be.")
+		return err
+	}
+	var b strings.Builder
+	for i, r := range rs {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		fmt.Fprintf(&b, "%s [%s, %s]\n", strings.ToUpper(r.Summary()), r.Severity, r.Code)
+		b.WriteString("  Details\n")
+		if r.Host != "" {
+			fmt.Fprintf(&b, "    Host:     %s\n", r.Host)
+		}
+		if r.Node != "" {
+			fmt.Fprintf(&b, "    Node:     %s\n", r.Node)
+		}
+		if len(r.Ports) > 0 {
+			fmt.Fprintf(&b, "    Ports:    %s\n", strings.Join(r.Ports, ", "))
+		}
+		if len(r.LUNs) > 0 {
+			ls := make([]string, len(r.LUNs))
+			for i, l := range r.LUNs {
+				ls[i] = fmt.Sprint(l)
+			}
+			fmt.Fprintf(&b, "    LUNs:     %s\n", strings.Join(ls, ", "))
+		}
+		if !r.Since.IsZero() {
+			fmt.Fprintf(&b, "    Since:    %s (%s ago)\n", r.Since.Format(time.RFC3339), now.Sub(r.Since).Round(time.Second))
+		}
+		fmt.Fprintf(&b, "  What caused the problem\n    %s\n    %s\n", r.Cause, r.Meaning)
+		b.WriteString("  Recovery procedure\n")
+		for i, s := range r.Procedure {
+			fmt.Fprintf(&b, "    %d. %s\n", i+1, s)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

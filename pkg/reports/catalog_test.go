@@ -1,0 +1,63 @@
+package reports
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/aluad/aluad/ownership"
+)
+
+// Every condition the ownership core raises has a complete entry, with a
+// unique code.
+func TestCatalog(t *testing.T) {
+	conds := []ownership.Condition{ownership.HostRedundancyLost, ownership.VolumeNotOnPreferred,
+		ownership.MultipathNotDiscovering, ownership.ConnectedToOneNodeOnly, ownership.OwnershipThrash}
+	require.Len(t, Catalog, len(conds))
+	codes := map[string]bool{}
+	for _, c := range conds {
+		e, ok := Lookup(c)
+		require.True(t, ok, c)
+		require.Equal(t, c, e.Condition)
+		require.NotEmpty(t, e.Title)
+		require.Contains(t, []Severity{Critical, Major, Minor}, e.Severity)
+		require.NotEmpty(t, e.Meaning)
+		require.GreaterOrEqual(t, len(e.Procedure), 3, "%s: a procedure has steps", c)
+		require.False(t, codes[e.Code], "code %s used twice", e.Code)
+		codes[e.Code] = true
+	}
+	_, ok := Lookup("node-on-fire")
+	require.False(t, ok)
+}
+
+func TestRender(t *testing.T) {
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	hrl, _ := Lookup(ownership.HostRedundancyLost)
+	vnp, _ := Lookup(ownership.VolumeNotOnPreferred)
+	rs := []Report{
+		{Entry: vnp, Node: "b", LUNs: []uint64{3}, Cause: "LUN 3 is owned by node b; its preferred owner is a"},
+		{Entry: hrl, Host: "db1", Node: "a", Ports: []string{"a0", "a1"}, LUNs: []uint64{0, 2},
+			Cause: "host db1 lost every path to node a", Since: now.Add(-90 * time.Second)},
+	}
+	Sort(rs)
+	require.Equal(t, "Host Redundancy Lost", rs[0].Title, "critical first")
+	var b strings.Builder
+	require.NoError(t, Render(&b, rs, now))
+	out := b.String()
+	for _, want := range []string{
+		"HOST REDUNDANCY LOST: HOST DB1, NODE A [critical, HRL]\n",
+		"    Host:     db1\n", "    Node:     a\n", "    Ports:    a0, a1\n", "    LUNs:     0, 2\n",
+		"    Since:    2026-11-22T11:58:30Z (1m30s ago)\n",
+		"  What caused the problem\n    host db1 lost every path to node a\n",
+		"  Recovery procedure\n    1. Check the host's links",
+		"VOLUME NOT ON PREFERRED PATH: NODE B, LUN 3 [major, VNP]\n",
+	} {
+		require.Contains(t, out, want)
+	}
+	require.Less(t, strings.Index(out, "HOST REDUNDANCY"), strings.Index(out, "VOLUME NOT"))
+	b.Reset()
+	require.NoError(t, Render(&b, nil, now))
+	require.Contains(t, b.String(), "No problems")
+}
