@@ -32,14 +32,20 @@ type Watcher struct {
 	events []daemon.Event
 	polls  int
 	errs   int
-	stop   context.CancelFunc
-	done   chan struct{}
+	start  time.Time
+	// gap is the longest time between two successful polls: the real
+	// resolution of FirstNew on a busy machine.
+	gap      time.Duration
+	lastPoll time.Time
+	stop     context.CancelFunc
+	done     chan struct{}
 }
 
 // Watch starts polling.
 func Watch(c *daemon.Client) *Watcher {
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &Watcher{c: c, steps: map[pathKey][]mediaStep{}, last: map[pathKey]time.Time{}, stop: cancel, done: make(chan struct{})}
+	w := &Watcher{c: c, steps: map[pathKey][]mediaStep{}, last: map[pathKey]time.Time{}, stop: cancel, done: make(chan struct{}),
+		start: time.Now()}
 	go w.loop(ctx)
 	return w
 }
@@ -61,6 +67,11 @@ func (w *Watcher) loop(ctx context.Context) {
 		w.polls++
 		if err != nil {
 			w.errs++
+		} else {
+			if !w.lastPoll.IsZero() {
+				w.gap = max(w.gap, now.Sub(w.lastPoll))
+			}
+			w.lastPoll = now
 		}
 		sum := map[pathKey]uint64{}
 		for _, p := range ios {
@@ -86,6 +97,26 @@ func (w *Watcher) loop(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// PollStats says how the polling went: the polls made, the failed ones,
+// the mean interval and the longest gap between two successful polls.
+type PollStats struct {
+	Polls   int           `json:"polls"`
+	Errors  int           `json:"errors"`
+	Mean    time.Duration `json:"mean_ns"`
+	Longest time.Duration `json:"longest_gap_ns"`
+}
+
+// Stats returns the polling statistics so far.
+func (w *Watcher) Stats() PollStats {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st := PollStats{Polls: w.polls, Errors: w.errs, Longest: w.gap}
+	if w.polls > 0 {
+		st.Mean = time.Since(w.start) / time.Duration(w.polls)
+	}
+	return st
 }
 
 // Close stops polling.

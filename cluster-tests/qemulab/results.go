@@ -37,6 +37,11 @@ func (r *Results) Markdown() string {
 		"aluad on the host. Times are taken at the array: the move's commit (UA queued), the host's first 2A/06, "+
 		"and when its READs/WRITEs left the old owner and ran only on the new one (10 ms polling).\n\n",
 		r.Started.Format(time.RFC3339), r.Elapsed.Round(time.Second), (time.Duration(r.ImageMS) * time.Millisecond).Round(time.Second))
+	if p := r.Polling; p.Polls > 0 {
+		fmt.Fprintf(&b, "The array's counters were read %d times, every %v on average, the longest gap %v (%d failed reads): "+
+			"the resolution of the first-I/O-at-the-new-owner times.\n\n", p.Polls, p.Mean.Round(time.Millisecond),
+			p.Longest.Round(time.Millisecond), p.Errors)
+	}
 	b.WriteString("## Clients\n\n| client | stack and configuration | declared as | boot | set-up | maps x paths | AO group on owner | fio I/Os | fio errors | dm errors | path errors retried |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range r.Clients {
 		fmt.Fprintf(&b, "| %s | %s | %s | %.1f s | %.1f s | %d x %d | %v | %d | %d | %d | %d |\n", c.Spec.Name, c.Spec.Desc, c.Spec.HostType,

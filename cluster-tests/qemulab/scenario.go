@@ -147,6 +147,8 @@ type Results struct {
 	Steps    []*StepResult   `json:"steps"`
 	Checks   []Check         `json:"checks"`
 	Pass     bool            `json:"pass"`
+	// Polling: how often the array's counters were actually read.
+	Polling PollStats `json:"polling"`
 }
 
 func (r *Results) check(name string, ok bool, format string, a ...any) {
@@ -198,6 +200,9 @@ func Run(ctx context.Context, opt Options) (*Results, error) {
 	}
 	err := l.run(ctx)
 	l.res.Elapsed = time.Since(l.res.Started)
+	if l.w != nil {
+		l.res.Polling = l.w.Stats()
+	}
 	l.res.Pass = err == nil
 	for _, c := range l.res.Checks {
 		l.res.Pass = l.res.Pass && c.OK
