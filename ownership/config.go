@@ -62,6 +62,13 @@ type Config struct {
 	// Debounce: a condition must hold (or have ended) this long before it
 	// is raised (or cleared).
 	Debounce int
+	// PathDegradedFactor: a path is degraded when its exchange time has
+	// expanded this many times over its best interval and this many times
+	// more than its node and its peer paths have (reference 004: an
+	// expansion factor of 3-4 is the knee of the queue).
+	PathDegradedFactor float64
+	// PathMinOps: an interval with fewer exchanges is not judged.
+	PathMinOps float64
 	// ThrashCount owner changes of one LUN within ThrashWindow is thrash.
 	ThrashCount  int
 	ThrashWindow int
@@ -81,6 +88,7 @@ func DefaultConfig() Config {
 		StopMicros: map[string]float64{"ram": 500, "ssd": 2000, "hdd": 30000},
 		StopBudget: 60000, MaxMovesPerPlan: 64,
 		Debounce: 3, ThrashCount: 4, ThrashWindow: 60,
+		PathDegradedFactor: 3, PathMinOps: 5,
 	}
 }
 
@@ -99,9 +107,11 @@ func (c Config) Validate() error {
 		return fmt.Errorf("ownership: ShipShare must be in (0.5, 1]")
 	case c.BytesPerWork <= 0:
 		return fmt.Errorf("ownership: BytesPerWork must be positive")
+	case c.PathDegradedFactor <= 1:
+		return fmt.Errorf("ownership: PathDegradedFactor must be above 1")
 	case c.ThrashCount < 2:
 		return fmt.Errorf("ownership: ThrashCount must be at least 2")
-	case c.DiscoveryWindow < 0 || c.Settle < 0 || c.ShipWindow < 0 || c.FailbackWindow < 0 || c.Cooldown < 0 || c.Debounce < 0 || c.ThrashWindow < 1:
+	case c.DiscoveryWindow < 0 || c.Settle < 0 || c.ShipWindow < 0 || c.FailbackWindow < 0 || c.Cooldown < 0 || c.Debounce < 0 || c.ThrashWindow < 1 || c.PathMinOps < 0:
 		return fmt.Errorf("ownership: windows must not be negative")
 	}
 	return nil

@@ -1,6 +1,9 @@
 package ownership
 
-import "sort"
+import (
+	"fmt"
+	"sort"
+)
 
 // Connectivity tracking (reference 002 "Connectivity Tracking"): per host
 // and node, protocol connectivity (a logged-in nexus through an up port),
@@ -29,6 +32,13 @@ type nexusState struct {
 	n          Nexus
 	since      int
 	discovered bool
+	// Path latency (Path Degraded): this tick's exchanges and their
+	// summed time; the best interval mean seen with enough exchanges;
+	// the last judged interval's expansion factor and verdict.
+	pendOps, pendExch float64
+	bestExch          float64
+	expansion         float64
+	degraded          bool
 }
 
 func (c *Core) hostOf(name string) *host {
@@ -74,6 +84,133 @@ func (c *Core) discovered(n Nexus) {
 		s.discovered = true
 		c.gen++
 	}
+}
+
+// pathLatency records one interval of a nexus's exchange times. Samples
+// for a nexus that is not logged in (the last interval of one that has
+// just logged out) are dropped: they must not bring it back.
+func (c *Core) pathLatency(e PathLatency) error {
+	if c.nodes[e.Nexus.Node] == nil {
+		return fmt.Errorf("ownership: path latency for unknown node %q", e.Nexus.Node)
+	}
+	if e.Ops < 0 || e.Exchange < 0 {
+		return fmt.Errorf("ownership: path latency with negative counts")
+	}
+	h := c.hosts[e.Nexus.Host]
+	if h == nil {
+		return nil
+	}
+	s := h.nexuses[keyOf(e.Nexus)]
+	if s == nil {
+		return nil
+	}
+	s.pendOps += e.Ops
+	s.pendExch += e.Ops * e.Exchange
+	return nil
+}
+
+// foldPaths ends a tick for path latency (reference 004): a path's
+// expansion factor is this interval's mean exchange time over the best
+// interval mean it has shown with at least MinExpansionOps exchanges.
+// It is degraded when that factor is PathDegradedFactor or more, and that
+// many times more than the slowdown of its node (the array's own
+// response time) and of its peer paths to the same node: a path slower
+// only because the array is busy is not degraded. Intervals with fewer
+// than PathMinOps exchanges are not judged; the verdict stands.
+func (c *Core) foldPaths() {
+	nodeEF := map[string]float64{}
+	for _, st := range c.NodeStats() {
+		nodeEF[st.Node] = st.Expansion
+	}
+	type judged struct {
+		s  *nexusState
+		ef float64
+	}
+	var js []judged
+	for _, name := range c.hostNames {
+		h := c.hosts[name]
+		for _, k := range sortedNexusKeys(h) {
+			s := h.nexuses[k]
+			if s.pendOps >= c.cfg.PathMinOps && s.pendOps > 0 {
+				mean := s.pendExch / s.pendOps
+				if s.pendOps >= c.cfg.MinExpansionOps && mean > 0 && (s.bestExch == 0 || mean < s.bestExch) {
+					s.bestExch = mean
+				}
+				if s.bestExch > 0 {
+					s.expansion = mean / s.bestExch
+					js = append(js, judged{s, s.expansion})
+				}
+			}
+			s.pendOps, s.pendExch = 0, 0
+		}
+	}
+	for _, j := range js {
+		var peers []float64
+		for _, o := range js {
+			if o.s != j.s && o.s.n.Node == j.s.n.Node {
+				peers = append(peers, o.ef)
+			}
+		}
+		ref := max(1, nodeEF[j.s.n.Node], median(peers))
+		f := c.cfg.PathDegradedFactor
+		j.s.degraded = j.ef >= f && j.ef >= f*ref
+	}
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// sortedNexusKeys lists a host's nexuses in a fixed order.
+func sortedNexusKeys(h *host) []nexusKey {
+	ks := make([]nexusKey, 0, len(h.nexuses))
+	for k := range h.nexuses {
+		ks = append(ks, k)
+	}
+	sort.Slice(ks, func(i, j int) bool {
+		a, b := ks[i], ks[j]
+		if a.port != b.port {
+			return a.port < b.port
+		}
+		if a.initiator != b.initiator {
+			return a.initiator < b.initiator
+		}
+		return a.isid < b.isid
+	})
+	return ks
+}
+
+// PathState is one nexus's latency verdict.
+type PathState struct {
+	Nexus Nexus
+	// Expansion is the last judged interval's exchange time over the
+	// path's best (0: not judged yet); Best is that best, in µs.
+	Expansion, Best float64
+	Degraded        bool
+	Discovered      bool
+	Up              bool
+}
+
+// PathStates reports every nexus, by host then port.
+func (c *Core) PathStates() []PathState {
+	var out []PathState
+	for _, name := range c.hostNames {
+		h := c.hosts[name]
+		for _, k := range sortedNexusKeys(h) {
+			s := h.nexuses[k]
+			out = append(out, PathState{Nexus: s.n, Expansion: s.expansion, Best: s.bestExch, Degraded: s.degraded,
+				Discovered: s.discovered, Up: c.pathUp(s)})
+		}
+	}
+	return out
 }
 
 // pathUp: the nexus's node and port are up.

@@ -162,6 +162,10 @@ func (c *Core) Step(e Event) error {
 		if err := c.io(e); err != nil {
 			return err
 		}
+	case PathLatency:
+		return c.pathLatency(e)
+	case Rebalance:
+		c.rebalanceNow()
 	case OwnerChanged:
 		l := c.luns[e.LUN]
 		if l == nil || c.nodes[e.Owner] == nil {
@@ -226,6 +230,7 @@ func (c *Core) setOwner(l *lun, to string, cause Cause) {
 // balance at the plan interval, and the report conditions.
 func (c *Core) tick() {
 	c.foldWorkload()
+	c.foldPaths()
 	c.trackShipping()
 	c.reconcile(nil)
 	c.emit(c.failbacks())

@@ -1,6 +1,10 @@
 package ownership
 
-import "sort"
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
 
 // The planner (reference 002 "Automatic Load Balancing" and "I/O Latency
 // Spikes"): owners that balance the aggregate load across nodes with the
@@ -23,6 +27,35 @@ func (c *Core) plan() {
 	c.emit(moves)
 }
 
+// rebalanceNow answers a Rebalance event: shipping and balance at once,
+// without waiting for the plan interval or for the array to be stressed;
+// the ROI check still decides.
+func (c *Core) rebalanceNow() {
+	res := &RebalanceResult{}
+	c.ready.Rebalance = res
+	if c.cfg.Passive {
+		res.Reason = "explicit ALUA: the hosts decide ownership (SET TARGET PORT GROUPS), the array never moves LUNs"
+		return
+	}
+	if c.failbackPending() {
+		res.Reason = "a failback is pending; it goes first"
+		return
+	}
+	c.lastPlan = c.now
+	moves := c.shipping()
+	moving := map[*lun]bool{}
+	for _, m := range moves {
+		moving[m.l] = true
+	}
+	bal, why := c.balancePlan(moving)
+	moves = append(moves, bal...)
+	c.emit(moves)
+	res.Moves = len(moves)
+	if res.Moves == 0 {
+		res.Reason = why
+	}
+}
+
 // candidate is a LUN the balancer may move, with the nodes it may go to.
 type candidate struct {
 	l     *lun
@@ -39,6 +72,12 @@ type candidate struct {
 // low (checked against brute force in tests). The plan is then kept only
 // if it passes the ROI check.
 func (c *Core) balance(exclude map[*lun]bool) []move {
+	moves, _ := c.balancePlan(exclude)
+	return moves
+}
+
+// balancePlan is balance, with the reason when it moves nothing.
+func (c *Core) balancePlan(exclude map[*lun]bool) ([]move, string) {
 	loads := c.nodeLoads()
 	var up []string
 	for _, n := range c.nodeNames {
@@ -47,7 +86,7 @@ func (c *Core) balance(exclude map[*lun]bool) []move {
 		}
 	}
 	if len(up) < 2 {
-		return nil
+		return nil, "fewer than two nodes are up"
 	}
 	byNode := map[string][]*candidate{}
 	for _, id := range c.lunIDs {
@@ -72,6 +111,10 @@ func (c *Core) balance(exclude map[*lun]bool) []move {
 	}
 	util := func(n string) float64 { return loads[n] / c.nodes[n].capacity }
 	before := c.spread(up, util)
+	if c.balanced(up, util) {
+		return nil, fmt.Sprintf("the nodes are balanced within the %.0f%% tolerance (utilisation %s)",
+			c.cfg.Tolerance*100, c.utilString(up, util))
+	}
 	var moves []move
 	for len(moves)+1 < c.cfg.MaxMovesPerPlan {
 		if c.balanced(up, util) {
@@ -102,10 +145,26 @@ func (c *Core) balance(exclude map[*lun]bool) []move {
 			moves = append(moves, move{cd.l, m.to, CauseBalance})
 		}
 	}
-	if len(moves) == 0 || !c.worthIt(moves, before, c.spread(up, util)) {
-		return nil
+	if len(moves) == 0 {
+		return nil, fmt.Sprintf("no LUN may move off the busiest node (utilisation %s): connectivity, cooldown, "+
+			"host types that do not follow ALUA, or no load", c.utilString(up, util))
 	}
-	return moves
+	if ok, gain, cost := c.roi(moves, before, c.spread(up, util)); !ok {
+		return nil, fmt.Sprintf("the ROI check says no: moving %d LUNs gains %.0f work units over the horizon, "+
+			"less than %.0f x their cost of %.0f", len(moves), gain, c.cfg.ROIFactor, cost)
+	}
+	return moves, ""
+}
+
+// utilString lists the up nodes' utilisation for a reason.
+func (c *Core) utilString(up []string, util func(string) float64) string {
+	names := append([]string(nil), up...)
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s %.0f%%", n, util(n)*100)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // spread is the difference between the most and least utilised node,
@@ -147,13 +206,18 @@ func (c *Core) balanced(up []string, util func(string) float64) bool {
 // the cost (each moved LUN's load stalled for its class's stop time, plus
 // a fixed cost per move for hosts redirecting).
 func (c *Core) worthIt(moves []move, before, after float64) bool {
-	gain := (before - after) / 2 * c.cfg.ROIHorizon
-	cost := 0.0
+	ok, _, _ := c.roi(moves, before, after)
+	return ok
+}
+
+// roi is worthIt with its gain and cost.
+func (c *Core) roi(moves []move, before, after float64) (ok bool, gain, cost float64) {
+	gain = (before - after) / 2 * c.cfg.ROIHorizon
 	for _, m := range moves {
 		stopTicks := c.cfg.stopMicros(m.l.media) / c.cfg.TickMicros
 		cost += m.l.load()*stopTicks + c.cfg.MoveCost
 	}
-	return gain > c.cfg.ROIFactor*cost
+	return gain > c.cfg.ROIFactor*cost, gain, cost
 }
 
 // planStep is one LUN's move within a plan.

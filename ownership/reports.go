@@ -3,6 +3,7 @@ package ownership
 import (
 	"fmt"
 	"sort"
+	"strings"
 )
 
 // Reports (DESIGN "Reports", reference 002 and its Recovery Guru
@@ -20,7 +21,16 @@ const (
 	MultipathNotDiscovering Condition = "multipath-not-discovering-paths"
 	ConnectedToOneNodeOnly  Condition = "initiator-connected-to-one-node-only"
 	OwnershipThrash         Condition = "ownership-thrash-detected"
+	NodeOffline             Condition = "node-offline"
+	PathDegraded            Condition = "path-degraded"
 )
+
+// Dependencies: a node that is offline explains everything else about it,
+// so while Node Offline holds for a node, Host Redundancy Lost, Path
+// Degraded, Multipath Not Discovering Paths and Initiator Connected To
+// One Node Only are not raised for that node, and Volume Not On Preferred
+// Path is not raised for the LUNs whose preferred owner it is. The Node
+// Offline report names the hosts and LUNs it affects instead.
 
 // ReportChange is a condition raised or cleared.
 type ReportChange struct {
@@ -28,6 +38,7 @@ type ReportChange struct {
 	Host      string // host conditions
 	Node      string
 	LUN       uint64 // LUN conditions
+	Port      uint16 // Path Degraded: the target port (relative id)
 	Raised    bool
 	Tick      int
 	// Cause says what caused it, in words, for the report.
@@ -47,6 +58,7 @@ type condKey struct {
 	host string
 	node string
 	lun  uint64
+	port uint16
 }
 
 type condState struct {
@@ -64,35 +76,46 @@ func (c *Core) evaluateReports() {
 	for _, n := range c.nodeNames {
 		if c.nodes[n].up {
 			up++
+		} else {
+			holds[condKey{cond: NodeOffline, node: n}] = c.offlineCause(n)
 		}
 	}
 	for _, name := range c.hostNames {
 		h := c.hosts[name]
 		reached := c.reachable(h)
 		for _, n := range c.nodeNames {
+			if !c.nodes[n].up {
+				continue // Node Offline explains it
+			}
 			if h.everReached[n] && !contains(reached, n) {
-				why := "no usable path"
-				if !c.nodes[n].up {
-					why = "the node is down"
-				}
-				holds[condKey{HostRedundancyLost, name, n, 0}] = fmt.Sprintf("host %s lost every path to node %s (%s)", name, n, why)
+				holds[condKey{cond: HostRedundancyLost, host: name, node: n}] = fmt.Sprintf(
+					"host %s lost every path to node %s (no usable path)", name, n)
 			}
 			if c.notDiscovering(h, n) {
-				holds[condKey{MultipathNotDiscovering, name, n, 0}] = fmt.Sprintf(
+				holds[condKey{cond: MultipathNotDiscovering, host: name, node: n}] = fmt.Sprintf(
 					"host %s is logged in to node %s but its multipath driver sends no RTPG or I/O there: check its multipath configuration", name, n)
+			}
+		}
+		for _, k := range sortedNexusKeys(h) {
+			s := h.nexuses[k]
+			if s.degraded && c.pathUp(s) {
+				holds[condKey{cond: PathDegraded, host: name, node: s.n.Node, port: s.n.Port}] = fmt.Sprintf(
+					"the path from host %s (%s) to node %s port %d answers %.1fx slower than its best (%.0f us), "+
+						"more than %.0fx the slowdown of the node and of its other paths",
+					name, s.n.Initiator, s.n.Node, s.n.Port, s.expansion, s.bestExch, c.cfg.PathDegradedFactor)
 			}
 		}
 		// Only when the host is not even logged in elsewhere: a login
 		// without discovery is the multipath report's business.
 		if len(reached) == 1 && up > 1 && len(h.everReached) == 1 && c.connectedCount(h) == 1 {
-			holds[condKey{ConnectedToOneNodeOnly, name, reached[0], 0}] = fmt.Sprintf(
+			holds[condKey{cond: ConnectedToOneNodeOnly, host: name, node: reached[0]}] = fmt.Sprintf(
 				"host %s has paths to node %s only; it has never reached the other nodes", name, reached[0])
 		}
 	}
 	for _, id := range c.lunIDs {
 		l := c.luns[id]
-		if l.displaced && l.owner != l.preferred {
-			holds[condKey{VolumeNotOnPreferred, "", "", id}] = fmt.Sprintf(
+		if l.displaced && l.owner != l.preferred && c.nodes[l.preferred].up {
+			holds[condKey{cond: VolumeNotOnPreferred, lun: id}] = fmt.Sprintf(
 				"LUN %d is owned by node %s, not its preferred owner %s, after a failover", id, l.owner, l.preferred)
 		}
 		recent := l.changes[:0]
@@ -103,11 +126,45 @@ func (c *Core) evaluateReports() {
 		}
 		l.changes = recent
 		if len(recent) >= c.cfg.ThrashCount {
-			holds[condKey{OwnershipThrash, "", "", id}] = fmt.Sprintf(
+			holds[condKey{cond: OwnershipThrash, lun: id}] = fmt.Sprintf(
 				"LUN %d changed owner %d times in %d ticks", id, len(recent), c.cfg.ThrashWindow)
 		}
 	}
 	c.debounce(holds)
+}
+
+// offlineCause says what a node being offline does: where its LUNs went
+// and which hosts lost their paths to it.
+func (c *Core) offlineCause(n string) string {
+	var moved, stuck []string
+	for _, id := range c.lunIDs {
+		l := c.luns[id]
+		if l.preferred != n && l.owner != n {
+			continue
+		}
+		if l.owner == n {
+			stuck = append(stuck, fmt.Sprint(id))
+		} else {
+			moved = append(moved, fmt.Sprintf("%d->%s", id, l.owner))
+		}
+	}
+	var hosts []string
+	for _, name := range c.hostNames {
+		if c.hosts[name].everReached[n] {
+			hosts = append(hosts, name)
+		}
+	}
+	cause := fmt.Sprintf("node %s is offline", n)
+	if len(moved) > 0 {
+		cause += "; its LUNs failed over (" + strings.Join(moved, ", ") + ")"
+	}
+	if len(stuck) > 0 {
+		cause += "; LUNs still owned by it and unreachable: " + strings.Join(stuck, ", ")
+	}
+	if len(hosts) > 0 {
+		cause += "; hosts that lost their paths to it: " + strings.Join(hosts, ", ")
+	}
+	return cause
 }
 
 func (c *Core) debounce(holds map[condKey]string) {
@@ -145,7 +202,7 @@ func (c *Core) debounce(holds map[condKey]string) {
 		if c.now-st.since >= c.cfg.Debounce {
 			st.raised, st.since = holding, -1
 			c.ready.Reports = append(c.ready.Reports, ReportChange{Condition: k.cond, Host: k.host, Node: k.node,
-				LUN: k.lun, Raised: holding, Tick: c.now, Cause: st.cause})
+				LUN: k.lun, Port: k.port, Raised: holding, Tick: c.now, Cause: st.cause})
 			if !holding {
 				delete(c.conds, k)
 			}
@@ -163,7 +220,10 @@ func condLess(a, b condKey) bool {
 	if a.node != b.node {
 		return a.node < b.node
 	}
-	return a.lun < b.lun
+	if a.lun != b.lun {
+		return a.lun < b.lun
+	}
+	return a.port < b.port
 }
 
 // Active lists the raised conditions, in catalog order.
@@ -177,8 +237,8 @@ func (c *Core) Active() []ReportChange {
 	sort.Slice(keys, func(i, j int) bool { return condLess(keys[i], keys[j]) })
 	out := make([]ReportChange, 0, len(keys))
 	for _, k := range keys {
-		out = append(out, ReportChange{Condition: k.cond, Host: k.host, Node: k.node, LUN: k.lun, Raised: true,
-			Cause: c.conds[k].cause})
+		out = append(out, ReportChange{Condition: k.cond, Host: k.host, Node: k.node, LUN: k.lun, Port: k.port,
+			Raised: true, Cause: c.conds[k].cause})
 	}
 	return out
 }

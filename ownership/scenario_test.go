@@ -24,13 +24,17 @@ import (
 //	workload host=H luns=(..) ops=N [rt=US] [via=X]  standing I/O, sent every tick by an
 //	                                        emulated ALUA host: to the owner if it
 //	                                        reaches it, else to the first node it reaches
+//	exchange host=H node=X [port=P] ops=N us=U  standing exchanges on one path, sent
+//	                                        every tick (ops=0 stops them)
+//	rebalance                               "rebalance now": prints what it decided
 //	tick [n=N]                              prints decisions and reports as they happen
-//	owners / hosts / stats / active
+//	owners / hosts / stats / active / paths
 //	explicit prefer=(H:X,...) rounds=N      the explicit-host baseline, N rounds
 type harness struct {
 	t        *testing.T
 	c        *Core
 	work     map[string]map[uint64]wl // host -> lun -> standing load
+	exch     map[Nexus][2]float64     // nexus -> standing (ops, exchange us)
 	ports    map[string]uint16        // node -> default port
 	applied  int
 	passive  bool
@@ -114,6 +118,26 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 				h.work[host][id] = wl{ops, rt, arg(d, "via", "")}
 			}
 		}
+	case "exchange":
+		var ops, us float64
+		d.ScanArgs(t, "ops", &ops)
+		d.ScanArgs(t, "us", &us)
+		if ops == 0 {
+			delete(h.exch, h.nexus(t, d))
+		} else {
+			h.exch[h.nexus(t, d)] = [2]float64{ops, us}
+		}
+	case "rebalance":
+		step(Rebalance{})
+		if r := h.c.Ready().Rebalance; r != nil {
+			fmt.Fprintf(&b, "rebalance: %d moves %s\n", r.Moves, r.Reason)
+		}
+	case "paths":
+		for _, p := range h.c.PathStates() {
+			fmt.Fprintf(&b, "%s %s port %d: expansion=%.1f best=%.0fus degraded=%v up=%v\n", p.Nexus.Host, p.Nexus.Node,
+				p.Nexus.Port, p.Expansion, p.Best, p.Degraded, p.Up)
+		}
+		return b.String()
 	case "tick":
 		n, _ := strconv.Atoi(arg(d, "n", "1"))
 		for i := 0; i < n; i++ {
@@ -172,6 +196,8 @@ func (h *harness) init(t *testing.T, d *datadriven.TestData) {
 			cfg.PlanInterval = v
 		case "debounce":
 			cfg.Debounce = v
+		case "pathfactor":
+			cfg.PathDegradedFactor = f
 		case "failback":
 			cfg.FailbackWindow = v
 		case "discovery":
@@ -188,6 +214,7 @@ func (h *harness) init(t *testing.T, d *datadriven.TestData) {
 		t.Fatal(err)
 	}
 	h.c, h.work, h.ports, h.passive = c, map[string]map[uint64]wl{}, map[string]uint16{}, cfg.Passive
+	h.exch = map[Nexus][2]float64{}
 	capacity, _ := strconv.ParseFloat(arg(d, "capacity", "10000"), 64)
 	nodes := argList(d, "nodes")
 	if len(nodes) == 0 {
@@ -214,6 +241,16 @@ func (h *harness) nexus(t *testing.T, d *datadriven.TestData) Nexus {
 // sendIO sends one tick of the standing workload the way an ALUA host
 // routes it: to the owner when it reaches it, else to a node it reaches.
 func (h *harness) sendIO(step func(Event)) {
+	nexuses := make([]Nexus, 0, len(h.exch))
+	for n := range h.exch {
+		nexuses = append(nexuses, n)
+	}
+	sort.Slice(nexuses, func(i, j int) bool {
+		return nexuses[i].Host < nexuses[j].Host || nexuses[i].Host == nexuses[j].Host && nexuses[i].Port < nexuses[j].Port
+	})
+	for _, n := range nexuses {
+		step(PathLatency{Nexus: n, Ops: h.exch[n][0], Exchange: h.exch[n][1]})
+	}
 	hosts := make([]string, 0, len(h.work))
 	for k := range h.work {
 		hosts = append(hosts, k)

@@ -70,6 +70,19 @@ type (
 		Node     string
 		Capacity float64
 	}
+	// PathLatency is one interval of a nexus's exchanges as the fabric
+	// saw them: commands answered and their mean exchange time (command
+	// arrival to status sent, data transfers and the fabric included),
+	// in microseconds. It feeds Path Degraded.
+	PathLatency struct {
+		Nexus    Nexus
+		Ops      float64
+		Exchange float64
+	}
+	// Rebalance asks for a balance plan now ("rebalance now"): the plan
+	// interval and the stress gate are skipped, the ROI check is not.
+	// Ready.Rebalance says what came of it.
+	Rebalance struct{}
 	// OwnerChanged reports a change the core did not decide (an operator's
 	// move, or a host's STPG in explicit mode), or a move of the core's
 	// that failed and was rolled back (Owner is then the old owner).
@@ -91,6 +104,8 @@ func (HostDecl) event()     {}
 func (LUNDecl) event()      {}
 func (NodeDecl) event()     {}
 func (OwnerChanged) event() {}
+func (PathLatency) event()  {}
+func (Rebalance) event()    {}
 
 // HostType is what the core needs to know about a host's multipath stack.
 type HostType struct {
@@ -129,7 +144,17 @@ type Batch struct {
 type Ready struct {
 	Batches []Batch
 	Reports []ReportChange
+	// Rebalance answers a Rebalance event (nil: none was asked for).
+	Rebalance *RebalanceResult
+}
+
+// RebalanceResult is what an asked-for rebalance decided.
+type RebalanceResult struct {
+	// Moves counts the LUNs planned to move (they are in Batches).
+	Moves int
+	// Reason says why nothing moves when Moves is 0.
+	Reason string
 }
 
 // Empty reports whether there is nothing to do.
-func (r Ready) Empty() bool { return len(r.Batches) == 0 && len(r.Reports) == 0 }
+func (r Ready) Empty() bool { return len(r.Batches) == 0 && len(r.Reports) == 0 && r.Rebalance == nil }
