@@ -25,6 +25,10 @@ const (
 	PathDegraded            Condition = "path-degraded"
 )
 
+// Conditions lists every condition the core raises.
+var Conditions = []Condition{HostRedundancyLost, NodeOffline, VolumeNotOnPreferred, MultipathNotDiscovering,
+	ConnectedToOneNodeOnly, PathDegraded, OwnershipThrash}
+
 // Dependencies: a node that is offline explains everything else about it,
 // so while Node Offline holds for a node, Host Redundancy Lost, Path
 // Degraded, Multipath Not Discovering Paths and Initiator Connected To

@@ -81,6 +81,14 @@ type OwnershipConfig struct {
 	// NodeCapacity is a node's capacity in work units per tick (default
 	// 1000; a 4 KiB command is one unit, 64 KiB of data another).
 	NodeCapacity float64 `yaml:"node_capacity"`
+	// AlertDelay is the report debounce: a condition must hold this long
+	// before it is raised, and be gone this long before it is cleared
+	// (default 3 ticks).
+	AlertDelay time.Duration `yaml:"alert_delay"`
+	// PathDegradedFactor: a path is reported degraded when its exchange
+	// time expands this many times over its best, and that many times
+	// more than its node's and its peer paths' (default 3).
+	PathDegradedFactor float64 `yaml:"path_degraded_factor"`
 	// Off disables the core: ownership then moves only by operator or STPG.
 	Off bool `yaml:"off"`
 }
@@ -385,7 +393,10 @@ func (c *Config) validateCache() error {
 		return fmt.Errorf("cache: destage_interval must not be negative")
 	}
 	o := c.Ownership
-	for _, d := range []time.Duration{o.Tick, o.FailbackWindow, o.DiscoveryWindow, o.Cooldown, o.PlanInterval, o.ShipWindow} {
+	if o.PathDegradedFactor != 0 && o.PathDegradedFactor <= 1 {
+		return fmt.Errorf("ownership: path_degraded_factor must be above 1")
+	}
+	for _, d := range []time.Duration{o.Tick, o.FailbackWindow, o.DiscoveryWindow, o.Cooldown, o.PlanInterval, o.ShipWindow, o.AlertDelay} {
 		if d < 0 {
 			return fmt.Errorf("ownership: durations must not be negative")
 		}

@@ -130,16 +130,29 @@ func TestManualMoveOverControlSocket(t *testing.T) {
 	require.Equal(t, uint64(1), onB.Reads)
 	require.False(t, onB.LastMedia.Before(before.Add(-time.Second)))
 
-	// Per-interval I/O events carry the nexus and the non-optimized share.
+	// Per-interval I/O events carry the nexus and the non-optimized
+	// share; path events the fabric's exchanges of each nexus.
 	d.EmitIOStats()
 	ev, err = c.Events(ev.Events[len(ev.Events)-1].Seq)
 	require.NoError(t, err)
 	require.NotEmpty(t, ev.Events)
+	perKind := map[string]int{}
 	for _, e := range ev.Events {
-		require.Equal(t, EventIO, e.Kind)
-		require.NotNil(t, e.LUN)
+		perKind[e.Kind]++
 		require.NotZero(t, e.TargetPort)
+		switch e.Kind {
+		case EventIO:
+			require.NotNil(t, e.LUN)
+		case EventPath:
+			require.NotNil(t, e.Path)
+			require.NotZero(t, e.Path.Exchanges)
+			require.Positive(t, e.Path.Exchange, "an exchange takes time")
+		default:
+			t.Fatalf("unexpected %s event", e.Kind)
+		}
 	}
+	require.NotZero(t, perKind[EventIO])
+	require.NotZero(t, perKind[EventPath])
 }
 
 // A second daemon cannot take over a live control socket; a stale one is

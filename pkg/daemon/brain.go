@@ -26,6 +26,8 @@ type brain struct {
 	inbox []ownership.Event
 	wake  chan struct{}
 	exec  chan ownership.Batch
+	// queries run inside the loop, so readers see the core between steps.
+	queries chan func()
 	wg    sync.WaitGroup
 
 	// repMu guards reports: the conditions raised now.
@@ -37,6 +39,7 @@ type reportKey struct {
 	cond       ownership.Condition
 	host, node string
 	lun        uint64
+	port       uint16
 }
 
 // coreConfig maps the config's ownership section onto the core's tunables.
@@ -59,6 +62,10 @@ func coreConfig(cfg array.Config) (ownership.Config, time.Duration) {
 	oc.Cooldown = ticks(o.Cooldown, oc.Cooldown)
 	oc.PlanInterval = ticks(o.PlanInterval, oc.PlanInterval)
 	oc.ShipWindow = ticks(o.ShipWindow, oc.ShipWindow)
+	oc.Debounce = ticks(o.AlertDelay, oc.Debounce)
+	if o.PathDegradedFactor > 0 {
+		oc.PathDegradedFactor = o.PathDegradedFactor
+	}
 	oc.Passive = cfg.ALUA == "explicit"
 	return oc, tick
 }
@@ -90,6 +97,7 @@ func newBrain(d *Daemon) (*brain, error) {
 	}
 	core.Advance()
 	return &brain{d: d, core: core, tick: tick, wake: make(chan struct{}, 1), exec: make(chan ownership.Batch, 1024),
+		queries: make(chan func()),
 		reports: map[reportKey]ownership.ReportChange{}}, nil
 }
 
@@ -120,6 +128,8 @@ func (b *brain) loop() {
 		case <-b.d.done:
 			return
 		case <-b.wake:
+		case q := <-b.queries:
+			q()
 		case <-t.C:
 			b.d.EmitIOStats() // this tick's I/O, then the tick
 			b.post(ownership.Tick{})
@@ -138,13 +148,54 @@ func (b *brain) loop() {
 	}
 }
 
+// errStopped: the daemon is stopping.
+var errStopped = errors.New("aluad is stopping")
+
+// do runs f on the core inside the loop, between two steps, and waits.
+func (b *brain) do(f func(c *ownership.Core)) error {
+	done := make(chan struct{})
+	q := func() {
+		defer close(done)
+		f(b.core)
+	}
+	select {
+	case b.queries <- q:
+	case <-b.d.done:
+		return errStopped
+	}
+	select {
+	case <-done:
+		return nil
+	case <-b.d.done:
+		return errStopped
+	}
+}
+
+// rebalance is "rebalance now": the core plans at once and its batches
+// go to the executor like any other.
+func (b *brain) rebalance() (*ownership.RebalanceResult, []ownership.Batch, error) {
+	var res *ownership.RebalanceResult
+	var batches []ownership.Batch
+	err := b.do(func(c *ownership.Core) {
+		if err := c.Step(ownership.Rebalance{}); err != nil {
+			res = &ownership.RebalanceResult{Reason: err.Error()}
+			return
+		}
+		r := c.Ready()
+		res, batches = r.Rebalance, r.Batches
+		b.apply(r)
+		c.Advance()
+	})
+	return res, batches, err
+}
+
 // apply hands batches to the executor and publishes report changes.
 func (b *brain) apply(r ownership.Ready) {
 	for _, batch := range r.Batches {
 		b.exec <- batch
 	}
 	for _, rc := range r.Reports {
-		k := reportKey{rc.Condition, rc.Host, rc.Node, rc.LUN}
+		k := reportKey{rc.Condition, rc.Host, rc.Node, rc.LUN, rc.Port}
 		b.repMu.Lock()
 		if rc.Raised {
 			b.reports[k] = rc
@@ -153,7 +204,10 @@ func (b *brain) apply(r ownership.Ready) {
 		}
 		b.repMu.Unlock()
 		b.d.Events.Add(Event{Kind: EventReport, Report: &ReportInfo{Condition: string(rc.Condition), Raised: rc.Raised,
-			Host: rc.Host, Node: rc.Node, LUN: rc.LUN, Cause: rc.Cause}})
+			Host: rc.Host, Node: rc.Node, LUN: rc.LUN, Port: rc.Port, Cause: rc.Cause}})
+		if rc.Raised {
+			b.d.metrics.reportRaised(string(rc.Condition))
+		}
 		b.d.log.Info("report", "change", rc.String())
 	}
 }
@@ -219,6 +273,13 @@ func (b *brain) feed(e Event) {
 		b.post(ownership.IO{Host: e.Host, Node: e.Node, LUN: *e.LUN, Ops: float64(ops),
 			Bytes: float64(e.IO.BytesRead + e.IO.BytesWritten), RespTime: rt,
 			Ticks: max(1, int(math.Round(float64(e.IO.Interval)/float64(b.tick))))})
+	case EventPath:
+		if e.Path == nil || e.Path.Exchanges == 0 {
+			return
+		}
+		ops := float64(e.Path.Exchanges)
+		b.post(ownership.PathLatency{Nexus: nx(), Ops: ops,
+			Exchange: float64(e.Path.Exchange) / ops / float64(time.Microsecond)})
 	case EventALUA:
 		c := e.Change
 		if c == nil || c.Failed {

@@ -15,16 +15,30 @@ import (
 	"github.com/aluad/aluad/pkg/reports"
 )
 
-// The control API: JSON over HTTP on a local Unix socket (only local users
-// with access to the socket file can move LUNs).
+// The management API: JSON over HTTP, served on a local Unix socket (only
+// local users with access to the socket file reach it) and on a TCP
+// address (127.0.0.1:8090 by default; any other address needs a bearer
+// token), which also serves /metrics and the web dashboard.
 //
-//	GET  /v1/luns              owners, states and per-node counters
+//	GET  /v1/status            the array at a glance: nodes, ports, sessions, reports by severity
+//	GET  /v1/nodes             nodes with their ports, LUN counts and the core's load figures
+//	GET  /v1/ports             target ports: address, group, up, sessions
+//	GET  /v1/luns              owners, preferred owners, ALUA state per group, per-node counters
 //	POST /v1/luns/{id}/move    {"to": "b"}: a manual move (flush under I/O, short hold, 2A/06)
-//	GET  /v1/events?since=N    the event feed after sequence N
-//	GET  /v1/io                cumulative I/O per (nexus, LUN), with the last media arrival
+//	GET  /v1/hosts             declared hosts and unknown initiators, with per-node connectivity
+//	GET  /v1/connectivity      the host x node connectivity matrix
+//	GET  /v1/paths             per-path counters (like "ra mlm load show"), per-LUN state on each path
+//	GET  /v1/latency           per-port latency and rate over the recent stats intervals
 //	GET  /v1/reports           the conditions raised now (Recovery Guru reports)
+//	GET  /v1/catalog           every report condition: code, title, severity, meaning, procedure
+//	GET  /v1/events?since=N    the event feed after sequence N
+//	GET  /v1/events/stream     the event feed as server-sent events (?since=N)
+//	GET  /v1/io                cumulative I/O per (nexus, LUN), with the last media arrival
+//	POST /v1/rebalance         "rebalance now": the core plans at once (the ROI check still decides)
 //	PUT  /v1/nodes/{name}/capacity {"capacity": 40}: the node's work units per tick, for the ownership core
 //	POST /v1/faults            {"kind": "crash", "node": "a"}: inject a fault (see Fault)
+//	GET  /metrics              Prometheus text format
+//	GET  /                     the web dashboard
 
 // LUNInfo is one LUN as the control API reports it.
 type LUNInfo struct {
@@ -191,6 +205,51 @@ func (d *Daemon) ControlHandler() http.Handler {
 			rs = []reports.Report{}
 		}
 		writeJSON(w, http.StatusOK, rs)
+	})
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, d.Status())
+	})
+	mux.HandleFunc("GET /v1/nodes", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, d.Nodes())
+	})
+	mux.HandleFunc("GET /v1/ports", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, d.Ports())
+	})
+	mux.HandleFunc("GET /v1/hosts", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, d.Hosts())
+	})
+	mux.HandleFunc("GET /v1/connectivity", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, d.Connectivity())
+	})
+	mux.HandleFunc("GET /v1/paths", func(w http.ResponseWriter, r *http.Request) {
+		ps := d.Paths()
+		if ps == nil {
+			ps = []PathInfo{}
+		}
+		writeJSON(w, http.StatusOK, ps)
+	})
+	mux.HandleFunc("GET /v1/latency", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, d.Latency())
+	})
+	mux.HandleFunc("GET /v1/catalog", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, catalogSorted())
+	})
+	mux.HandleFunc("POST /v1/rebalance", func(w http.ResponseWriter, r *http.Request) {
+		res, err := d.Rebalance()
+		if err != nil {
+			writeError(w, http.StatusConflict, err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+	})
+	mux.HandleFunc("GET /v1/events/stream", d.handleEventStream)
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		d.WriteMetrics(w)
+	})
+	mux.Handle("GET /", dashboard())
+	mux.HandleFunc("GET /v1/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such API call: %s %s", r.Method, r.URL.Path))
 	})
 	mux.HandleFunc("GET /v1/io", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, d.PathIOs())

@@ -33,12 +33,18 @@ type Daemon struct {
 	log     *slog.Logger
 	now     func() time.Time
 	control *controlServer
+	api     *apiServer
 	done    chan struct{}
 	wg      sync.WaitGroup
 
-	ioMu   sync.Mutex
-	ioPrev map[ioKey]scsi.NexusIO
-	ioLast time.Time
+	ioMu     sync.Mutex
+	ioPrev   map[ioKey]scsi.NexusIO
+	pathPrev map[scsi.Nexus]iscsi.PathStat
+	ioLast   time.Time
+	// lastIO is the latest interval of every (nexus, LUN) that did I/O in
+	// it (the paths view's current rates).
+	lastIO  map[ioKey]*IOInterval
+	metrics *metrics
 
 	// brain runs the ownership core once started (nil: not running).
 	brain atomic.Pointer[brain]
@@ -58,6 +64,11 @@ type Options struct {
 	// Control is the path of the control socket (aluad move, luns,
 	// events); empty serves none.
 	Control string
+	// API is the TCP address of the management API, /metrics and the
+	// dashboard (empty: none). An address other than loopback needs
+	// APIToken, a bearer token every API call must carry then.
+	API      string
+	APIToken string
 	// StatsInterval is how often io events are emitted (0: 1s; <0: never).
 	StatsInterval time.Duration
 	// OnEvent receives every event as it is added; it must not block.
@@ -103,7 +114,8 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 		}
 	}
 	d := &Daemon{Array: arr, SCSI: srv, log: opt.Logger, now: opt.Now, done: make(chan struct{}),
-		ioPrev: map[ioKey]scsi.NexusIO{}, ioLast: opt.Now()}
+		ioPrev: map[ioKey]scsi.NexusIO{}, pathPrev: map[scsi.Nexus]iscsi.PathStat{}, ioLast: opt.Now(),
+		lastIO: map[ioKey]*IOInterval{}, metrics: newMetrics()}
 	d.Events = NewEventLog(opt.EventCapacity, opt.Now, func(e Event) {
 		if b := d.brain.Load(); b != nil {
 			b.feed(e)
@@ -116,6 +128,7 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 	srv.SetObserver(d)
 	arr.OnChange(func(c array.Change) {
 		announce(srv, c)
+		d.metrics.change(c)
 		d.Events.Add(Event{Kind: EventALUA, Change: changeInfo(c)})
 		d.log.Info("alua change", "luns", c.LUNs, "from", c.From, "to", c.To, "cause", c.Cause,
 			"stop", c.Stop, "failed", c.Failed)
@@ -147,6 +160,16 @@ func Start(cfg array.Config, opt Options) (*Daemon, error) {
 	d.Target = tgt
 	if opt.Control != "" {
 		if d.control, err = listenControl(opt.Control, d); err != nil {
+			tgt.Close()
+			d.Array.Close()
+			return nil, err
+		}
+	}
+	if opt.API != "" {
+		if d.api, err = listenAPI(opt.API, opt.APIToken, d.ControlHandler()); err != nil {
+			if d.control != nil {
+				d.control.close()
+			}
 			tgt.Close()
 			d.Array.Close()
 			return nil, err
@@ -216,6 +239,9 @@ func (d *Daemon) Stop(grace time.Duration) error {
 	close(d.done)
 	if d.control != nil {
 		d.control.close()
+	}
+	if d.api != nil {
+		d.api.close()
 	}
 	d.wg.Wait()
 	if b := d.brain.Load(); b != nil {

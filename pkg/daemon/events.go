@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/iscsi"
 	"github.com/aluad/aluad/pkg/scsi"
 )
 
@@ -25,6 +26,9 @@ const (
 	EventReport = "report"
 	// EventFault: a fault injected or cleared.
 	EventFault = "fault"
+	// EventPath: one interval of a nexus's exchanges as the fabric saw
+	// them (commands answered, summed exchange time): Path Degraded's input.
+	EventPath = "path"
 )
 
 // Event is one entry of the feed. Nexus events carry the initiator name,
@@ -40,12 +44,21 @@ type Event struct {
 	Node       string    `json:"node,omitempty"`
 	LUN        *uint64   `json:"lun,omitempty"`
 	// Extended: the RTPG asked for the extended header.
-	Extended bool        `json:"extended,omitempty"`
-	Reason   string      `json:"reason,omitempty"`
-	IO       *IOInterval `json:"io,omitempty"`
-	Change   *ChangeInfo `json:"change,omitempty"`
-	Report   *ReportInfo `json:"report,omitempty"`
-	Fault    *Fault      `json:"fault,omitempty"`
+	Extended bool          `json:"extended,omitempty"`
+	Reason   string        `json:"reason,omitempty"`
+	IO       *IOInterval   `json:"io,omitempty"`
+	Change   *ChangeInfo   `json:"change,omitempty"`
+	Report   *ReportInfo   `json:"report,omitempty"`
+	Fault    *Fault        `json:"fault,omitempty"`
+	Path     *PathInterval `json:"path,omitempty"`
+}
+
+// PathInterval is one interval of a nexus's exchanges: Exchange/Exchanges
+// is the mean time from command in to status out, fabric included.
+type PathInterval struct {
+	Interval  time.Duration `json:"interval_ns"`
+	Exchanges uint64        `json:"exchanges"`
+	Exchange  time.Duration `json:"exchange_ns"`
 }
 
 // ReportInfo is a report condition as the feed reports it.
@@ -55,6 +68,7 @@ type ReportInfo struct {
 	Host      string `json:"host,omitempty"`
 	Node      string `json:"node,omitempty"`
 	LUN       uint64 `json:"lun"`
+	Port      uint16 `json:"port,omitempty"`
 	Cause     string `json:"cause,omitempty"`
 }
 
@@ -175,6 +189,7 @@ func (d *Daemon) UnitAttention(n scsi.Nexus, lun uint64, r scsi.Reason) {
 	e := d.nexusEvent(EventUA, n)
 	_, asc, ascq := r.Codes()
 	e.LUN, e.Reason = &lun, fmt.Sprintf("%02X/%02X", asc, ascq)
+	d.metrics.unitAttention(e.Reason)
 	d.Events.Add(e)
 }
 
@@ -187,6 +202,13 @@ func (d *Daemon) EmitIOStats() {
 	interval := now.Sub(d.ioLast)
 	d.ioLast = now
 	cur := d.SCSI.IOStats()
+	m := d.metrics
+	m.mu.Lock()
+	defer func() {
+		m.endInterval(d.Array.Ports, now, interval)
+		m.mu.Unlock()
+	}()
+	clear(d.lastIO)
 	for _, s := range cur {
 		k := ioKey{s.Nexus, s.LUN}
 		p := d.ioPrev[k]
@@ -202,10 +224,37 @@ func (d *Daemon) EmitIOStats() {
 		if iv.Reads+iv.Writes+iv.Other == 0 {
 			continue
 		}
+		m.addIO(s.Nexus.TargetPort, iv)
+		d.lastIO[k] = iv
 		e := d.nexusEvent(EventIO, s.Nexus)
 		lun := s.LUN
 		e.LUN, e.IO = &lun, iv
 		d.Events.Add(e)
+	}
+	if d.Target == nil {
+		return
+	}
+	seen := map[scsi.Nexus]bool{}
+	for _, ps := range d.Target.PathStats() {
+		seen[ps.Nexus] = true
+		p, ok := d.pathPrev[ps.Nexus]
+		d.pathPrev[ps.Nexus] = ps
+		if ok && p.Since != ps.Since { // a new session on the same nexus
+			p = iscsi.PathStat{}
+		}
+		n := ps.Exchanges - p.Exchanges
+		if n == 0 {
+			continue
+		}
+		e := d.nexusEvent(EventPath, ps.Nexus)
+		e.Path = &PathInterval{Interval: interval, Exchanges: n, Exchange: ps.Exchange - p.Exchange}
+		m.addPath(ps.Nexus.TargetPort, e.Path)
+		d.Events.Add(e)
+	}
+	for k := range d.pathPrev {
+		if !seen[k] {
+			delete(d.pathPrev, k)
+		}
 	}
 }
 

@@ -8,6 +8,9 @@ import (
 	"github.com/aluad/aluad/pkg/reports"
 )
 
+// errNoCore: the config turned the ownership core off.
+var errNoCore = errors.New("the ownership core is not running (ownership.off): no reports are raised and nothing rebalances")
+
 // Reports returns the conditions raised now, as an admin reads them: the
 // catalog entry, the host, node, ports and LUNs concerned, the core's
 // cause, and since when (from the event feed, while it still holds the
@@ -15,14 +18,14 @@ import (
 func (d *Daemon) Reports() ([]reports.Report, error) {
 	b := d.brain.Load()
 	if b == nil {
-		return nil, errors.New("the ownership core is not running (ownership.off): no reports are raised")
+		return nil, errNoCore
 	}
 	since := map[reportKey]time.Time{}
 	evs, _ := d.Events.Since(0)
 	for _, e := range evs {
 		if e.Kind == EventReport && e.Report != nil {
 			r := e.Report
-			since[reportKey{ownership.Condition(r.Condition), r.Host, r.Node, r.LUN}] = e.Time
+			since[reportKey{ownership.Condition(r.Condition), r.Host, r.Node, r.LUN, r.Port}] = e.Time
 		}
 	}
 	var out []reports.Report
@@ -32,15 +35,19 @@ func (d *Daemon) Reports() ([]reports.Report, error) {
 			entry = reports.Entry{Condition: rc.Condition, Code: "?", Title: string(rc.Condition), Severity: reports.Major}
 		}
 		r := reports.Report{Entry: entry, Host: rc.Host, Node: rc.Node, Cause: rc.Cause,
-			Since: since[reportKey{rc.Condition, rc.Host, rc.Node, rc.LUN}]}
-		if n := d.Array.Node(rc.Node); n != nil {
+			Since: since[reportKey{rc.Condition, rc.Host, rc.Node, rc.LUN, rc.Port}]}
+		if p := d.Array.Port(rc.Port); rc.Condition == ownership.PathDegraded && p != nil {
+			r.Ports = []string{p.Name} // one path
+		} else if n := d.Array.Node(rc.Node); n != nil {
 			for _, p := range n.Ports {
 				r.Ports = append(r.Ports, p.Name)
 			}
 		}
-		if rc.Host == "" {
+		switch {
+		case rc.Host == "" && rc.Node == "":
 			r.LUNs = []uint64{rc.LUN}
-		} else if n := d.Array.Node(rc.Node); n != nil {
+		case d.Array.Node(rc.Node) != nil:
+			n := d.Array.Node(rc.Node)
 			// A host condition about a node concerns the LUNs whose home
 			// is that node: the ones it cannot be given back.
 			for _, l := range d.Array.LUNs {

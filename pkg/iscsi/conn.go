@@ -34,6 +34,9 @@ type outPDU struct {
 	release   func()
 	closeConn bool      // close after sending
 	due       time.Time // an injected path delay: not sent before
+	// started: this PDU carries a command's status; the command arrived
+	// then (the exchange time is measured when it is written).
+	started time.Time
 }
 
 // conn is one TCP connection of a session.
@@ -263,6 +266,9 @@ func (c *conn) writer() {
 		}
 		if o.release != nil {
 			o.release()
+		}
+		if err == nil && !o.started.IsZero() && c.sess != nil {
+			c.sess.recordExchange(time.Since(o.started))
 		}
 		if err == nil && (len(c.out) == 0 || o.closeConn) {
 			err = bw.Flush()

@@ -125,3 +125,10 @@ func (t *Target) dropPaths(initiator string, port uint16) {
 		c.close("path down")
 	}
 }
+
+// PortUp reports whether a target port is up (not taken down by a fault).
+func (t *Target) PortUp(port uint16) bool {
+	t.faults.mu.Lock()
+	defer t.faults.mu.Unlock()
+	return !t.faults.portDown[port]
+}

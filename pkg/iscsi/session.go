@@ -2,6 +2,8 @@ package iscsi
 
 import (
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/aluad/aluad/pkg/scsi"
 )
@@ -26,11 +28,23 @@ type session struct {
 	// CmdSN (within the window), released in order as the gap fills.
 	pending map[uint32]func()
 	closed  bool
+
+	// The fabric's view of the nexus: commands answered and their summed
+	// exchange time (command PDU in to status PDU out).
+	exchanges atomic.Uint64
+	exchNanos atomic.Int64
+	since     time.Time
+}
+
+// recordExchange counts one answered command.
+func (s *session) recordExchange(d time.Duration) {
+	s.exchanges.Add(1)
+	s.exchNanos.Add(int64(d))
 }
 
 func newSession(t *Target, key sessionKey, tsih uint16, l *Login, p Portal) *session {
 	s := &session{t: t, key: key, tsih: tsih, discovery: l.SessionType == "Discovery", portal: p,
-		initiator: l.Initiator, pending: map[uint32]func(){}}
+		initiator: l.Initiator, pending: map[uint32]func(){}, since: time.Now()}
 	s.nexus = scsi.Nexus{
 		InitiatorName: l.Initiator,
 		InitiatorPort: InitiatorPortName(l.Initiator, l.ISID),

@@ -282,6 +282,34 @@ func (t *Target) SessionCount() int {
 	return len(t.sessions)
 }
 
+// PathStat is the fabric's view of one I_T nexus (a normal session):
+// the commands it answered and their summed exchange time, from the
+// command PDU's arrival to its status PDU written to the socket. It
+// includes what the device server's time does not: Data-Out waits, the
+// TCP send queue and an injected path delay, so a slow path shows here
+// and not in the array's response time.
+type PathStat struct {
+	Nexus     scsi.Nexus
+	Exchanges uint64
+	Exchange  time.Duration
+	Since     time.Time
+}
+
+// PathStats reports every logged-in normal session.
+func (t *Target) PathStats() []PathStat {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]PathStat, 0, len(t.sessions))
+	for _, s := range t.sessions {
+		if s.discovery {
+			continue
+		}
+		out = append(out, PathStat{Nexus: s.nexus, Exchanges: s.exchanges.Load(),
+			Exchange: time.Duration(s.exchNanos.Load()), Since: s.since})
+	}
+	return out
+}
+
 // resetAllSessions closes every session but keep (TARGET COLD RESET).
 func (t *Target) resetAllSessions(keep *session) {
 	t.mu.Lock()

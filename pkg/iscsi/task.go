@@ -3,6 +3,7 @@ package iscsi
 import (
 	"encoding/binary"
 	"sync/atomic"
+	"time"
 
 	"github.com/aluad/aluad/pkg/scsi"
 )
@@ -18,6 +19,7 @@ type task struct {
 	read      bool
 	write     bool
 	immediate bool
+	arrived   time.Time // the command PDU was read
 
 	// Data-Out collection (writes).
 	data        []byte
@@ -52,7 +54,7 @@ func (c *conn) onSCSICommand(p *PDU) error {
 	h := &p.BHS
 	t := &task{itt: h.ITT(), lunRaw: h.LUN(), cdb: append([]byte(nil), h.CDB()...), edtl: int(h.ExpectedDataLen()),
 		read: h.Flags()&FlagRead != 0, write: h.Flags()&FlagWrite != 0, immediate: h.Immediate(),
-		r2tOffset: -1, done: make(chan struct{})}
+		r2tOffset: -1, done: make(chan struct{}), arrived: time.Now()}
 	t.lun, t.lunOK = ParseLUN(t.lunRaw)
 	if len(p.AHS) > 0 {
 		// Extended CDB AHS (type 1) carries CDB bytes past 16 (RFC 7143 11.3.1.1).
@@ -304,7 +306,7 @@ func (c *conn) respond(t *task, r *scsi.Response) {
 		binary.BigEndian.PutUint16(data, uint16(len(r.Sense)))
 		copy(data[2:], r.Sense)
 	}
-	c.send(&outPDU{pdu: PDU{BHS: h, Data: data}, advance: true})
+	c.send(&outPDU{pdu: PDU{BHS: h, Data: data}, advance: true, started: t.arrived})
 }
 
 // sendDataIn splits data into Data-In PDUs of at most the initiator's
@@ -331,7 +333,7 @@ func (c *conn) sendDataIn(t *task, data []byte, withStatus bool, st scsi.Status,
 			f |= FlagStatus | flags
 			h[3] = byte(st)
 			h.SetWord44(uint32(residual))
-			o.noStatSN, o.advance = false, true
+			o.noStatSN, o.advance, o.started = false, true, t.arrived
 		}
 		h.SetFlags(f)
 		h.SetLUN(t.lunRaw)

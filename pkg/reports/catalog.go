@@ -25,7 +25,7 @@ type Severity string
 const (
 	Critical Severity = "critical" // I/O is at risk: one more failure stops it
 	Major    Severity = "major"    // redundancy or performance is reduced
-	Minor    Severity = "minor"    // a configuration to correct
+	Minor    Severity = "minor"    // a configuration or a component to correct
 )
 
 func (s Severity) rank() int {
@@ -92,6 +92,31 @@ var Catalog = map[ownership.Condition]Entry{
 			"Check that the host has discovered every portal of the array (iscsiadm -m discovery -t st, or the iSCSI initiator's Discovery tab).",
 			"Log in to the other node's portals and make the sessions persistent.",
 			"Check the host's network to the other node's ports (VLAN, routes, firewall).",
+		},
+	},
+	ownership.NodeOffline: {
+		Code: "NOF", Title: "Node Offline", Severity: Critical,
+		Meaning: "A storage node (controller) is not serving. Its LUNs have failed over to the surviving nodes, which now " +
+			"carry all the I/O with no partner to fail over to, and every host's paths to the node are down. While the node " +
+			"is offline, the path, redundancy and preferred-path reports it explains are not raised.",
+		Procedure: []string{
+			"Check the node's state and its event log (aluad events, kind fault and alua) for why it went down.",
+			"Bring the node back (aluad fault restart --node NODE in the emulator; on real hardware, reseat or replace the controller).",
+			"Check that the hosts log in to the node's ports again (aluad hosts, aluad paths).",
+			"The array moves the failed-over LUNs back once every host using them reaches the node for the failback window; if it does not, see Volume Not On Preferred Path.",
+		},
+	},
+	ownership.PathDegraded: {
+		Code: "PDG", Title: "Path Degraded", Severity: Minor,
+		Meaning: "One path from a host to the array answers much more slowly than it used to (its latency expansion factor: the " +
+			"exchange time over the best it has shown), while the node and the host's other paths do not. The fault is on the " +
+			"path: a cable, an optic, a switch port, a congested link or a misconfigured NIC. Multipath drivers that spread I/O " +
+			"over paths slow down with it.",
+		Procedure: []string{
+			"Compare the path's latency with its peers (aluad paths): the port and initiator named in the details are the slow pair.",
+			"Check the link's error counters on the host NIC and the switch port (CRC errors, drops, retransmits) and its speed and duplex.",
+			"Replace the cable or optic, or move the link to another switch port.",
+			"If the slow path cannot be fixed now, take it out of the host's multipath map so its I/O uses the healthy paths.",
 		},
 	},
 	ownership.OwnershipThrash: {

@@ -13,8 +13,8 @@ import (
 // Every condition the ownership core raises has a complete entry, with a
 // unique code.
 func TestCatalog(t *testing.T) {
-	conds := []ownership.Condition{ownership.HostRedundancyLost, ownership.VolumeNotOnPreferred,
-		ownership.MultipathNotDiscovering, ownership.ConnectedToOneNodeOnly, ownership.OwnershipThrash}
+	conds := ownership.Conditions
+	require.Len(t, conds, 7)
 	require.Len(t, Catalog, len(conds))
 	codes := map[string]bool{}
 	for _, c := range conds {
