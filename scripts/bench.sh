@@ -38,7 +38,7 @@ luns:
 # in_flight -1, and never exits).
 ownership: {off: true}
 YAML
-bin/aluad serve --config "$work/aluad.yaml" >"$work/aluad.out" 2>"$work/aluad.err" & APID=$!
+bin/aluad serve --api off --config "$work/aluad.yaml" >"$work/aluad.out" 2>"$work/aluad.err" & APID=$!
 start_tgtd 3370 7 iqn.2026-11.org.aluad:tgtbench "$work/tgt.img" "$work/tgtd.log"
 A_URL=iscsi://127.0.0.1:3360/iqn.2026-11.org.aluad:bench/0
 ANO_URL=iscsi://127.0.0.1:3361/iqn.2026-11.org.aluad:bench/0

@@ -23,16 +23,59 @@ func defaultControl(data string) string {
 	return filepath.Join(data, "aluad.sock")
 }
 
-// controlFlags adds --control and --data to a client subcommand.
-func controlFlags(fs *flag.FlagSet) func() *daemon.Client {
+// controlFlags adds --control, --data, --api and --token-file to a client
+// subcommand. The control socket is the default; --api (or ALUAD_API)
+// reaches the management API over TCP instead, with the token from
+// --token-file (or ALUAD_API_TOKEN) when it needs one.
+func controlFlags(fs *flag.FlagSet) func() (*daemon.Client, error) {
 	ctl := fs.String("control", "", "control socket of the running aluad (default: <data>/aluad.sock)")
 	data := fs.String("data", "", "data directory of the running aluad (default: aluad-data)")
-	return func() *daemon.Client {
+	api := fs.String("api", os.Getenv("ALUAD_API"), "management API URL instead of the socket, e.g. http://127.0.0.1:8090 (env ALUAD_API)")
+	tokenFile := fs.String("token-file", "", "file holding the API's bearer token (env ALUAD_API_TOKEN holds the token itself)")
+	return func() (*daemon.Client, error) {
+		if *api != "" {
+			tok, err := readToken(*tokenFile)
+			if err != nil {
+				return nil, err
+			}
+			return daemon.NewHTTPClient(*api, tok), nil
+		}
 		p := *ctl
 		if p == "" {
 			p = defaultControl(*data)
 		}
-		return daemon.NewClient(p)
+		return daemon.NewClient(p), nil
+	}
+}
+
+// readToken reads a bearer token from a file (first line, trimmed), or
+// from ALUAD_API_TOKEN when no file is named.
+func readToken(path string) (string, error) {
+	if path == "" {
+		return os.Getenv("ALUAD_API_TOKEN"), nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("token file: %w", err)
+	}
+	tok := strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0])
+	if tok == "" {
+		return "", fmt.Errorf("token file %s is empty", path)
+	}
+	return tok, nil
+}
+
+// outputFlag adds -o text|json.
+func outputFlag(fs *flag.FlagSet) func() (bool, error) {
+	o := fs.String("o", "text", "output: text (tables) or json")
+	return func() (bool, error) {
+		switch *o {
+		case "text":
+			return false, nil
+		case "json":
+			return true, nil
+		}
+		return false, fmt.Errorf("-o %q: want text or json", *o)
 	}
 }
 
@@ -50,7 +93,11 @@ func move(args []string) error {
 	if *lun < 0 || *to == "" {
 		return fmt.Errorf("usage: aluad move --lun N --to NODE")
 	}
-	c, err := client().Move(uint64(*lun), *to)
+	cl, err := client()
+	if err != nil {
+		return err
+	}
+	c, err := cl.Move(uint64(*lun), *to)
 	if err != nil {
 		return err
 	}
@@ -61,16 +108,28 @@ func move(args []string) error {
 
 func luns(args []string) error {
 	fs := flag.NewFlagSet("luns", flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "print JSON")
+	asJSON := fs.Bool("json", false, "print JSON (same as -o json)")
+	output := outputFlag(fs)
 	client := controlFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	ls, err := client().LUNs()
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	js, err := output()
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	cl, err := client()
+	if err != nil {
+		return err
+	}
+	ls, err := cl.LUNs()
+	if err != nil {
+		return err
+	}
+	if *asJSON || js {
 		return printJSON(ls)
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
@@ -102,7 +161,10 @@ func events(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	c := client()
+	c, err := client()
+	if err != nil {
+		return err
+	}
 	for {
 		r, err := c.Events(*since)
 		if err != nil {
@@ -127,7 +189,7 @@ func events(args []string) error {
 
 func report(args []string) error {
 	fs := flag.NewFlagSet("report", flag.ContinueOnError)
-	format := fs.String("o", "text", "output: text (Recovery Guru pages) or json")
+	output := outputFlag(fs)
 	client := controlFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -135,14 +197,19 @@ func report(args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	if *format != "text" && *format != "json" {
-		return fmt.Errorf("-o %q: want text or json", *format)
-	}
-	rs, err := client().Reports()
+	js, err := output()
 	if err != nil {
 		return err
 	}
-	if *format == "json" {
+	cl, err := client()
+	if err != nil {
+		return err
+	}
+	rs, err := cl.Reports()
+	if err != nil {
+		return err
+	}
+	if js {
 		if rs == nil {
 			rs = []reports.Report{}
 		}
@@ -174,7 +241,11 @@ func fault(args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	res, err := client().Inject(daemon.Fault{Kind: kind, Node: *node, Port: *port, Initiator: *ini, Delay: *delay})
+	cl, err := client()
+	if err != nil {
+		return err
+	}
+	res, err := cl.Inject(daemon.Fault{Kind: kind, Node: *node, Port: *port, Initiator: *ini, Delay: *delay})
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,8 @@
 // Command aluad emulates the firmware of a multi-controller storage array
 // with implicit ALUA. Subcommands: serve (the array on the embedded pure-Go
-// iSCSI fabric), the control clients move, luns, events, fault and
-// report, and the in-process lab.
+// iSCSI fabric, with its management API, /metrics and web dashboard), the
+// management clients (status, luns, hosts, paths, report, fault, move,
+// rebalance, events), and the in-process lab.
 package main
 
 import (
@@ -12,21 +13,29 @@ import (
 const usage = `aluad: an implicit-ALUA multi-controller storage array emulator
 
 Usage:
-  aluad serve [--config FILE] [--data DIR]   run the array (embedded default: 2 nodes, 4 ports, 8 LUNs)
-  aluad move --lun N --to NODE               move a LUN's ownership (flush, short hold, then UA 2A/06)
-  aluad luns [--json]                        owners, ALUA states and forwarded I/O per LUN
-  aluad events [--since SEQ] [--follow]      the event feed (logins, RTPGs, I/O, ALUA changes) as JSON lines
+  aluad serve [--config FILE] [--data DIR] [--api ADDR]
+                                             run the array (embedded default: 2 nodes, 4 ports, 8 LUNs),
+                                             with the management API, /metrics and the web dashboard
+                                             on ADDR (default 127.0.0.1:8090)
+  aluad status [-o text|json]                nodes, ports, sessions and problems at a glance
+  aluad luns [-o text|json]                  owners, preferred owners, ALUA state per group, forwarded I/O
+  aluad hosts [-o text|json]                 declared hosts and unknown initiators, connectivity per node
+  aluad paths [-o text|json]                 per-path counters, latency and per-LUN state on each path
   aluad report [-o text|json]                the problems raised now, as Recovery Guru reports
   aluad fault KIND [--node N] [--port P] [--initiator IQN] [--delay D]
                                              inject a fault: crash, restart, port-down, port-up,
                                              path-down, path-up, delay, clear
+  aluad move --lun N --to NODE               move a LUN's ownership (flush, short hold, then UA 2A/06)
+  aluad rebalance [-o text|json]             plan a rebalance now (the ROI check still decides)
+  aluad events [--since SEQ] [--follow]      the event feed (logins, RTPGs, I/O, ALUA changes) as JSON lines
   aluad lab [--scenario NAME] [...]          in-process runs: crash (acknowledged writes after node
                                              crashes), transition (I/O latency through failback and
                                              rebalance), mirror (write bandwidth, mirroring on vs off)
   aluad help                                 this text
 
 The client commands reach the running daemon on its control socket
-(--control PATH, default <data>/aluad.sock).
+(--control PATH, default <data>/aluad.sock), or on its management API with
+--api URL (env ALUAD_API) and --token-file FILE (env ALUAD_API_TOKEN).
 
 Run 'aluad <command> -h' for a command's flags.
 `
@@ -44,6 +53,14 @@ func main() {
 		err = move(os.Args[2:])
 	case "luns":
 		err = luns(os.Args[2:])
+	case "status":
+		err = status(os.Args[2:])
+	case "hosts":
+		err = hosts(os.Args[2:])
+	case "paths":
+		err = paths(os.Args[2:])
+	case "rebalance":
+		err = rebalance(os.Args[2:])
 	case "events":
 		err = events(os.Args[2:])
 	case "fault":

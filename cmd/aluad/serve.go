@@ -23,6 +23,8 @@ func serve(args []string) error {
 	grace := fs.Duration("grace", 10*time.Second, "how long in-flight commands may run at shutdown")
 	control := fs.String("control", "", "control socket path (default: <data>/aluad.sock; \"off\" for none)")
 	stats := fs.Duration("stats-interval", time.Second, "emit per-nexus I/O events at this interval")
+	api := fs.String("api", daemon.DefaultAPI, "management API, /metrics and dashboard address (\"off\" for none; beyond loopback it needs a token)")
+	tokenFile := fs.String("api-token-file", "", "file holding the API's bearer token (env ALUAD_API_TOKEN holds the token itself)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -57,15 +59,27 @@ func serve(args []string) error {
 	if *stats <= 0 {
 		return fmt.Errorf("--stats-interval must be positive")
 	}
-	d, err := daemon.Start(cfg, daemon.Options{Logger: log, NopInterval: *nop, Control: ctl, StatsInterval: *stats})
+	apiAddr := *api
+	if apiAddr == "off" {
+		apiAddr = ""
+	}
+	token, err := readToken(*tokenFile)
+	if err != nil {
+		return err
+	}
+	d, err := daemon.Start(cfg, daemon.Options{Logger: log, NopInterval: *nop, Control: ctl, StatsInterval: *stats,
+		API: apiAddr, APIToken: token})
 	if err != nil {
 		return err
 	}
 	for _, p := range d.Portals() {
 		fmt.Printf("portal %s %s %s %s\n", p.Node, p.Port, p.Addr, p.Target)
 	}
+	if a := d.APIAddr(); a != "" {
+		fmt.Printf("api http://%s/ (dashboard), http://%s/metrics, http://%s/v1/status\n", a, a, a)
+	}
 	log.Info("serving", "nodes", len(d.Array.Nodes), "luns", len(d.Array.LUNs), "data", cfg.Data,
-		"alua", cfg.ALUA, "control", ctl)
+		"alua", cfg.ALUA, "control", ctl, "api", d.APIAddr(), "token", token != "")
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	s := <-sig

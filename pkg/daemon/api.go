@@ -66,10 +66,10 @@ type HostInfo struct {
 	Type     string `json:"type"`
 	TypeDoc  string `json:"type_doc"`
 	// NonOwner is the ALUA state the host sees on a non-owner group.
-	NonOwner   string   `json:"non_owner_state"`
-	FollowsALUA bool    `json:"follows_alua"`
-	Initiators []string `json:"initiators"`
-	Sessions   int      `json:"sessions"`
+	NonOwner    string   `json:"non_owner_state"`
+	FollowsALUA bool     `json:"follows_alua"`
+	Initiators  []string `json:"initiators"`
+	Sessions    int      `json:"sessions"`
 	// Per node: reaches (paths in use), protocol-only (logged in, never
 	// discovered), lost (reached before, not now), none, node-offline.
 	Nodes map[string]string `json:"nodes"`
@@ -128,9 +128,9 @@ type PortLatency struct {
 
 // RebalanceReply is POST /v1/rebalance.
 type RebalanceReply struct {
-	Moves   int           `json:"moves"`
-	Reason  string        `json:"reason,omitempty"`
-	Batches []BatchInfo   `json:"batches"`
+	Moves   int         `json:"moves"`
+	Reason  string      `json:"reason,omitempty"`
+	Batches []BatchInfo `json:"batches"`
 }
 
 // BatchInfo is one planned batch.

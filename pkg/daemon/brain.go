@@ -28,7 +28,7 @@ type brain struct {
 	exec  chan ownership.Batch
 	// queries run inside the loop, so readers see the core between steps.
 	queries chan func()
-	wg    sync.WaitGroup
+	wg      sync.WaitGroup
 
 	// repMu guards reports: the conditions raised now.
 	repMu   sync.Mutex

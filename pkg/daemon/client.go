@@ -5,16 +5,22 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/aluad/aluad/pkg/reports"
+	"io"
 	"net"
 	"net/http"
+	"strings"
 	"time"
+
+	"github.com/aluad/aluad/pkg/reports"
 )
 
-// Client talks to a running aluad over its control socket.
+// Client talks to a running aluad over its control socket or its
+// management API on TCP.
 type Client struct {
-	path string
-	http *http.Client
+	path  string // the socket, or the API's base URL
+	base  string
+	token string
+	http  *http.Client
 }
 
 // NewClient returns a client for the control socket at path.
@@ -23,7 +29,17 @@ func NewClient(path string) *Client {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", path)
 	}}
-	return &Client{path: path, http: &http.Client{Transport: tr, Timeout: 2 * time.Minute}}
+	return &Client{path: path, base: "http://aluad", http: &http.Client{Transport: tr, Timeout: 2 * time.Minute}}
+}
+
+// NewHTTPClient returns a client for the management API at base
+// ("http://127.0.0.1:8090"), sending token (if any) as a bearer token.
+func NewHTTPClient(base, token string) *Client {
+	base = strings.TrimRight(base, "/")
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	return &Client{path: base, base: base, token: token, http: &http.Client{Timeout: 2 * time.Minute}}
 }
 
 func (c *Client) do(method, url string, body, out any) error {
@@ -37,13 +53,16 @@ func (c *Client) do(method, url string, body, out any) error {
 	} else {
 		rd = bytes.NewReader(nil)
 	}
-	req, err := http.NewRequest(method, "http://aluad"+url, rd)
+	req, err := http.NewRequest(method, c.base+url, rd)
 	if err != nil {
 		return err
 	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("no aluad answering on %s (is 'aluad serve' running with this --control?): %w", c.path, err)
+		return fmt.Errorf("no aluad answering on %s (is 'aluad serve' running, and is this its --control or --api?): %w", c.path, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 400 && resp.StatusCode != http.StatusInternalServerError {
@@ -108,4 +127,55 @@ func (c *Client) SetCapacity(node string, capacity float64) error {
 func (c *Client) Reports() ([]reports.Report, error) {
 	var out []reports.Report
 	return out, c.do("GET", "/v1/reports", nil, &out)
+}
+
+// Status returns the array at a glance.
+func (c *Client) Status() (StatusInfo, error) {
+	var out StatusInfo
+	return out, c.do("GET", "/v1/status", nil, &out)
+}
+
+// Hosts returns the declared hosts and the unknown initiators.
+func (c *Client) Hosts() ([]HostInfo, error) {
+	var out []HostInfo
+	return out, c.do("GET", "/v1/hosts", nil, &out)
+}
+
+// Connectivity returns the host x node matrix.
+func (c *Client) Connectivity() (Connectivity, error) {
+	var out Connectivity
+	return out, c.do("GET", "/v1/connectivity", nil, &out)
+}
+
+// Paths returns every path's counters.
+func (c *Client) Paths() ([]PathInfo, error) {
+	var out []PathInfo
+	return out, c.do("GET", "/v1/paths", nil, &out)
+}
+
+// Rebalance asks for a balance plan now.
+func (c *Client) Rebalance() (RebalanceReply, error) {
+	var out RebalanceReply
+	return out, c.do("POST", "/v1/rebalance", struct{}{}, &out)
+}
+
+// Metrics returns the Prometheus text exposition.
+func (c *Client) Metrics() (string, error) {
+	req, err := http.NewRequest("GET", c.base+"/metrics", nil)
+	if err != nil {
+		return "", err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	return string(b), err
 }

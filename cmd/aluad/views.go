@@ -1,0 +1,271 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/aluad/aluad/pkg/daemon"
+)
+
+// viewCmd parses a read-only view command's flags (-o, and the daemon's
+// address) and returns its client and whether JSON was asked for.
+func viewCmd(name string, args []string) (*daemon.Client, bool, error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	output := outputFlag(fs)
+	client := controlFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, false, err
+	}
+	if fs.NArg() > 0 {
+		return nil, false, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	js, err := output()
+	if err != nil {
+		return nil, false, err
+	}
+	c, err := client()
+	return c, js, err
+}
+
+func status(args []string) error {
+	c, js, err := viewCmd("status", args)
+	if err != nil {
+		return err
+	}
+	st, err := c.Status()
+	if err != nil {
+		return err
+	}
+	if js {
+		return printJSON(st)
+	}
+	return renderStatus(os.Stdout, st)
+}
+
+func renderStatus(w io.Writer, st daemon.StatusInfo) error {
+	core := "ownership core running"
+	if !st.Ownership {
+		core = "ownership core off: moves only by operator or STPG"
+	}
+	fmt.Fprintf(w, "Array %s (%s ALUA, %s)\n\n", st.Target, st.ALUA, core)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tSTATE\tGROUP\tOWNS\tHOME TO\tUTIL\tEXPANSION\tPORTS")
+	for _, n := range st.Nodes {
+		state := "online"
+		if !n.Up {
+			state = "OFFLINE"
+		}
+		var ports []string
+		for _, p := range n.Ports {
+			ps := "up"
+			if !p.Up {
+				ps = "DOWN"
+			}
+			ports = append(ports, fmt.Sprintf("%s %s %s (%d sessions)", p.Name, p.Addr, ps, p.Sessions))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", n.Name, state, n.GroupID, n.Owned, n.Preferred,
+			pct(n.Utilisation, st.Ownership), factor(n.Expansion), strings.Join(ports, "; "))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\nLUNs %d (%d off their preferred owner); hosts %d declared, %d unknown initiators; sessions %d\n",
+		st.LUNs, st.LUNsOffPreferred, st.Hosts, st.Unknown, st.Sessions)
+	if !st.Ownership {
+		fmt.Fprintln(w, "Problems: not tracked (the ownership core is off)")
+		return nil
+	}
+	_, err := fmt.Fprintf(w, "Problems: %d critical, %d major, %d minor (aluad report shows them)\n",
+		st.Reports["critical"], st.Reports["major"], st.Reports["minor"])
+	return err
+}
+
+func pct(v float64, known bool) string {
+	if !known {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", v*100)
+}
+
+func factor(v float64) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1fx", v)
+}
+
+func hosts(args []string) error {
+	c, js, err := viewCmd("hosts", args)
+	if err != nil {
+		return err
+	}
+	hs, err := c.Hosts()
+	if err != nil {
+		return err
+	}
+	if js {
+		if hs == nil {
+			hs = []daemon.HostInfo{}
+		}
+		return printJSON(hs)
+	}
+	return renderHosts(os.Stdout, hs)
+}
+
+func renderHosts(w io.Writer, hs []daemon.HostInfo) error {
+	if len(hs) == 0 {
+		_, err := fmt.Fprintln(w, "No hosts are declared and no initiator has logged in.")
+		return err
+	}
+	var nodes []string
+	for n := range hs[0].Nodes {
+		nodes = append(nodes, n)
+	}
+	sort.Strings(nodes)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	head := []string{"HOST", "TYPE", "DECLARED", "NON-OWNER", "FOLLOWS ALUA", "SESSIONS"}
+	for _, n := range nodes {
+		head = append(head, "NODE "+strings.ToUpper(n))
+	}
+	head = append(head, "INITIATORS")
+	fmt.Fprintln(tw, strings.Join(head, "\t"))
+	for _, h := range hs {
+		decl := "yes"
+		if !h.Declared {
+			decl = "UNKNOWN INITIATOR"
+		}
+		row := []string{h.Name, h.Type, decl, h.NonOwner, yesNo(h.FollowsALUA), fmt.Sprint(h.Sessions)}
+		for _, n := range nodes {
+			row = append(row, h.Nodes[n])
+		}
+		row = append(row, strings.Join(h.Initiators, ", "))
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
+	return tw.Flush()
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func paths(args []string) error {
+	c, js, err := viewCmd("paths", args)
+	if err != nil {
+		return err
+	}
+	ps, err := c.Paths()
+	if err != nil {
+		return err
+	}
+	if js {
+		return printJSON(ps)
+	}
+	return renderPaths(os.Stdout, ps, time.Now())
+}
+
+// renderPaths prints every host's paths side by side, one column per
+// path, in the shape of reference 000's "ra mlm load show": identity,
+// counters, service and latency times, then the load per path and per
+// LUN with each LUN's state on that path (INU: carried the LUN's I/O in
+// the last interval, RDY: ready; then the ALUA state).
+func renderPaths(w io.Writer, ps []daemon.PathInfo, now time.Time) error {
+	if len(ps) == 0 {
+		_, err := fmt.Fprintln(w, "No sessions: no host is logged in.")
+		return err
+	}
+	var order []string
+	byHost := map[string][]daemon.PathInfo{}
+	for _, p := range ps {
+		if _, ok := byHost[p.Host]; !ok {
+			order = append(order, p.Host)
+		}
+		byHost[p.Host] = append(byHost[p.Host], p)
+	}
+	for i, h := range order {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		hp := byHost[h]
+		fmt.Fprintf(w, "Host %s: %d paths\n", h, len(hp))
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		row := func(name string, f func(p daemon.PathInfo) string) {
+			cells := []string{"  " + name}
+			for _, p := range hp {
+				cells = append(cells, f(p))
+			}
+			fmt.Fprintln(tw, strings.Join(cells, "\t"))
+		}
+		row("path", func(p daemon.PathInfo) string { return p.Node + "/" + p.Port })
+		row("initiator", func(p daemon.PathInfo) string { return p.Initiator })
+		row("isid", func(p daemon.PathInfo) string { return p.ISID })
+		row("target port group", func(p daemon.PathInfo) string { return fmt.Sprint(p.GroupID) })
+		row("relative port id", func(p daemon.PathInfo) string { return fmt.Sprint(p.RelativeID) })
+		row("logged in", func(p daemon.PathInfo) string { return now.Sub(p.Since).Round(time.Second).String() })
+		row("discovered (RTPG/I/O)", func(p daemon.PathInfo) string { return yesNo(p.Discovered) })
+		row("commands", func(p daemon.PathInfo) string { return fmt.Sprint(p.Commands) })
+		row("total bytes", func(p daemon.PathInfo) string { return fmt.Sprint(p.BytesRead + p.BytesWritten) })
+		row("forwarded (ANO) cmds", func(p daemon.PathInfo) string { return fmt.Sprint(p.NonOptimized) })
+		row("average service time us", func(p daemon.PathInfo) string { return fmt.Sprintf("%.0f", p.ServiceUs) })
+		row("average latency time us", func(p daemon.PathInfo) string { return fmt.Sprintf("%.0f", p.LatencyUs) })
+		row("latency expansion", func(p daemon.PathInfo) string {
+			s := factor(p.Expansion)
+			if p.Degraded {
+				s += " DEGRADED"
+			}
+			return s
+		})
+		row("path load MB/s (now avg)", func(p daemon.PathInfo) string { return fmt.Sprintf("%.2f %.2f", p.MBps, p.AvgMBps) })
+		if len(hp) > 0 {
+			for li, l := range hp[0].LUNs {
+				row(fmt.Sprintf("L%d", l.LUN), func(p daemon.PathInfo) string {
+					if li >= len(p.LUNs) {
+						return ""
+					}
+					pl := p.LUNs[li]
+					use := "RDY"
+					if pl.InUse {
+						use = "INU"
+					}
+					return fmt.Sprintf("%s/%s %.2f %.2f", use, pl.State, pl.MBps, pl.AvgMBps)
+				})
+			}
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func rebalance(args []string) error {
+	c, js, err := viewCmd("rebalance", args)
+	if err != nil {
+		return err
+	}
+	r, err := c.Rebalance()
+	if err != nil {
+		return err
+	}
+	if js {
+		return printJSON(r)
+	}
+	if r.Moves == 0 {
+		fmt.Printf("nothing to move: %s\n", r.Reason)
+		return nil
+	}
+	fmt.Printf("moving %d LUNs:\n", r.Moves)
+	for _, b := range r.Batches {
+		fmt.Printf("  LUNs %v -> node %s (%s)\n", b.LUNs, b.To, b.Cause)
+	}
+	fmt.Println("each batch flushes under I/O, holds briefly and is announced with UA 2A/06 (aluad events shows them)")
+	return nil
+}
