@@ -176,7 +176,7 @@ async function refresh() {
     const up = st.nodes.filter(n => n.up).length;
     document.getElementById("summary").replaceChildren(
       el("span", {}, `nodes ${up}/${st.nodes.length} up`), el("span", {}, `${st.luns} LUNs (${st.luns_off_preferred} off preferred)`),
-      el("span", {}, `${st.hosts} hosts, ${st.unknown_initiators} unknown initiators`), el("span", {}, `${st.sessions} sessions`),
+      el("span", {}, `hosts: ${st.hosts} declared, ${st.unknown_initiators} unknown initiators`), el("span", {}, `${st.sessions} sessions`),
       el("span", {}, `problems: ${st.reports.critical || 0} critical, ${st.reports.major || 0} major, ${st.reports.minor || 0} minor`));
     renderGuru(reports, rerr);
     renderOwnership(luns);
