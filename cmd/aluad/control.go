@@ -107,21 +107,7 @@ func move(args []string) error {
 }
 
 func luns(args []string) error {
-	fs := flag.NewFlagSet("luns", flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "print JSON (same as -o json)")
-	output := outputFlag(fs)
-	client := controlFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	js, err := output()
-	if err != nil {
-		return err
-	}
-	cl, err := client()
+	cl, js, err := viewCmd("luns", args)
 	if err != nil {
 		return err
 	}
@@ -129,7 +115,7 @@ func luns(args []string) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON || js {
+	if js {
 		return printJSON(ls)
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
@@ -188,20 +174,7 @@ func events(args []string) error {
 }
 
 func report(args []string) error {
-	fs := flag.NewFlagSet("report", flag.ContinueOnError)
-	output := outputFlag(fs)
-	client := controlFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	js, err := output()
-	if err != nil {
-		return err
-	}
-	cl, err := client()
+	cl, js, err := viewCmd("report", args)
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 func viewCmd(name string, args []string) (*daemon.Client, bool, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	output := outputFlag(fs)
+	asJSON := fs.Bool("json", false, "print JSON (same as -o json)")
 	client := controlFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, false, err
@@ -30,7 +31,7 @@ func viewCmd(name string, args []string) (*daemon.Client, bool, error) {
 		return nil, false, err
 	}
 	c, err := client()
-	return c, js, err
+	return c, js || *asJSON, err
 }
 
 func status(args []string) error {

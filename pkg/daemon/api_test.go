@@ -65,6 +65,20 @@ func apiDaemon(t *testing.T, tick time.Duration) (*Daemon, *Client) {
 	return d, NewHTTPClient("http://"+d.APIAddr(), apiToken)
 }
 
+// loginAll logs initiator name in on every portal (ISIDs from isid up)
+// with an RTPG on each, as a multipath driver discovering its paths does.
+func loginAll(t *testing.T, d *Daemon, name string, isid byte) []*initiator.Session {
+	t.Helper()
+	var ss []*initiator.Session
+	for i := range d.Portals() {
+		s := dial(t, d, i, isid+byte(i), name)
+		t.Cleanup(func() { s.Close() })
+		rtpgOn(t, s)
+		ss = append(ss, s)
+	}
+	return ss
+}
+
 func rtpgOn(t *testing.T, s *initiator.Session) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -152,13 +166,7 @@ func TestManagementAPI(t *testing.T) {
 	}
 
 	// h1 on every port with RTPG; a stranger on one port.
-	var h1 []*initiator.Session
-	for i := 0; i < 4; i++ {
-		s := dial(t, d, i, byte(1+i), hostIQN)
-		defer s.Close()
-		rtpgOn(t, s)
-		h1 = append(h1, s)
-	}
+	h1 := loginAll(t, d, hostIQN, 1)
 	_, err = h1[0].Read16(ctx, 0, 0, 8, 512)
 	require.NoError(t, err)
 	stranger := dial(t, d, 1, 9, unknownIQN)
@@ -276,13 +284,7 @@ func TestPathDegradedAndNodeOffline(t *testing.T) {
 	d, c := apiDaemon(t, 100*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var ss []*initiator.Session
-	for i := 0; i < 4; i++ {
-		s := dial(t, d, i, byte(1+i), hostIQN)
-		defer s.Close()
-		rtpgOn(t, s)
-		ss = append(ss, s)
-	}
+	ss := loginAll(t, d, hostIQN, 1)
 	// QD1 readers on a0 and a1, until the test ends.
 	stop := make(chan struct{})
 	done := make(chan struct{}, 2)

@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aluad/aluad/ownership"
-	"github.com/aluad/aluad/pkg/initiator"
 	"github.com/aluad/aluad/pkg/reports"
 )
 
@@ -70,13 +69,7 @@ func TestDashboardInChromium(t *testing.T) {
 	d, c := apiDaemon(t, 50*time.Millisecond)
 	url := "http://" + d.APIAddr() + "/#token=" + apiToken
 	const h2 = "iqn.2026-11.org.example:h2"
-	var h1 []*initiator.Session
-	for i := 0; i < 4; i++ {
-		s := dial(t, d, i, byte(1+i), hostIQN)
-		defer s.Close()
-		rtpgOn(t, s)
-		h1 = append(h1, s)
-	}
+	loginAll(t, d, hostIQN, 1)
 	for i, port := range []int{0, 2} { // h2: logged in, never an RTPG
 		s := dial(t, d, port, byte(5+i), h2)
 		defer s.Close()
