@@ -3,6 +3,11 @@ package tcmu
 import (
 	"encoding/binary"
 	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 )
@@ -181,4 +186,249 @@ func (f *FakeRegion) Reap() []Done {
 		f.cleaned = (f.cleaned + size) % f.CmdrSize
 	}
 	return out
+}
+
+// MemFS is an in-memory stand-in for configfs: directories, attribute
+// values as last written, links, and the log of every write in order
+// (tests check what the front end told LIO, and when).
+type MemFS struct {
+	mu     sync.Mutex
+	dirs   map[string]bool
+	files  map[string]string
+	links  map[string]string
+	Writes []string // "path=value", in order
+}
+
+// NewMemFS returns an empty MemFS.
+func NewMemFS() *MemFS {
+	return &MemFS{dirs: map[string]bool{"/": true}, files: map[string]string{}, links: map[string]string{}}
+}
+
+func (m *MemFS) Mkdir(p string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.dirs[p] {
+		return fs.ErrExist
+	}
+	if !m.dirs[path.Dir(p)] {
+		return fmt.Errorf("mkdir %s: %w", p, fs.ErrNotExist)
+	}
+	m.dirs[p] = true
+	// configfs makes a group's default groups with it.
+	parent := path.Base(path.Dir(p))
+	var groups []string
+	switch {
+	case strings.HasPrefix(parent, "user_"):
+		groups = []string{"alua", "alua/default_tg_pt_gp", "attrib"}
+	case strings.HasPrefix(path.Base(p), "tpgt_"):
+		groups = []string{"attrib", "np", "lun", "acls", "param", "auth"}
+	}
+	for _, g := range groups {
+		m.dirs[p+"/"+g] = true
+	}
+	return nil
+}
+
+func (m *MemFS) Write(p, v string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.dirs[path.Dir(p)] {
+		return fmt.Errorf("write %s: %w", p, fs.ErrNotExist)
+	}
+	m.files[p] = v
+	m.Writes = append(m.Writes, p+"="+v)
+	return nil
+}
+
+func (m *MemFS) Read(p string) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.files[p]
+	if !ok {
+		if m.dirs[path.Dir(p)] {
+			return "", nil // an attribute never written reads empty
+		}
+		return "", fs.ErrNotExist
+	}
+	return v, nil
+}
+
+func (m *MemFS) Symlink(target, link string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.dirs[target] {
+		return fmt.Errorf("symlink to %s: %w", target, fs.ErrNotExist)
+	}
+	m.links[link] = target
+	return nil
+}
+
+func (m *MemFS) Remove(p string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.links[p]; ok {
+		delete(m.links, p)
+		return nil
+	}
+	if !m.dirs[p] {
+		return fs.ErrNotExist
+	}
+	for d := range m.dirs {
+		if strings.HasPrefix(d, p+"/") && !attrGroup(d) {
+			return fmt.Errorf("rmdir %s: not empty (%s)", p, d)
+		}
+	}
+	for l, t := range m.links {
+		if strings.HasPrefix(l, p+"/") {
+			return fmt.Errorf("rmdir %s: holds link %s", p, l)
+		}
+		if t == p {
+			return fmt.Errorf("rmdir %s: in use by %s", p, l)
+		}
+	}
+	for d := range m.dirs {
+		if d == p || strings.HasPrefix(d, p+"/") {
+			delete(m.dirs, d)
+		}
+	}
+	for f := range m.files {
+		if strings.HasPrefix(f, p+"/") {
+			delete(m.files, f)
+		}
+	}
+	return nil
+}
+
+// attrGroup: configfs default groups, which go with their parent.
+func attrGroup(d string) bool {
+	b := path.Base(d)
+	switch b {
+	case "alua", "default_tg_pt_gp", "attrib", "np", "lun", "acls", "param", "auth":
+		return true
+	}
+	return false
+}
+
+func (m *MemFS) List(p string) ([]string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.dirs[p] {
+		return nil, fs.ErrNotExist
+	}
+	var out []string
+	for d := range m.dirs {
+		if path.Dir(d) == p && d != p {
+			out = append(out, path.Base(d))
+		}
+	}
+	for l := range m.links {
+		if path.Dir(l) == p {
+			out = append(out, path.Base(l))
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func (m *MemFS) Exists(p string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, l := m.links[p]
+	_, f := m.files[p]
+	return m.dirs[p] || l || f
+}
+
+// Value is an attribute's last written value.
+func (m *MemFS) Value(p string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.files[p]
+}
+
+// Set sets an attribute without logging it (what the kernel shows, such
+// as dynamic_sessions).
+func (m *MemFS) Set(p, v string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.files[p] = v
+}
+
+// MkdirAll makes p and its parents (what the kernel provides, such as
+// the device's alua/default_tg_pt_gp group).
+func (m *MemFS) MkdirAll(p string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for q := p; q != "/" && q != "."; q = path.Dir(q) {
+		m.dirs[q] = true
+	}
+}
+
+// WritesTo returns the logged writes whose path ends with suffix.
+func (m *MemFS) WritesTo(suffix string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for _, w := range m.Writes {
+		if p, _, _ := strings.Cut(w, "="); strings.HasSuffix(p, suffix) {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// FakeDevice is a Region over a FakeRegion: Signal wakes Wait as the
+// kernel's UIO interrupt does; Kicks counts the ring's kicks.
+type FakeDevice struct {
+	*FakeRegion
+	Name   string
+	sig    chan struct{}
+	closed chan struct{}
+	once   sync.Once
+	kicks  atomic.Int64
+	count  atomic.Uint32
+	// Kicked receives (without blocking) after every kick.
+	Kicked chan struct{}
+}
+
+// NewFakeDevice makes a device with a 64 KiB ring and 1 MiB of data.
+func NewFakeDevice(name string) *FakeDevice {
+	return &FakeDevice{FakeRegion: NewFakeRegion(64<<10, 1<<20, MailboxFlagOOOC|MailboxFlagReadLen), Name: name,
+		sig: make(chan struct{}, 1), closed: make(chan struct{}), Kicked: make(chan struct{}, 1)}
+}
+
+func (d *FakeDevice) Bytes() []byte  { return d.Mem }
+func (d *FakeDevice) String() string { return d.Name }
+
+// Signal is the kernel's interrupt after queueing.
+func (d *FakeDevice) Signal() {
+	select {
+	case d.sig <- struct{}{}:
+	default:
+	}
+}
+
+func (d *FakeDevice) Wait() (uint32, error) {
+	select {
+	case <-d.sig:
+		return d.count.Add(1), nil
+	case <-d.closed:
+		return 0, fs.ErrClosed
+	}
+}
+
+func (d *FakeDevice) Kick() error {
+	d.kicks.Add(1)
+	select {
+	case d.Kicked <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Kicks is how many times the ring kicked the kernel.
+func (d *FakeDevice) Kicks() int64 { return d.kicks.Load() }
+
+func (d *FakeDevice) Close() error {
+	d.once.Do(func() { close(d.closed) })
+	return nil
 }

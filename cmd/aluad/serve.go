@@ -18,6 +18,7 @@ func serve(args []string) error {
 	cfgPath := fs.String("config", "", "YAML config file (default: the embedded 2-node array)")
 	data := fs.String("data", "", "directory for LUN backing files (overrides the config's data:)")
 	target := fs.String("target", "", "iSCSI target name (overrides the config's target:)")
+	fabric := fs.String("fabric", "", "front end: iscsi (the embedded pure-Go target) or tcmu (LIO + target_core_user; overrides the config's fabric.kind)")
 	verbose := fs.Bool("v", false, "debug logging")
 	nop := fs.Duration("nop-interval", 0, "send NOP-In keepalives to idle initiators at this interval (0: off)")
 	grace := fs.Duration("grace", 10*time.Second, "how long in-flight commands may run at shutdown")
@@ -43,6 +44,12 @@ func serve(args []string) error {
 	}
 	if *target != "" {
 		cfg.Target = *target
+	}
+	if *fabric != "" {
+		cfg.Fabric.Kind = *fabric
+		if err := cfg.Validate(); err != nil {
+			return err
+		}
 	}
 	level := slog.LevelInfo
 	if *verbose {

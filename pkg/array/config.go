@@ -38,6 +38,35 @@ type Config struct {
 	Cache CacheConfig `yaml:"cache"`
 	// Ownership tunes the ownership core the daemon runs.
 	Ownership OwnershipConfig `yaml:"ownership"`
+	// Fabric chooses the front end hosts reach the nodes through.
+	Fabric FabricConfig `yaml:"fabric"`
+}
+
+// FabricConfig chooses the front end.
+type FabricConfig struct {
+	// Kind is "iscsi" (the embedded pure-Go target, the default) or
+	// "tcmu" (LIO's iSCSI target over target_core_user backstores, on a
+	// Linux host with LIO; tcmu-handler/).
+	Kind string `yaml:"kind"`
+	// ConfigFS is LIO's configfs directory (tcmu; default
+	// /sys/kernel/config/target).
+	ConfigFS string `yaml:"configfs"`
+	// HBA numbers the user_<HBA> backstore directory aluad owns (tcmu;
+	// default 7712).
+	HBA int `yaml:"hba"`
+}
+
+// TCMU reports whether the LIO/TCMU front end is chosen.
+func (f FabricConfig) TCMU() bool { return f.Kind == "tcmu" }
+
+// NodeTarget is the iSCSI target name a node's ports carry: the array's
+// name on the pure-Go fabric; on LIO, one target per node, the array's
+// name with ".<node>" added.
+func (c Config) NodeTarget(node string) string {
+	if c.Fabric.TCMU() {
+		return c.Target + "." + strings.ToLower(node)
+	}
+	return c.Target
 }
 
 // CacheConfig configures every node's cache.
@@ -241,6 +270,22 @@ func LoadConfig(path string) (Config, error) {
 func (c *Config) Validate() error {
 	if !strings.HasPrefix(c.Target, "iqn.") && !strings.HasPrefix(c.Target, "eui.") && !strings.HasPrefix(c.Target, "naa.") {
 		return fmt.Errorf("target %q is not an iSCSI name (iqn.YYYY-MM.reverse.domain:name)", c.Target)
+	}
+	switch c.Fabric.Kind {
+	case "", "iscsi":
+		c.Fabric.Kind = "iscsi"
+	case "tcmu":
+		if c.Fabric.ConfigFS == "" {
+			c.Fabric.ConfigFS = "/sys/kernel/config/target"
+		}
+		if c.Fabric.HBA == 0 {
+			c.Fabric.HBA = 7712
+		}
+		if c.Fabric.HBA < 0 {
+			return fmt.Errorf("fabric.hba must be positive, not %d", c.Fabric.HBA)
+		}
+	default:
+		return fmt.Errorf("fabric.kind must be iscsi or tcmu, not %q", c.Fabric.Kind)
 	}
 	if c.ALUA != "implicit" && c.ALUA != "explicit" {
 		return fmt.Errorf("alua must be implicit or explicit, not %q", c.ALUA)

@@ -12,6 +12,17 @@ import (
 type aluaView struct {
 	arr *array.Array
 	srv *scsi.Server
+	// hostBlind: the fabric cannot tell hosts apart on a device (TCMU),
+	// so every host sees the states of a host of the default type, the
+	// same states LIO's own gate is given.
+	hostBlind bool
+}
+
+func (v aluaView) initiator(n scsi.Nexus) string {
+	if v.hostBlind {
+		return ""
+	}
+	return n.InitiatorName
 }
 
 func (v aluaView) TPGS() byte { return v.arr.TPGS() }
@@ -31,7 +42,7 @@ func (v aluaView) Groups(n scsi.Nexus, lun uint64) []scsi.PortGroupState {
 	if l == nil {
 		return nil
 	}
-	gs := l.Groups(n.InitiatorName)
+	gs := l.Groups(v.initiator(n))
 	out := make([]scsi.PortGroupState, len(gs))
 	for i, g := range gs {
 		out[i] = scsi.PortGroupState{ID: g.ID, State: scsi.AccessState(g.State), Pref: g.Pref, Status: g.Status,
@@ -45,7 +56,7 @@ func (v aluaView) State(n scsi.Nexus, lun uint64) scsi.AccessState {
 	if l == nil || p == nil {
 		return scsi.StateActiveOptimized // nothing to gate: the LU check answers
 	}
-	return scsi.AccessState(l.State(n.InitiatorName, p.Node))
+	return scsi.AccessState(l.State(v.initiator(n), p.Node))
 }
 
 // SetTargetPortGroups passes an STPG to the array, which owns the

@@ -178,10 +178,10 @@ func (d *Daemon) view() *coreView {
 }
 
 func (d *Daemon) sessions() []iscsi.PathStat {
-	if d.Target == nil {
+	if d.fabric == nil {
 		return nil
 	}
-	ps := d.Target.PathStats()
+	ps := d.fabric.PathStats()
 	sort.Slice(ps, func(i, j int) bool {
 		a, b := ps[i].Nexus, ps[j].Nexus
 		if a.InitiatorName != b.InitiatorName {
@@ -196,7 +196,7 @@ func (d *Daemon) sessions() []iscsi.PathStat {
 }
 
 func (d *Daemon) portUp(p *array.Port) bool {
-	return p.Node.Up() && (d.Target == nil || d.Target.PortUp(p.RelativeID))
+	return p.Node.Up() && (d.fabric == nil || d.fabric.PortUp(p.RelativeID))
 }
 
 // Nodes reports every node with its ports.
@@ -210,7 +210,7 @@ func (d *Daemon) nodes(v *coreView, sess []iscsi.PathStat) []NodeInfo {
 		perPort[s.Nexus.TargetPort]++
 	}
 	addrs := map[string]string{}
-	if d.Target != nil {
+	if d.fabric != nil {
 		for _, p := range d.Portals() {
 			addrs[p.Port] = p.Addr
 		}

@@ -20,13 +20,20 @@ import (
 	"github.com/aluad/aluad/pkg/iscsi"
 	"github.com/aluad/aluad/pkg/media"
 	"github.com/aluad/aluad/pkg/scsi"
+	tcmu "github.com/aluad/aluad/tcmu-handler"
 )
 
 // Daemon is a running array with its fabric.
 type Daemon struct {
-	Array  *array.Array
-	SCSI   *scsi.Server
+	Array *array.Array
+	SCSI  *scsi.Server
+	// Target is the pure-Go iSCSI target (nil with the TCMU fabric).
 	Target *iscsi.Target
+	// TCMU is the LIO/TCMU front end (nil with the pure-Go target).
+	TCMU *tcmu.Frontend
+	// fabric is whichever of the two runs.
+	fabric   Fabric
+	aluaHook atomic.Pointer[aluaHook]
 	// Events is the feed of logins, logouts, RTPGs, I/O intervals and
 	// ALUA changes.
 	Events  *EventLog
@@ -78,6 +85,9 @@ type Options struct {
 	Sleep func(time.Duration)
 	// EventCapacity is how many events the log keeps (0: 16384).
 	EventCapacity int
+	// TCMUOptions adjusts the TCMU front end's options before it starts
+	// (tests: an in-memory configfs and fake mapped regions).
+	TCMUOptions func(*tcmu.Options)
 	// WrapStore wraps each LUN's media store (fault injection).
 	WrapStore func(lun uint64, s media.Store) media.Store
 }
@@ -101,7 +111,7 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 	srv := scsi.NewServer()
 	srv.SetClock(opt.Now)
 	for _, p := range arr.Ports {
-		srv.AddTargetPort(scsi.TargetPortInfo{RelativeID: p.RelativeID, Name: iscsi.TargetPortName(cfg.Target, p.RelativeID)})
+		srv.AddTargetPort(scsi.TargetPortInfo{RelativeID: p.RelativeID, Name: iscsi.TargetPortName(cfg.NodeTarget(p.Node.Name), p.RelativeID)})
 	}
 	for _, l := range arr.LUNs {
 		_, err := srv.AddLU(scsi.LUConfig{LUN: l.ID, BlockSize: l.BlockSize, Blocks: uint64(l.Size / int64(l.BlockSize)),
@@ -124,10 +134,13 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 			opt.OnEvent(e)
 		}
 	})
-	srv.SetALUA(aluaView{arr: arr, srv: srv})
+	srv.SetALUA(aluaView{arr: arr, srv: srv, hostBlind: cfg.Fabric.TCMU()})
 	srv.SetObserver(d)
 	arr.OnChange(func(c array.Change) {
 		announce(srv, c)
+		if h := d.aluaHook.Load(); h != nil {
+			h.fn(c.LUNs)
+		}
 		d.metrics.change(c)
 		d.Events.Add(Event{Kind: EventALUA, Change: changeInfo(c)})
 		d.log.Info("alua change", "luns", c.LUNs, "from", c.From, "to", c.To, "cause", c.Cause,
@@ -142,6 +155,22 @@ func Start(cfg array.Config, opt Options) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Fabric.TCMU() {
+		if err := d.startTCMU(cfg, opt); err != nil {
+			d.Array.Close()
+			return nil, err
+		}
+	} else if err := d.startISCSI(cfg, opt); err != nil {
+		return nil, err
+	}
+	if err := d.startServices(cfg, opt); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// startISCSI serves the array on the pure-Go iSCSI target.
+func (d *Daemon) startISCSI(cfg array.Config, opt Options) error {
 	var portals []iscsi.Portal
 	for _, p := range d.Array.Ports {
 		portals = append(portals, iscsi.Portal{Addr: p.Addr, TPGT: p.RelativeID, RelativeID: p.RelativeID,
@@ -151,18 +180,30 @@ func Start(cfg array.Config, opt Options) (*Daemon, error) {
 		Logger: opt.Logger, NopInterval: opt.NopInterval, NopTimeout: 2 * opt.NopInterval, OnEvent: d.fabricEvent}, d.SCSI)
 	if err != nil {
 		d.Array.Close()
-		return nil, err
+		return err
 	}
 	if err := tgt.Listen(); err != nil {
 		d.Array.Close()
-		return nil, err
+		return err
 	}
-	d.Target = tgt
+	d.Target, d.fabric = tgt, iscsiFabric{tgt}
+	return nil
+}
+
+// startServices starts the control socket, the API, the ownership core
+// and the stats loop once a fabric runs.
+func (d *Daemon) startServices(cfg array.Config, opt Options) error {
+	var err error
+	closeFabric := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = d.fabric.Shutdown(ctx)
+		d.Array.Close()
+	}
 	if opt.Control != "" {
 		if d.control, err = listenControl(opt.Control, d); err != nil {
-			tgt.Close()
-			d.Array.Close()
-			return nil, err
+			closeFabric()
+			return err
 		}
 	}
 	if opt.API != "" {
@@ -170,16 +211,15 @@ func Start(cfg array.Config, opt Options) (*Daemon, error) {
 			if d.control != nil {
 				d.control.close()
 			}
-			tgt.Close()
-			d.Array.Close()
-			return nil, err
+			closeFabric()
+			return err
 		}
 	}
 	if !cfg.Ownership.Off {
 		b, err := newBrain(d)
 		if err != nil {
 			d.Stop(0)
-			return nil, err
+			return err
 		}
 		d.brain.Store(b)
 		b.start()
@@ -192,7 +232,7 @@ func Start(cfg array.Config, opt Options) (*Daemon, error) {
 		d.wg.Add(1)
 		go d.statsLoop(iv)
 	}
-	return d, nil
+	return nil
 }
 
 func (d *Daemon) statsLoop(iv time.Duration) {
@@ -218,14 +258,18 @@ func (d *Daemon) fabricEvent(e iscsi.Event) {
 
 // Portals lists the bound portals in port order.
 func (d *Daemon) Portals() []PortalInfo {
-	addrs := d.Target.Addrs()
+	var addrs []string
+	if d.fabric != nil {
+		addrs = d.fabric.Addrs()
+	}
 	out := make([]PortalInfo, 0, len(d.Array.Ports))
 	for i, p := range d.Array.Ports {
 		addr := p.Addr
 		if i < len(addrs) {
 			addr = addrs[i]
 		}
-		out = append(out, PortalInfo{Node: p.Node.Name, Port: p.Name, Addr: addr, Target: d.Array.Config().Target,
+		cfg := d.Array.Config()
+		out = append(out, PortalInfo{Node: p.Node.Name, Port: p.Name, Addr: addr, Target: cfg.NodeTarget(p.Node.Name),
 			RelativeID: p.RelativeID})
 	}
 	return out
@@ -236,6 +280,11 @@ func (d *Daemon) Portals() []PortalInfo {
 func (d *Daemon) Stop(grace time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
+	select {
+	case <-d.done:
+		return nil // already stopped
+	default:
+	}
 	close(d.done)
 	if d.control != nil {
 		d.control.close()
@@ -248,8 +297,8 @@ func (d *Daemon) Stop(grace time.Duration) error {
 		b.wg.Wait()
 	}
 	var terr error
-	if d.Target != nil {
-		terr = d.Target.Shutdown(ctx)
+	if d.fabric != nil {
+		terr = d.fabric.Shutdown(ctx)
 	}
 	if err := d.Array.Close(); err != nil {
 		return fmt.Errorf("flushing media: %w", err)

@@ -177,7 +177,12 @@ func (d *Daemon) nexusEvent(kind string, n scsi.Nexus) Event {
 }
 
 // RTPG implements scsi.Observer.
+// An RTPG the fabric could not pin to an initiator (TCMU, several hosts
+// on one port) is not an event: the fabric credits it itself.
 func (d *Daemon) RTPG(n scsi.Nexus, lun uint64, extended bool) {
+	if n.InitiatorName == "" {
+		return
+	}
 	e := d.nexusEvent(EventRTPG, n)
 	e.LUN, e.Extended = &lun, extended
 	d.Events.Add(e)
@@ -226,16 +231,19 @@ func (d *Daemon) EmitIOStats() {
 		}
 		m.addIO(s.Nexus.TargetPort, iv)
 		d.lastIO[k] = iv
+		if s.Nexus.InitiatorName == "" {
+			continue // counted on its port; no host to credit (TCMU, shared port)
+		}
 		e := d.nexusEvent(EventIO, s.Nexus)
 		lun := s.LUN
 		e.LUN, e.IO = &lun, iv
 		d.Events.Add(e)
 	}
-	if d.Target == nil {
+	if d.fabric == nil {
 		return
 	}
 	seen := map[scsi.Nexus]bool{}
-	for _, ps := range d.Target.PathStats() {
+	for _, ps := range d.fabric.PathStats() {
 		seen[ps.Nexus] = true
 		p, ok := d.pathPrev[ps.Nexus]
 		d.pathPrev[ps.Nexus] = ps

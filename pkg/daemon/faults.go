@@ -93,7 +93,7 @@ func (d *Daemon) Inject(f Fault) (FaultResult, error) {
 		}
 		post(ownership.NodeState{Node: n.Name, Up: f.Kind == FaultRestart})
 	case FaultPortDown, FaultPortUp, FaultPathDown, FaultPathUp, FaultDelay:
-		if d.Target == nil {
+		if d.fabric == nil {
 			return res, ErrNoFabric
 		}
 		p, err := d.portOf(f.Port)
@@ -102,24 +102,33 @@ func (d *Daemon) Inject(f Fault) (FaultResult, error) {
 		}
 		switch f.Kind {
 		case FaultPortDown, FaultPortUp:
-			d.Target.SetPortUp(p.RelativeID, f.Kind == FaultPortUp)
+			d.fabric.SetPortUp(p.RelativeID, f.Kind == FaultPortUp)
 			post(ownership.PortState{Node: p.Node.Name, Port: p.RelativeID, Up: f.Kind == FaultPortUp})
 		case FaultPathDown, FaultPathUp:
 			if f.Initiator == "" {
 				return res, errors.New("a path fault needs an initiator")
 			}
-			d.Target.SetPathUp(f.Initiator, p.RelativeID, f.Kind == FaultPathUp)
+			if err := d.fabric.SetPathUp(f.Initiator, p.RelativeID, f.Kind == FaultPathUp); err != nil {
+				return res, err
+			}
 		case FaultDelay:
 			if f.Delay < 0 || f.Delay > time.Minute {
 				return res, errors.New("delay must be from 0 (remove) to 1m")
 			}
-			d.Target.SetPathDelay(f.Initiator, p.RelativeID, f.Delay)
+			if err := d.fabric.SetPathDelay(f.Initiator, p.RelativeID, f.Delay); err != nil {
+				return res, err
+			}
 		}
 	case FaultClear:
-		if d.Target == nil {
+		if d.fabric == nil {
 			return res, ErrNoFabric
 		}
-		d.Target.ClearFaults()
+		d.fabric.ClearFaults()
+		for _, n := range d.Array.Nodes {
+			if !n.Up() {
+				d.setPorts(n, false) // a crashed node stays dark
+			}
+		}
 		for _, p := range d.Array.Ports {
 			if p.Node.Up() {
 				post(ownership.PortState{Node: p.Node.Name, Port: p.RelativeID, Up: true})
@@ -136,10 +145,10 @@ func (d *Daemon) Inject(f Fault) (FaultResult, error) {
 // setPorts takes a node's ports down or up in the fabric (a crashed
 // node answers nothing).
 func (d *Daemon) setPorts(n *array.Node, up bool) {
-	if d.Target == nil {
+	if d.fabric == nil {
 		return
 	}
 	for _, p := range n.Ports {
-		d.Target.SetPortUp(p.RelativeID, up)
+		d.fabric.SetPortUp(p.RelativeID, up)
 	}
 }

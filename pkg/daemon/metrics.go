@@ -242,12 +242,12 @@ func (d *Daemon) WriteMetrics(w io.Writer) error {
 	}
 	p.family("aluad_port_up", "gauge", "1 when the target port accepts logins (not taken down by a fault).")
 	for _, pt := range arr.Ports {
-		up := pt.Node.Up() && (d.Target == nil || d.Target.PortUp(pt.RelativeID))
+		up := pt.Node.Up() && (d.fabric == nil || d.fabric.PortUp(pt.RelativeID))
 		p.sample("aluad_port_up", b2f(up), "node", pt.Node.Name, "port", pt.Name)
 	}
 	sessions := 0
-	if d.Target != nil {
-		sessions = len(d.Target.PathStats())
+	if d.fabric != nil {
+		sessions = len(d.fabric.PathStats())
 	}
 	p.family("aluad_sessions", "gauge", "Logged-in normal iSCSI sessions (I_T nexuses).")
 	p.sample("aluad_sessions", float64(sessions))

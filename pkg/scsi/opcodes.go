@@ -243,3 +243,18 @@ func (op *opEntry) conflicts(lu *LU, c *Command) bool {
 	}
 	return lu.pr.conflicts(c.Nexus, op.pr == prWrite)
 }
+
+// DataOut reports whether a command with operation code op may carry
+// data-out (initiator to target): what a fabric that is not told the
+// direction (TCMU's ring entries are not) needs to know to hand the
+// buffers to the device server as written data.
+func DataOut(op byte) bool {
+	switch op {
+	case OpWrite6, OpWrite10, OpWrite12, OpWrite16, OpWriteVerify10, OpWriteVerify12, OpWriteVerify16,
+		OpVerify10, OpVerify12, OpVerify16, // BYTCHK sends data to compare
+		OpWriteSame10, OpWriteSame16, OpUnmap, OpModeSelect6, OpModeSelect10, OpPROut,
+		OpCompareAndWrite, OpOrWrite16, OpMaintenanceOut, OpSendDiagnostic:
+		return true
+	}
+	return false
+}

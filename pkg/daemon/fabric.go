@@ -1,0 +1,89 @@
+package daemon
+
+import (
+	"context"
+	"time"
+
+	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/iscsi"
+	"github.com/aluad/aluad/pkg/scsi"
+	tcmu "github.com/aluad/aluad/tcmu-handler"
+)
+
+// Fabric is the front end hosts reach the nodes through: the embedded
+// pure-Go iSCSI target, or LIO over TCMU. Faults, path counters and the
+// port view go through it.
+type Fabric interface {
+	SetPortUp(port uint16, up bool)
+	SetPathUp(initiator string, port uint16, up bool) error
+	SetPathDelay(initiator string, port uint16, d time.Duration) error
+	ClearFaults()
+	PortUp(port uint16) bool
+	PathStats() []iscsi.PathStat
+	Addrs() []string
+	Shutdown(ctx context.Context) error
+}
+
+// iscsiFabric adapts the pure-Go target, whose path faults cannot fail.
+type iscsiFabric struct{ *iscsi.Target }
+
+func (f iscsiFabric) SetPathUp(initiator string, port uint16, up bool) error {
+	f.Target.SetPathUp(initiator, port, up)
+	return nil
+}
+
+func (f iscsiFabric) SetPathDelay(initiator string, port uint16, d time.Duration) error {
+	f.Target.SetPathDelay(initiator, port, d)
+	return nil
+}
+
+// tcmuLayout is what the TCMU front end builds in LIO for cfg: one
+// target per node, one TPG per port (TPGT = relative port id), one
+// device per (LUN, port).
+func tcmuLayout(cfg array.Config, arr *array.Array) tcmu.Layout {
+	l := tcmu.Layout{Root: cfg.Fabric.ConfigFS, HBA: cfg.Fabric.HBA, Subtype: "aluad"}
+	for _, n := range arr.Nodes {
+		t := tcmu.TargetSpec{Node: n.Name, IQN: cfg.NodeTarget(n.Name)}
+		for _, p := range n.Ports {
+			t.TPGs = append(t.TPGs, tcmu.TPGSpec{Port: p.Name, TPGT: p.RelativeID, Portal: p.Addr})
+		}
+		l.Targets = append(l.Targets, t)
+	}
+	for _, lun := range arr.LUNs {
+		l.LUNs = append(l.LUNs, tcmu.LUNSpec{ID: lun.ID, Size: lun.Size, BlockSize: lun.BlockSize})
+	}
+	return l
+}
+
+// startTCMU serves the array through LIO: kernel ALUA states follow the
+// array's (for a host it cannot tell apart), logins come from configfs.
+func (d *Daemon) startTCMU(cfg array.Config, opt Options) error {
+	view := aluaView{arr: d.Array, srv: d.SCSI, hostBlind: true}
+	to := tcmu.Options{
+		Layout:  tcmuLayout(cfg, d.Array),
+		Handler: d.SCSI,
+		State: func(lun uint64, port uint16) scsi.AccessState {
+			return view.State(scsi.Nexus{TargetPort: port}, lun)
+		},
+		OnEvent: d.fabricEvent,
+		OnRTPG:  d.RTPG,
+		Logger:  opt.Logger,
+		Netlink: true,
+	}
+	if opt.TCMUOptions != nil {
+		opt.TCMUOptions(&to)
+	}
+	f, err := tcmu.New(to)
+	if err != nil {
+		return err
+	}
+	d.aluaHook.Store(&aluaHook{fn: f.ALUAChanged})
+	if err := f.Start(); err != nil {
+		d.aluaHook.Store(nil)
+		return err
+	}
+	d.TCMU, d.fabric = f, f
+	return nil
+}
+
+type aluaHook struct{ fn func([]uint64) }
