@@ -36,6 +36,8 @@ type Array struct {
 	Client *daemon.Client
 	cmd    *exec.Cmd
 	done   chan error
+	// guest runs aluad (the TCMU lab's storage guest) instead of cmd.
+	guest *VM
 }
 
 // Config renders aluad's YAML for the lab: two nodes with a port on each
@@ -107,7 +109,15 @@ func StartArray(ctx context.Context, n *Net, bin, dir string, s ArraySpec) (*Arr
 
 // Stop stops aluad (SIGTERM: it flushes and exits).
 func (a *Array) Stop() {
-	if a.cmd.Process == nil {
+	if a.guest != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+		defer cancel()
+		_, _ = a.guest.Sh(ctx, 25*time.Second, "pid=$(pidof aluad-tcmu) && kill -TERM $pid && while kill -0 $pid 2>/dev/null; do sleep 0.2; done")
+		a.GuestLog(ctx)
+		a.guest.Kill()
+		return
+	}
+	if a.cmd == nil || a.cmd.Process == nil {
 		return
 	}
 	_ = a.cmd.Process.Signal(os.Interrupt)

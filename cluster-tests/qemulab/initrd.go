@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"sort"
 	"strings"
 )
 
@@ -31,6 +32,7 @@ while [ ! -b /dev/vda ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
 mount -t ext4 /dev/vda /newroot || { echo "initrd: cannot mount /dev/vda"; exec sh; }
 mount -t tmpfs -o mode=0755 run /newroot/run
 cp /aluad-agent /newroot/run/aluad-agent
+[ -d /extra ] && cp /extra/* /newroot/run/
 umount /proc /sys
 mount --move /dev /newroot/dev
 exec switch_root /newroot /run/aluad-agent
@@ -77,6 +79,13 @@ func moduleOrder(dep string, want []string) ([]string, error) {
 // BuildInitrd writes a gzip'd newc initrd to out: busybox, the boot
 // modules from the image's modules.tar, /init, and the agent binary.
 func BuildInitrd(img Image, agent, busybox, out string) error {
+	return BuildInitrdWith(img, agent, busybox, out, nil)
+}
+
+// BuildInitrdWith is BuildInitrd with extra executables (name -> file on
+// the host), copied to the guest's /run at boot (the storage guest's
+// aluad).
+func BuildInitrdWith(img Image, agent, busybox, out string, extra map[string]string) error {
 	files := map[string][]byte{}
 	f, err := os.Open(img.Modules)
 	if err != nil {
@@ -126,6 +135,21 @@ func BuildInitrd(img Image, agent, busybox, out string) error {
 	c.File("bin/busybox", 0o755, bb)
 	c.File("init", 0o755, []byte(initScript))
 	c.File("aluad-agent", 0o755, ag)
+	if len(extra) > 0 {
+		c.Dir("extra")
+		var names []string
+		for n := range extra {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			b, err := os.ReadFile(extra[n])
+			if err != nil {
+				return err
+			}
+			c.File("extra/"+n, 0o755, b)
+		}
+	}
 	var names []string
 	for _, m := range order {
 		b, ok := files[m]

@@ -1,10 +1,14 @@
 package qemulab
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
+	"syscall"
 )
 
 // Net is the lab network: a network namespace with two bridged fabrics,
@@ -57,6 +61,57 @@ func NewNet(nodes int) (*Net, error) {
 		}
 	}
 	return n, nil
+}
+
+// HostAddr is the lab host's own address on fabric f when the nodes run
+// in a storage guest (TCMU lab): the lab reaches that guest's API there.
+func HostAddr(f int) string { return fmt.Sprintf("10.77.%d.1", f+1) }
+
+// AddHostAddrs gives the namespace's bridges the lab host's addresses.
+func (n *Net) AddHostAddrs() error {
+	for f, br := range Fabrics {
+		if err := ipCmd("-n", n.NS, "addr", "add", HostAddr(f)+"/24", "dev", br); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DialContext dials from inside the lab namespace (the lab process
+// itself stays outside): the socket is made on an OS thread switched
+// into the namespace for the call, then the thread is switched back.
+func (n *Net) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	runtime.LockOSThread()
+	orig, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		runtime.UnlockOSThread()
+		return nil, err
+	}
+	defer orig.Close()
+	target, err := os.Open("/var/run/netns/" + n.NS)
+	if err != nil {
+		runtime.UnlockOSThread()
+		return nil, err
+	}
+	defer target.Close()
+	const cloneNewNet = 0x40000000
+	const sysSetns = 308 // x86-64; the lab runs QEMU on x86-64 hosts
+	if _, _, e := syscall.RawSyscall(sysSetns, target.Fd(), cloneNewNet, 0); e != 0 {
+		runtime.UnlockOSThread()
+		return nil, fmt.Errorf("setns %s: %v", n.NS, e)
+	}
+	var d net.Dialer
+	c, derr := d.DialContext(ctx, network, addr)
+	if _, _, e := syscall.RawSyscall(sysSetns, orig.Fd(), cloneNewNet, 0); e != 0 {
+		// The thread is stuck in the namespace: let it die with the
+		// goroutine rather than run anything else.
+		if c != nil {
+			c.Close()
+		}
+		return nil, fmt.Errorf("setns back: %v", e)
+	}
+	runtime.UnlockOSThread()
+	return c, derr
 }
 
 // Tap creates a tap on fabric f for a guest NIC.

@@ -88,7 +88,11 @@ type Options struct {
 	LUNs     int    // default 2
 	// Follow is how long hosts get to switch after a change (default 40 s).
 	Follow time.Duration
-	Log    func(string, ...any)
+	// TCMU runs the nodes in a storage guest: LIO's iSCSI target over
+	// aluad's TCMU devices (aluad serve --fabric tcmu), instead of aluad's
+	// own target on the host.
+	TCMU bool
+	Log  func(string, ...any)
 }
 
 // ClientResult is what one client did.
@@ -248,7 +252,8 @@ func (l *lab) prepare(ctx context.Context) error {
 	if err := BuildInitrd(img, agent, "/bin/busybox", l.initr); err != nil {
 		return err
 	}
-	return goBuild(ctx, l.opt.Root, filepath.Join(l.dir, "aluad"), "./cmd/aluad")
+	// Static: the TCMU lab runs it in the storage guest.
+	return goBuild(ctx, l.opt.Root, filepath.Join(l.dir, "aluad"), "./cmd/aluad", "CGO_ENABLED=0")
 }
 
 func goBuild(ctx context.Context, root, out, pkg string, env ...string) error {
@@ -264,8 +269,17 @@ func goBuild(ctx context.Context, root, out, pkg string, env ...string) error {
 func (l *lab) run(ctx context.Context) error {
 	sc := l.opt.Scenario
 	var err error
-	if l.net, err = NewNet(2); err != nil {
+	nodes := 2
+	if l.opt.TCMU {
+		nodes = 0 // the port addresses are the storage guest's
+	}
+	if l.net, err = NewNet(nodes); err != nil {
 		return err
+	}
+	if l.opt.TCMU {
+		if err := l.net.AddHostAddrs(); err != nil {
+			return err
+		}
 	}
 	var hosts []HostDecl
 	for _, c := range sc.Clients {
@@ -273,8 +287,16 @@ func (l *lab) run(ctx context.Context) error {
 		l.res.Clients = append(l.res.Clients, cr)
 		hosts = append(hosts, HostDecl{Name: c.Name, Type: c.HostType, IQN: cr.IQN})
 	}
-	l.arr, err = StartArray(ctx, l.net, filepath.Join(l.dir, "aluad"), l.dir, ArraySpec{LUNs: l.opt.LUNs, Hosts: hosts,
-		Capacity: 1e6, FailbackWindow: 5 * time.Second})
+	spec := ArraySpec{LUNs: l.opt.LUNs, Hosts: hosts, Capacity: 1e6, FailbackWindow: 5 * time.Second}
+	if l.opt.TCMU {
+		t := time.Now()
+		l.arr, err = StartStorage(ctx, l.net, l.img, filepath.Join(l.dir, "aluad-agent"), "/bin/busybox", filepath.Join(l.dir, "aluad"), l.dir, spec)
+		if err == nil {
+			l.opt.Log("storage guest up, aluad serving through LIO/TCMU, in %v", time.Since(t).Round(100*time.Millisecond))
+		}
+	} else {
+		l.arr, err = StartArray(ctx, l.net, filepath.Join(l.dir, "aluad"), l.dir, spec)
+	}
 	if err != nil {
 		return err
 	}
@@ -576,6 +598,17 @@ func (l *lab) step(ctx context.Context, name string) (*StepResult, error) {
 		want = func(e daemon.Event) bool { return e.Change.Cause != "manual" }
 		wait = 60 * time.Second
 	case "failover":
+		if l.opt.TCMU {
+			// LIO has no per-initiator switch: every client's links to the
+			// owner are cut by taking the owner's ports (TPGs) down.
+			for f := range Fabrics {
+				if _, err := cl.Inject(daemon.Fault{Kind: daemon.FaultPortDown, Port: fmt.Sprintf("%s%d", owner0, f)}); err != nil {
+					return st, err
+				}
+			}
+			want = func(e daemon.Event) bool { return e.Change.Cause == "failover" }
+			break
+		}
 		for _, c := range l.res.Clients {
 			for f := range Fabrics {
 				if _, err := cl.Inject(daemon.Fault{Kind: daemon.FaultPathDown, Port: fmt.Sprintf("%s%d", owner0, f), Initiator: c.IQN}); err != nil {

@@ -34,6 +34,13 @@ type VMSpec struct {
 	ISCSIDrives []string
 	// InitiatorName for QEMU's libiscsi sessions.
 	InitiatorName string
+	// Modules replace the default module list (the storage guest loads
+	// LIO's instead of the initiator's).
+	Modules []string
+	// Addr overrides the guest's address on each fabric.
+	Addr []string
+	// Initrd overrides the lab's initrd.
+	Initrd string
 }
 
 // VM is a running guest.
@@ -77,7 +84,15 @@ func StartVM(ctx context.Context, n *Net, img Image, initrd, dir string, s VMSpe
 	console := filepath.Join(dir, s.Name+".console")
 	_ = os.Remove(sock)
 	appendLine := []string{"console=ttyS0", "panic=-1", "net.ifnames=0", "quiet", "loglevel=4",
-		"aluad.name=" + s.Name, "aluad.modules=" + strings.Join(guestModules, ",")}
+		"aluad.name=" + s.Name}
+	mods := guestModules
+	if len(s.Modules) > 0 {
+		mods = s.Modules
+	}
+	appendLine = append(appendLine, "aluad.modules="+strings.Join(mods, ","))
+	if s.Initrd != "" {
+		initrd = s.Initrd
+	}
 	args := []string{"-name", s.Name, "-accel", "tcg,thread=multi", "-cpu", "max", "-m", fmt.Sprint(s.Mem),
 		"-smp", fmt.Sprint(s.CPUs), "-nographic", "-no-reboot", "-nodefaults",
 		"-kernel", img.Kernel, "-initrd", initrd,
@@ -91,7 +106,11 @@ func StartVM(ctx context.Context, n *Net, img Image, initrd, dir string, s VMSpe
 		if err := n.Tap(tap, f); err != nil {
 			return nil, err
 		}
-		appendLine = append(appendLine, fmt.Sprintf("aluad.ip%d=%s/24", f, GuestAddr(s.Index, f)))
+		addr := GuestAddr(s.Index, f)
+		if f < len(s.Addr) {
+			addr = s.Addr[f]
+		}
+		appendLine = append(appendLine, fmt.Sprintf("aluad.ip%d=%s/24", f, addr))
 		args = append(args, "-netdev", fmt.Sprintf("tap,id=n%d,ifname=%s,script=no,downscript=no", f, tap),
 			"-device", fmt.Sprintf("virtio-net-pci,netdev=n%d,mac=52:54:00:77:%02x:%02x", f, f+1, 100+s.Index))
 	}

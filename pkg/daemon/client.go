@@ -42,6 +42,14 @@ func NewHTTPClient(base, token string) *Client {
 	return &Client{path: base, base: base, token: token, http: &http.Client{Timeout: 2 * time.Minute}}
 }
 
+// NewHTTPClientDial is NewHTTPClient with the connections made by dial
+// (the QEMU lab dials into its network namespace).
+func NewHTTPClientDial(base, token string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *Client {
+	c := NewHTTPClient(base, token)
+	c.http.Transport = &http.Transport{DialContext: dial, MaxIdleConnsPerHost: 4}
+	return c
+}
+
 func (c *Client) do(method, url string, body, out any) error {
 	var rd *bytes.Reader
 	if body != nil {

@@ -40,6 +40,7 @@ func run() error {
 	root := flag.String("root", ".", "the aluad repository")
 	follow := flag.Duration("follow", 40*time.Second, "how long clients get to switch after each move")
 	timeout := flag.Duration("timeout", 30*time.Minute, "give up after this long")
+	fabric := flag.String("fabric", "iscsi", "iscsi: aluad's own target on the host; tcmu: LIO + aluad --fabric tcmu in a storage guest")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", flag.Arg(0))
@@ -48,6 +49,9 @@ func run() error {
 	if !ok {
 		return fmt.Errorf("no scenario %q (have %s)", *scenario, strings.Join(names, ", "))
 	}
+	if *fabric != "iscsi" && *fabric != "tcmu" {
+		return fmt.Errorf("--fabric must be iscsi or tcmu, not %q", *fabric)
+	}
 	if *follow < time.Second {
 		return fmt.Errorf("--follow must be at least 1s")
 	}
@@ -55,7 +59,11 @@ func run() error {
 		return fmt.Errorf("--root %s is not the aluad repository: %v", *root, err)
 	}
 	if *out == "" {
-		*out = filepath.Join(*root, "results", "qemu-lab", sc.Name+"-"+time.Now().Format("20060102-150405"))
+		name := sc.Name
+		if *fabric == "tcmu" {
+			name += "-tcmu"
+		}
+		*out = filepath.Join(*root, "results", "qemu-lab", name+"-"+time.Now().Format("20060102-150405"))
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()
@@ -65,7 +73,7 @@ func run() error {
 	logf := func(f string, a ...any) {
 		fmt.Fprintf(os.Stderr, "[%6.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(f, a...))
 	}
-	res, err := qemulab.Run(ctx, qemulab.Options{Scenario: sc, Root: *root, Out: *out, Follow: *follow, Log: logf})
+	res, err := qemulab.Run(ctx, qemulab.Options{Scenario: sc, Root: *root, Out: *out, Follow: *follow, Log: logf, TCMU: *fabric == "tcmu"})
 	if res != nil {
 		for _, c := range res.Checks {
 			mark := "ok  "
