@@ -1,4 +1,4 @@
-.PHONY: build build-static test lab lab-qemu lab-qemu-smoke bench serve
+.PHONY: build build-static test lab lab-qemu lab-qemu-smoke lab-qemu-tcmu bench serve
 build:
 	go build -o bin/aluad ./cmd/aluad
 build-static:
@@ -10,6 +10,9 @@ lab-qemu:
 	go run ./cluster-tests/cmd/qemulab --scenario full
 lab-qemu-smoke:
 	go run ./cluster-tests/cmd/qemulab --scenario smoke
+# The same against LIO + aluad --fabric tcmu in a storage guest.
+lab-qemu-tcmu:
+	go run ./cluster-tests/cmd/qemulab --scenario smoke --fabric tcmu
 bench:
 	scripts/bench.sh
 serve: build

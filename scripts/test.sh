@@ -11,7 +11,7 @@ export ALUAD_RESULTS="$PWD/results"
 # Tests that need libiscsi tools fail here instead of skipping.
 export ALUAD_REQUIRE_EXTERNAL=1
 echo "== go vet"; go vet ./...
-echo "== gofmt"; test -z "$(gofmt -l cmd pkg test ownership cluster-tests)" || { gofmt -l cmd pkg test ownership cluster-tests; exit 1; }
+echo "== gofmt"; test -z "$(gofmt -l cmd pkg test ownership cluster-tests tcmu-handler)" || { gofmt -l cmd pkg test ownership cluster-tests tcmu-handler; exit 1; }
 echo "== go test -race"
 go test -race -count=1 ./... 2>&1 | tee results/go-test.txt
 FUZZTIME=${FUZZTIME:-10s}
@@ -19,6 +19,7 @@ echo "== fuzz ($FUZZTIME each)"
 for f in FuzzReadPDU FuzzParseText FuzzLoginStep; do go test -run='^$' -fuzz="^$f\$" -fuzztime="$FUZZTIME" ./pkg/iscsi/; done
 for f in FuzzExecute FuzzExecuteALUA FuzzParseSense FuzzParseRTPG FuzzParseSTPG; do go test -run='^$' -fuzz="^$f\$" -fuzztime="$FUZZTIME" ./pkg/scsi/; done
 go test -run='^$' -fuzz='^FuzzParseScenario$' -fuzztime="$FUZZTIME" ./pkg/lab/
+for f in FuzzParseEntry FuzzRing FuzzParseMessages; do go test -run='^$' -fuzz="^$f\$" -fuzztime="$FUZZTIME" ./tcmu-handler/; done
 echo "== iscsi-test-cu against tgtd (same command, for comparison)"
 scripts/tgtd-conformance.sh | tee results/tgtd-conformance.txt
 cat results/tgtd-conformance.txt | head -1
@@ -35,6 +36,10 @@ elif ! why=$(scripts/qemu-lab-probe.sh 2>&1); then
   echo "SKIPPED: this machine cannot host the QEMU lab: $why"
 else
   go run ./cluster-tests/cmd/qemulab --scenario smoke --out results/qemu-lab-smoke
+  # The same scenario against LIO: a storage guest runs LIO's iSCSI
+  # target over aluad's TCMU devices (aluad serve --fabric tcmu).
+  echo "== QEMU lab smoke, TCMU fabric (cluster-tests)"
+  go run ./cluster-tests/cmd/qemulab --scenario smoke --fabric tcmu --out results/qemu-lab-smoke-tcmu
 fi
 # Closing line: aluad's libiscsi conformance result.
 sed -E 's/^aluad: ([0-9]+) real passes, ([0-9]+) skips, ([0-9]+) failures/iscsi-test-cu: \1 passed, \3 failed, \2 skipped/' results/aluad-conformance.txt

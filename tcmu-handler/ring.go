@@ -43,12 +43,15 @@ const (
 	// SenseBufferSize is TCMU_SENSE_BUFFERSIZE.
 	SenseBufferSize = 96
 
+	// The entry is packed, but the request inside its union is not: its
+	// u64 fields keep their natural alignment (4 bytes of padding after
+	// iov_dif_cnt), as the kernel's and tcmu-runner's compilers lay it out.
 	hdrSize      = 8  // len_op u32, cmd_id u16, kflags u8, uflags u8
 	reqIOVCnt    = 8  // req.iov_cnt
 	reqBidiCnt   = 12 // req.iov_bidi_cnt
 	reqDifCnt    = 16 // req.iov_dif_cnt
-	reqCDBOff    = 20 // req.cdb_off (u64, packed)
-	reqIOV       = 44 // req.iov[]: {u64 base (an offset into the region), u64 len}
+	reqCDBOff    = 24 // req.cdb_off (u64, 8-aligned)
+	reqIOV       = 48 // req.iov[]: {u64 base (an offset into the region), u64 len}
 	iovSize      = 16
 	rspStatus    = 8
 	rspReadLen   = 12

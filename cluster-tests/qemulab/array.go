@@ -38,6 +38,8 @@ type Array struct {
 	done   chan error
 	// guest runs aluad (the TCMU lab's storage guest) instead of cmd.
 	guest *VM
+	// ClockOffset is aluad's clock minus the lab's (0 on the host).
+	ClockOffset time.Duration
 }
 
 // Config renders aluad's YAML for the lab: two nodes with a port on each

@@ -25,6 +25,10 @@ type mediaStep struct {
 // at the array's clock.
 type Watcher struct {
 	c *daemon.Client
+	// offset is the array's clock minus the lab's (aluad in the storage
+	// guest runs on the guest's clock); times read from it are moved onto
+	// the lab's clock.
+	offset time.Duration
 
 	mu     sync.Mutex
 	steps  map[pathKey][]mediaStep // only when the count changed
@@ -42,9 +46,9 @@ type Watcher struct {
 }
 
 // Watch starts polling.
-func Watch(c *daemon.Client) *Watcher {
+func Watch(c *daemon.Client, offset time.Duration) *Watcher {
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &Watcher{c: c, steps: map[pathKey][]mediaStep{}, last: map[pathKey]time.Time{}, stop: cancel, done: make(chan struct{}),
+	w := &Watcher{c: c, offset: offset, steps: map[pathKey][]mediaStep{}, last: map[pathKey]time.Time{}, stop: cancel, done: make(chan struct{}),
 		start: time.Now()}
 	go w.loop(ctx)
 	return w
@@ -77,8 +81,8 @@ func (w *Watcher) loop(ctx context.Context) {
 		for _, p := range ios {
 			k := pathKey{p.Initiator, p.Node, p.LUN}
 			sum[k] += p.Media
-			if p.LastMedia.After(w.last[k]) {
-				w.last[k] = p.LastMedia
+			if lm := p.LastMedia.Add(-w.offset); lm.After(w.last[k]) {
+				w.last[k] = lm
 			}
 		}
 		for k, m := range sum {
@@ -91,7 +95,10 @@ func (w *Watcher) loop(ctx context.Context) {
 		if i%10 == 0 {
 			if ev, err := w.c.Events(seq); err == nil && len(ev.Events) > 0 {
 				w.mu.Lock()
-				w.events = append(w.events, ev.Events...)
+				for _, e := range ev.Events {
+					e.Time = e.Time.Add(-w.offset)
+					w.events = append(w.events, e)
+				}
 				w.mu.Unlock()
 				seq = ev.Events[len(ev.Events)-1].Seq
 			}

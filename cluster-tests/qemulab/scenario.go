@@ -300,7 +300,10 @@ func (l *lab) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	l.w = Watch(l.arr.Client)
+	l.w = Watch(l.arr.Client, l.arr.ClockOffset)
+	if l.opt.TCMU {
+		l.opt.Log("storage guest clock offset %v (times from aluad are moved onto the lab's clock)", l.arr.ClockOffset)
+	}
 
 	// Boot and set up every client at once.
 	var wg sync.WaitGroup
@@ -697,8 +700,12 @@ func (l *lab) step(ctx context.Context, name string) (*StepResult, error) {
 	wg.Wait()
 	for _, f := range st.Follows {
 		if f.Done() {
-			l.opt.Log("  %s LUN %d %s->%s (%s): UA +%v, switched +%v", f.Host, f.LUN, f.From, f.To, f.Cause,
-				f.UA.Sub(f.Moved).Round(time.Millisecond), f.MoveToSwitch().Round(time.Millisecond))
+			ua := "UA not seen by aluad (LIO queues it)"
+			if !f.UA.IsZero() {
+				ua = fmt.Sprintf("UA +%v", f.UA.Sub(f.Moved).Round(time.Millisecond))
+			}
+			l.opt.Log("  %s LUN %d %s->%s (%s): %s, switched +%v", f.Host, f.LUN, f.From, f.To, f.Cause,
+				ua, f.MoveToSwitch().Round(time.Millisecond))
 		} else {
 			l.opt.Log("  %s LUN %d %s->%s (%s): not on the new owner within %v", f.Host, f.LUN, f.From, f.To, f.Cause, window)
 		}

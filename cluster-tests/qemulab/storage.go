@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -68,6 +69,9 @@ func StartStorage(ctx context.Context, n *Net, img Image, agent, busybox, aluadB
 	if out, err := vm.Sh(ctx, 30*time.Second, start); err != nil {
 		return fail(fmt.Errorf("starting aluad in the storage guest: %w\n%s", err, out))
 	}
+	if a.ClockOffset, err = clockOffset(ctx, vm); err != nil {
+		return fail(err)
+	}
 	a.Client = daemon.NewHTTPClientDial("http://"+storageAPI, token, n.DialContext)
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
@@ -95,4 +99,26 @@ func (a *Array) GuestLog(ctx context.Context) {
 	out, _ = a.guest.Sh(ctx, 30*time.Second, "find /sys/kernel/config/target/iscsi -maxdepth 3 | sort; "+
 		"for f in /sys/kernel/config/target/core/user_*/*/alua/default_tg_pt_gp/alua_access_state; do echo \"$f $(cat $f)\"; done")
 	_ = os.WriteFile(filepath.Join(a.Dir, "storage-lio.txt"), []byte(out), 0o644)
+}
+
+// clockOffset measures the guest's clock against the lab's: the best of
+// five agent round trips, the guest's reading taken at their midpoint.
+func clockOffset(ctx context.Context, vm *VM) (time.Duration, error) {
+	best, off := time.Duration(1<<62), time.Duration(0)
+	for i := 0; i < 5; i++ {
+		t0 := time.Now()
+		out, err := vm.Sh(ctx, 10*time.Second, "date +%s%N")
+		rtt := time.Since(t0)
+		if err != nil {
+			return 0, err
+		}
+		ns, err := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("guest clock: %q", out)
+		}
+		if rtt < best {
+			best, off = rtt, time.Unix(0, ns).Sub(t0.Add(rtt/2))
+		}
+	}
+	return off, nil
 }
