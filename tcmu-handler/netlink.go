@@ -138,44 +138,54 @@ func nlU32(v []byte) (uint32, error) {
 	return binary.LittleEndian.Uint32(v), nil
 }
 
+// nlMessages walks the netlink messages of a datagram: kernel errors end
+// the walk as errors, NOOP and DONE are skipped, the rest go to fn with
+// their type and body.
+func nlMessages(b []byte, fn func(typ uint16, body []byte) error) error {
+	for len(b) > 0 {
+		if len(b) < nlmsgHdrLen {
+			return errors.New("netlink: truncated message header")
+		}
+		l := int(binary.LittleEndian.Uint32(b))
+		typ := binary.LittleEndian.Uint16(b[4:])
+		if l < nlmsgHdrLen || l > len(b) {
+			return fmt.Errorf("netlink: message of length %d in %d bytes", l, len(b))
+		}
+		body := b[nlmsgHdrLen:l]
+		switch typ {
+		case nlmError:
+			if len(body) >= 4 {
+				if errno := int32(binary.LittleEndian.Uint32(body)); errno != 0 {
+					return fmt.Errorf("netlink: kernel error %d", -errno)
+				}
+			}
+		case nlmNoop, nlmDone:
+		default:
+			if err := fn(typ, body); err != nil {
+				return err
+			}
+		}
+		b = b[min((l+3)&^3, len(b)):]
+	}
+	return nil
+}
+
 // ParseMessages splits a datagram into netlink messages and decodes the
 // TCMU events among them (messages of other families are skipped when
 // family is non-zero and differs). Kernel errors are returned as errors.
 func ParseMessages(b []byte, family uint16) ([]Event, error) {
 	var out []Event
-	for len(b) > 0 {
-		if len(b) < nlmsgHdrLen {
-			return out, errors.New("netlink: truncated message header")
+	err := nlMessages(b, func(typ uint16, body []byte) error {
+		if family != 0 && typ != family {
+			return nil
 		}
-		l := int(binary.LittleEndian.Uint32(b))
-		typ := binary.LittleEndian.Uint16(b[4:])
-		if l < nlmsgHdrLen || l > len(b) {
-			return out, fmt.Errorf("netlink: message of length %d in %d bytes", l, len(b))
-		}
-		body := b[nlmsgHdrLen:l]
-		switch {
-		case typ == nlmError:
-			if len(body) >= 4 {
-				if errno := int32(binary.LittleEndian.Uint32(body)); errno != 0 {
-					return out, fmt.Errorf("netlink: kernel error %d", -errno)
-				}
-			}
-		case typ == nlmNoop || typ == nlmDone:
-		case family != 0 && typ != family:
-		default:
-			e, err := parseEvent(body)
-			if err != nil {
-				return out, err
-			}
+		e, err := parseEvent(body)
+		if err == nil {
 			out = append(out, e)
 		}
-		al := (l + 3) &^ 3
-		if al > len(b) {
-			al = len(b)
-		}
-		b = b[al:]
-	}
-	return out, nil
+		return err
+	})
+	return out, err
 }
 
 func parseEvent(body []byte) (Event, error) {
@@ -270,65 +280,45 @@ func getFamilyMessage(seq uint32, name string) []byte {
 // multicast groups by name.
 func parseFamily(b []byte) (id uint16, groups map[string]uint32, err error) {
 	groups = map[string]uint32{}
-	for len(b) > 0 {
-		if len(b) < nlmsgHdrLen {
-			return 0, nil, errors.New("netlink: truncated message header")
+	err = nlMessages(b, func(typ uint16, body []byte) error {
+		if typ != genlIDCtrl {
+			return nil
 		}
-		l := int(binary.LittleEndian.Uint32(b))
-		typ := binary.LittleEndian.Uint16(b[4:])
-		if l < nlmsgHdrLen || l > len(b) {
-			return 0, nil, fmt.Errorf("netlink: message of length %d in %d bytes", l, len(b))
+		if len(body) < genlHdrLen {
+			return errors.New("netlink: truncated generic header")
 		}
-		body := b[nlmsgHdrLen:l]
-		switch typ {
-		case nlmError:
-			if len(body) >= 4 {
-				if errno := int32(binary.LittleEndian.Uint32(body)); errno != 0 {
-					return 0, nil, fmt.Errorf("netlink: family lookup failed: errno %d (is target_core_user loaded?)", -errno)
+		return nlAttrs(body[genlHdrLen:], func(t uint16, v []byte) error {
+			switch t {
+			case ctrlAttrFamilyID:
+				if len(v) < 2 {
+					return errors.New("netlink: short family id")
 				}
-			}
-		case genlIDCtrl:
-			if len(body) < genlHdrLen {
-				return 0, nil, errors.New("netlink: truncated generic header")
-			}
-			err := nlAttrs(body[genlHdrLen:], func(t uint16, v []byte) error {
-				switch t {
-				case ctrlAttrFamilyID:
-					if len(v) < 2 {
-						return errors.New("netlink: short family id")
-					}
-					id = binary.LittleEndian.Uint16(v)
-				case ctrlAttrMcastGroups:
-					return nlAttrs(v, func(_ uint16, grp []byte) error {
-						var name string
-						var gid uint32
-						err := nlAttrs(grp, func(t uint16, v []byte) error {
-							var err error
-							switch t {
-							case ctrlAttrMcastGrpName:
-								name = nlString(v)
-							case ctrlAttrMcastGrpID:
-								gid, err = nlU32(v)
-							}
-							return err
-						})
-						if name != "" {
-							groups[name] = gid
+				id = binary.LittleEndian.Uint16(v)
+			case ctrlAttrMcastGroups:
+				return nlAttrs(v, func(_ uint16, grp []byte) error {
+					var name string
+					var gid uint32
+					err := nlAttrs(grp, func(t uint16, v []byte) error {
+						var err error
+						switch t {
+						case ctrlAttrMcastGrpName:
+							name = nlString(v)
+						case ctrlAttrMcastGrpID:
+							gid, err = nlU32(v)
 						}
 						return err
 					})
-				}
-				return nil
-			})
-			if err != nil {
-				return 0, nil, err
+					if name != "" {
+						groups[name] = gid
+					}
+					return err
+				})
 			}
-		}
-		al := (l + 3) &^ 3
-		if al > len(b) {
-			al = len(b)
-		}
-		b = b[al:]
+			return nil
+		})
+	})
+	if err != nil {
+		return 0, nil, fmt.Errorf("%w (is target_core_user loaded?)", err)
 	}
 	if id == 0 {
 		return 0, nil, errors.New("netlink: no family id in the answer")
