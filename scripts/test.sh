@@ -14,12 +14,8 @@ echo "== go vet"; go vet ./...
 echo "== gofmt"; test -z "$(gofmt -l cmd pkg test ownership cluster-tests tcmu-handler)" || { gofmt -l cmd pkg test ownership cluster-tests tcmu-handler; exit 1; }
 echo "== go test -race"
 go test -race -count=1 ./... 2>&1 | tee results/go-test.txt
-FUZZTIME=${FUZZTIME:-10s}
-echo "== fuzz ($FUZZTIME each)"
-for f in FuzzReadPDU FuzzParseText FuzzLoginStep; do go test -run='^$' -fuzz="^$f\$" -fuzztime="$FUZZTIME" ./pkg/iscsi/; done
-for f in FuzzExecute FuzzExecuteALUA FuzzParseSense FuzzParseRTPG FuzzParseSTPG; do go test -run='^$' -fuzz="^$f\$" -fuzztime="$FUZZTIME" ./pkg/scsi/; done
-go test -run='^$' -fuzz='^FuzzParseScenario$' -fuzztime="$FUZZTIME" ./pkg/lab/
-for f in FuzzParseEntry FuzzRing FuzzParseMessages; do go test -run='^$' -fuzz="^$f\$" -fuzztime="$FUZZTIME" ./tcmu-handler/; done
+echo "== fuzz (every target, ${FUZZTIME:-10s} each)"
+scripts/fuzz.sh
 echo "== iscsi-test-cu against tgtd (same command, for comparison)"
 scripts/tgtd-conformance.sh | tee results/tgtd-conformance.txt
 cat results/tgtd-conformance.txt | head -1
