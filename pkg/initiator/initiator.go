@@ -8,7 +8,10 @@ package initiator
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"crypto/subtle"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -31,6 +34,12 @@ type Config struct {
 	MaxRecvDataSegment int
 	Discovery          bool
 	DialTimeout        time.Duration
+	// CHAP, when set, authenticates with CHAP: Initiator is what this
+	// initiator proves; a set Target asks for mutual CHAP and the login
+	// fails unless the target proves Target.Secret.
+	CHAP *iscsi.CHAPCreds
+	// CHAPAlgorithms is the CHAP_A list offered (default "5", MD5).
+	CHAPAlgorithms string
 }
 
 // Result is a completed SCSI command.
@@ -124,6 +133,10 @@ func (e *LoginError) Error() string {
 	return fmt.Sprintf("initiator: login rejected, status class 0x%02x detail 0x%02x", e.Class, e.Detail)
 }
 
+// ErrMutualCHAP is returned when the target fails to prove the mutual
+// CHAP secret.
+var ErrMutualCHAP = errors.New("initiator: the target failed mutual CHAP authentication")
+
 func (s *Session) login() error {
 	st := "Normal"
 	if s.cfg.Discovery {
@@ -135,61 +148,120 @@ func (s *Session) login() error {
 		}
 		return "None"
 	}
-	stages := []struct {
-		csg, nsg int
-		kvs      []iscsi.KV
-	}{
-		{0, 1, []iscsi.KV{{Key: "InitiatorName", Value: s.cfg.InitiatorName}, {Key: "SessionType", Value: st},
-			{Key: "AuthMethod", Value: "None"}}},
-		{1, 3, []iscsi.KV{{Key: "HeaderDigest", Value: digest(s.cfg.HeaderDigest)},
-			{Key: "DataDigest", Value: digest(s.cfg.DataDigest)},
-			{Key: "MaxRecvDataSegmentLength", Value: strconv.Itoa(s.cfg.MaxRecvDataSegment)},
-			{Key: "InitialR2T", Value: "Yes"}, {Key: "ImmediateData", Value: "Yes"},
-			{Key: "MaxBurstLength", Value: "1048576"}, {Key: "FirstBurstLength", Value: "262144"},
-			{Key: "MaxConnections", Value: "1"}, {Key: "ErrorRecoveryLevel", Value: "0"}}},
-	}
+	lead := []iscsi.KV{{Key: "InitiatorName", Value: s.cfg.InitiatorName}, {Key: "SessionType", Value: st}}
 	if !s.cfg.Discovery {
-		stages[0].kvs = append(stages[0].kvs, iscsi.KV{Key: "TargetName", Value: s.cfg.Target})
+		lead = append(lead, iscsi.KV{Key: "TargetName", Value: s.cfg.Target})
 	}
 	s.params = iscsi.DefaultParams()
 	s.params.MaxRecvDataSegment = s.cfg.MaxRecvDataSegment
-	for _, stg := range stages {
-		var h iscsi.BHS
-		h.SetOpcode(iscsi.OpLoginReq)
-		h[0] |= iscsi.FlagImmediate
-		h.SetFlags(iscsi.FlagTransit | byte(stg.csg<<2|stg.nsg))
-		h.SetISID(s.cfg.ISID)
-		h.SetTSIH(s.TSIH)
-		h.SetITT(s.itt)
-		h.SetCmdSN(s.cmdSN)
-		h.SetExpStatSN(s.expStatSN)
-		p := &iscsi.PDU{BHS: h, Data: iscsi.AppendText(nil, stg.kvs)}
-		if _, err := s.nc.Write(iscsi.AppendPDU(nil, p, iscsi.Digests{})); err != nil {
+	if s.cfg.CHAP != nil {
+		if err := s.chap(lead); err != nil {
 			return err
 		}
-		r, err := iscsi.ReadPDU(s.br, iscsi.Digests{}, 1<<20, nil)
-		if err != nil {
+	} else if _, err := s.loginStep(0, 1, true, append(lead, iscsi.KV{Key: "AuthMethod", Value: "None"})); err != nil {
+		return err
+	}
+	_, err := s.loginStep(1, 3, true, []iscsi.KV{{Key: "HeaderDigest", Value: digest(s.cfg.HeaderDigest)},
+		{Key: "DataDigest", Value: digest(s.cfg.DataDigest)},
+		{Key: "MaxRecvDataSegmentLength", Value: strconv.Itoa(s.cfg.MaxRecvDataSegment)},
+		{Key: "InitialR2T", Value: "Yes"}, {Key: "ImmediateData", Value: "Yes"},
+		{Key: "MaxBurstLength", Value: "1048576"}, {Key: "FirstBurstLength", Value: "262144"},
+		{Key: "MaxConnections", Value: "1"}, {Key: "ErrorRecoveryLevel", Value: "0"}})
+	return err
+}
+
+// chap runs the security stage with CHAP (RFC 7143 12.1.3).
+func (s *Session) chap(lead []iscsi.KV) error {
+	c := s.cfg.CHAP
+	if _, err := s.loginStep(0, 1, false, append(lead, iscsi.KV{Key: "AuthMethod", Value: "CHAP"})); err != nil {
+		return err
+	}
+	algs := s.cfg.CHAPAlgorithms
+	if algs == "" {
+		algs = "5"
+	}
+	kvs, err := s.loginStep(0, 1, false, []iscsi.KV{{Key: "CHAP_A", Value: algs}})
+	if err != nil {
+		return err
+	}
+	aS, _ := iscsi.Lookup(kvs, "CHAP_A")
+	iS, _ := iscsi.Lookup(kvs, "CHAP_I")
+	cS, _ := iscsi.Lookup(kvs, "CHAP_C")
+	alg, err1 := strconv.Atoi(aS)
+	id, err2 := strconv.Atoi(iS)
+	ch, err3 := iscsi.DecodeBinary(cS)
+	if err1 != nil || err2 != nil || err3 != nil || id < 0 || id > 255 || iscsi.CHAPResponse(alg, 0, "", nil) == nil {
+		return fmt.Errorf("initiator: bad CHAP challenge from the target (CHAP_A=%q CHAP_I=%q)", aS, iS)
+	}
+	out := []iscsi.KV{{Key: "CHAP_N", Value: c.Initiator.User},
+		{Key: "CHAP_R", Value: "0x" + hex.EncodeToString(iscsi.CHAPResponse(alg, byte(id), c.Initiator.Secret, ch))}}
+	var myID byte
+	var myCh []byte
+	if c.Target.Set() {
+		buf := make([]byte, 17)
+		if _, err := rand.Read(buf); err != nil {
 			return err
 		}
-		if r.BHS.Opcode() != iscsi.OpLoginResp {
-			return fmt.Errorf("initiator: expected a login response, got %v", r.BHS.Opcode())
-		}
-		if c, d := r.BHS[36], r.BHS[37]; c != 0 {
-			return &LoginError{c, d}
-		}
-		s.expStatSN = r.BHS.StatSN() + 1
-		s.maxCmdSN = r.BHS.MaxCmdSN()
-		s.TSIH = r.BHS.TSIH()
-		kvs, err := iscsi.ParseText(r.Data)
-		if err != nil {
-			return err
-		}
-		s.apply(kvs)
-		if !r.BHS.Transit() {
-			return fmt.Errorf("initiator: target did not allow the stage transition")
-		}
+		myID, myCh = buf[0], buf[1:]
+		out = append(out, iscsi.KV{Key: "CHAP_I", Value: strconv.Itoa(int(myID))},
+			iscsi.KV{Key: "CHAP_C", Value: "0x" + hex.EncodeToString(myCh)})
+	}
+	kvs, err = s.loginStep(0, 1, true, out)
+	if err != nil || !c.Target.Set() {
+		return err
+	}
+	n, _ := iscsi.Lookup(kvs, "CHAP_N")
+	rS, _ := iscsi.Lookup(kvs, "CHAP_R")
+	r, err := iscsi.DecodeBinary(rS)
+	want := iscsi.CHAPResponse(alg, myID, c.Target.Secret, myCh)
+	if err != nil || n != c.Target.User || subtle.ConstantTimeCompare(r, want) != 1 {
+		return ErrMutualCHAP
 	}
 	return nil
+}
+
+// loginStep sends one Login Request and reads its response; with transit
+// it insists the target moves on to nsg.
+func (s *Session) loginStep(csg, nsg int, transit bool, kvs []iscsi.KV) ([]iscsi.KV, error) {
+	var h iscsi.BHS
+	h.SetOpcode(iscsi.OpLoginReq)
+	h[0] |= iscsi.FlagImmediate
+	f := byte(csg<<2 | nsg)
+	if transit {
+		f |= iscsi.FlagTransit
+	}
+	h.SetFlags(f)
+	h.SetISID(s.cfg.ISID)
+	h.SetTSIH(s.TSIH)
+	h.SetITT(s.itt)
+	h.SetCmdSN(s.cmdSN)
+	h.SetExpStatSN(s.expStatSN)
+	p := &iscsi.PDU{BHS: h, Data: iscsi.AppendText(nil, kvs)}
+	if _, err := s.nc.Write(iscsi.AppendPDU(nil, p, iscsi.Digests{})); err != nil {
+		return nil, err
+	}
+	r, err := iscsi.ReadPDU(s.br, iscsi.Digests{}, 1<<20, nil)
+	if err != nil {
+		return nil, err
+	}
+	if r.BHS.Opcode() != iscsi.OpLoginResp {
+		return nil, fmt.Errorf("initiator: expected a login response, got %v", r.BHS.Opcode())
+	}
+	if c, d := r.BHS[36], r.BHS[37]; c != 0 {
+		return nil, &LoginError{c, d}
+	}
+	s.expStatSN = r.BHS.StatSN() + 1
+	s.maxCmdSN = r.BHS.MaxCmdSN()
+	s.TSIH = r.BHS.TSIH()
+	out, err := iscsi.ParseText(r.Data)
+	if err != nil {
+		return nil, err
+	}
+	s.apply(out)
+	if transit && !r.BHS.Transit() {
+		return nil, fmt.Errorf("initiator: target did not allow the stage transition")
+	}
+	return out, nil
 }
 
 func (s *Session) apply(kvs []iscsi.KV) {

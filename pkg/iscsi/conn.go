@@ -139,7 +139,7 @@ func (c *conn) login() (*session, bool) {
 	c.nc.SetDeadline(time.Now().Add(c.t.cfg.LoginTimeout))
 	defer c.nc.SetDeadline(time.Time{})
 	lg := NewLogin(LoginConfig{TargetName: c.t.cfg.Name, TargetAlias: c.t.cfg.Alias, TPGT: c.portal.TPGT,
-		Limits: c.t.cfg.Limits, Auth: c.t.cfg.Auth, AuthDiscovery: c.t.cfg.AuthDiscovery})
+		Limits: c.t.cfg.Limits, Auth: c.t.cfg.Auth, Authorize: c.t.cfg.Authorize})
 	first := true
 	var cmdSN uint32
 	for {

@@ -83,15 +83,21 @@ func DefaultLimits() Limits {
 		MaxOutstandingR2T: 1, ImmediateData: true, InitialR2T: false}
 }
 
-// Authenticator runs the security stage. CHAP plugs in here (RFC 7143 12.1.3)
-// without touching the rest of login. Step is fed the keys of each security
-// stage PDU after AuthMethod has been chosen; it returns keys to send and
-// whether authentication is complete. An error status ends the login.
+// Authenticator runs one login's security stage (CHAP, RFC 7143 12.1.3).
+// Step is fed the keys of each security-stage PDU once AuthMethod has been
+// chosen; it returns keys to send and whether authentication is complete.
+// An error status ends the login.
 type Authenticator interface {
-	// Methods lists the AuthMethod values this authenticator accepts, in preference order.
+	// Methods lists the AuthMethod values it accepts, in preference order.
 	Methods() []string
 	// Step advances the exchange for the chosen method.
-	Step(method, initiatorName, targetName string, in []KV) (out []KV, done bool, status LoginStatus)
+	Step(method string, in []KV) (out []KV, done bool, status LoginStatus)
+}
+
+// AuthPolicy decides per login whether the initiator must authenticate:
+// Begin returns a fresh Authenticator, or nil when none is required.
+type AuthPolicy interface {
+	Begin(initiator string, discovery bool) Authenticator
 }
 
 // LoginConfig is what a portal tells the login state machine.
@@ -100,10 +106,11 @@ type LoginConfig struct {
 	TargetAlias string
 	TPGT        uint16
 	Limits      Limits
-	// Auth is nil for AuthMethod=None.
-	Auth Authenticator
-	// AuthDiscovery says discovery sessions must authenticate too.
-	AuthDiscovery bool
+	// Auth is nil for AuthMethod=None for everyone.
+	Auth AuthPolicy
+	// Authorize, when set, says whether an initiator may log in to this
+	// target at all (an ACL); a refusal is LoginAuthorizationFail (02/02).
+	Authorize func(initiator string, discovery bool) bool
 }
 
 // Login is the pure login-phase state machine of one connection. It is fed
@@ -117,6 +124,7 @@ type Login struct {
 	Params      Params
 	authMethod  string
 	authDone    bool
+	auth        Authenticator
 	pending     []byte // data of a request with the C bit
 	first       bool
 	sentTPGT    bool
@@ -221,12 +229,7 @@ func (l *Login) fail(st LoginStatus) LoginReply {
 	return LoginReply{Status: st, Done: true}
 }
 
-func (l *Login) needAuth() bool {
-	if l.cfg.Auth == nil {
-		return false
-	}
-	return l.SessionType != "Discovery" || l.cfg.AuthDiscovery
-}
+func (l *Login) needAuth() bool { return l.auth != nil }
 
 // leading checks the keys the first request must carry (RFC 7143 13.11, 13.4).
 func (l *Login) leading(kvs []KV) LoginStatus {
@@ -252,6 +255,13 @@ func (l *Login) leading(kvs []KV) LoginStatus {
 			return LoginNotFound
 		}
 		l.Target = l.cfg.TargetName
+	}
+	disc := l.SessionType == "Discovery"
+	if l.cfg.Authorize != nil && !l.cfg.Authorize(name, disc) {
+		return LoginAuthorizationFail
+	}
+	if l.cfg.Auth != nil {
+		l.auth = l.cfg.Auth.Begin(name, disc)
 	}
 	return LoginSuccess
 }
@@ -305,8 +315,8 @@ func (l *Login) security(kvs []KV) ([]KV, LoginStatus) {
 			out = append(out, o...)
 		}
 	}
-	if l.authMethod != "" && l.authMethod != "None" {
-		o, done, st := l.cfg.Auth.Step(l.authMethod, l.Initiator, l.Target, kvs)
+	if l.authMethod != "" && l.authMethod != "None" && !l.authDone {
+		o, done, st := l.auth.Step(l.authMethod, kvs)
 		if st != LoginSuccess {
 			return nil, st
 		}
@@ -331,7 +341,7 @@ func (l *Login) chooseAuth(offered []string) (string, bool) {
 		}
 		return "", false
 	}
-	for _, want := range l.cfg.Auth.Methods() {
+	for _, want := range l.auth.Methods() {
 		for _, m := range offered {
 			if m == want {
 				return m, true

@@ -90,8 +90,9 @@ func TestLoginDiscoveryIrrelevantKeys(t *testing.T) {
 // authStub accepts after one round trip when the initiator sends the right key.
 type authStub struct{}
 
-func (authStub) Methods() []string { return []string{"CHAP"} }
-func (authStub) Step(method, ini, tgt string, in []KV) ([]KV, bool, LoginStatus) {
+func (authStub) Methods() []string                { return []string{"CHAP"} }
+func (authStub) Begin(string, bool) Authenticator { return authStub{} }
+func (authStub) Step(method string, in []KV) ([]KV, bool, LoginStatus) {
 	if v, ok := Lookup(in, "CHAP_N"); ok {
 		if v == "good" {
 			return nil, true, LoginSuccess

@@ -39,9 +39,11 @@ type Config struct {
 	Alias   string
 	Portals []Portal
 	Limits  Limits
-	// Auth, when set, authenticates logins (CHAP).
-	Auth          Authenticator
-	AuthDiscovery bool
+	// Auth, when set, decides per login whether and how an initiator
+	// authenticates (CHAPPolicy).
+	Auth AuthPolicy
+	// Authorize, when set, refuses initiators the array does not admit.
+	Authorize func(initiator string, discovery bool) bool
 	// CmdWindow is the CmdSN window per session (MaxCmdSN - ExpCmdSN + 1).
 	CmdWindow uint32
 	// NopInterval is the idle time after which the target sends a NOP-In

@@ -452,7 +452,7 @@ func (c *conn) onTaskMgmt(p *PDU) {
 	case 2, 4: // ABORT TASK SET, CLEAR TASK SET
 		c.abortMatching(func(t *task) bool { return t.lun == lun && t.itt != h.ITT() })
 	case 5: // LUN RESET
-		if !lunOK || !c.t.handler.LUNExists(lun) {
+		if !lunOK || !c.t.handler.LUNExists(nexus, lun) {
 			resp = tmfNoLUN
 			break
 		}

@@ -86,6 +86,7 @@ type Handler interface {
 	NexusLost(n Nexus)
 	// Reset applies the LU side of a LUN or target reset issued on n.
 	Reset(n Nexus, fn TMF, lun uint64)
-	// LUNExists tells the fabric whether a LUN is configured (TMF replies).
-	LUNExists(lun uint64) bool
+	// LUNExists tells the fabric whether n may address a LU at lun (TMF
+	// replies).
+	LUNExists(n Nexus, lun uint64) bool
 }

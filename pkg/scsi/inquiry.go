@@ -227,7 +227,7 @@ func reportLUNs(x *exec) ([]byte, error) {
 	if allocLen < 16 {
 		return nil, InvalidCDBField(6, 7)
 	}
-	luns := x.s.LUNs()
+	luns := x.s.visible(x.c.Nexus)
 	if cdb[2] == 0x01 { // well-known LUs only: we have none
 		luns = nil
 	}

@@ -56,6 +56,7 @@ type Server struct {
 	// nexuses known to the server (logged in), for UA fan-out.
 	nexuses  map[Nexus]struct{}
 	alua     ALUA
+	mapper   LUNMapper
 	observer Observer
 	// now reads the clock for per-nexus busy time.
 	now func() time.Time
@@ -164,8 +165,8 @@ func (s *Server) LUNs() []uint64 {
 	return out
 }
 
-// LUNExists implements Handler.
-func (s *Server) LUNExists(lun uint64) bool { return s.LU(lun) != nil }
+// LUNExists implements Handler: is an LU mapped at lun for n.
+func (s *Server) LUNExists(n Nexus, lun uint64) bool { return s.LU(s.resolve(n, lun)) != nil }
 
 // NexusUp implements Handler: a new I_T nexus sees POWER ON, RESET on each
 // LU (SAM-5 6.3.2: a unit attention for every new I_T nexus).
@@ -196,6 +197,9 @@ func (s *Server) NexusLost(n Nexus) {
 
 // Reset implements Handler for LUN RESET and target resets (SAM-5 7.7, 7.10).
 func (s *Server) Reset(n Nexus, fn TMF, lun uint64) {
+	if fn == TMFLUNReset {
+		lun = s.resolve(n, lun)
+	}
 	s.mu.RLock()
 	var targets []*LU
 	if fn == TMFLUNReset {
@@ -259,6 +263,11 @@ func (s *Server) Execute(c *Command) Response {
 		return checkCondition(Sense(ReasonInvalidOpcode), false)
 	}
 	op := &opTable[c.CDB[0]]
+	if v := s.resolve(c.Nexus, c.LUN); v != c.LUN {
+		cc := *c // the fabric's command keeps the initiator's LUN
+		cc.LUN = v
+		c = &cc
+	}
 	lu := s.LU(c.LUN)
 	desc := lu != nil && lu.dsense()
 	if op.handler == nil {
