@@ -96,6 +96,9 @@ type Array struct {
 	now      func() time.Time
 	// hosts maps a lower-cased initiator name to its declared host.
 	hosts     map[string]Host
+	mapMu     sync.Mutex
+	mappings  []MappingConfig
+	lunMap    atomic.Pointer[LUNMap]
 	mu        sync.Mutex
 	listeners []func(Change)
 	closed    bool
@@ -140,6 +143,9 @@ func New(cfg Config, opt Options) (*Array, error) {
 		for _, in := range hc.Initiators {
 			a.hosts[strings.ToLower(in)] = h
 		}
+	}
+	if _, err := a.setMappingsLocked(append([]MappingConfig(nil), cfg.Mappings...)); err != nil {
+		return nil, err
 	}
 	byName := map[string]*Node{}
 	var rel uint16 = 1
@@ -223,7 +229,11 @@ func (a *Array) partner(n *Node) *Node {
 }
 
 // Config returns the validated configuration.
-func (a *Array) Config() Config { return a.cfg }
+func (a *Array) Config() Config {
+	c := a.cfg
+	c.Mappings = a.Mappings()
+	return c
+}
 
 // Port returns a port by relative id.
 func (a *Array) Port(id uint16) *Port { return a.portByID[id] }

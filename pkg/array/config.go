@@ -40,6 +40,13 @@ type Config struct {
 	Ownership OwnershipConfig `yaml:"ownership"`
 	// Fabric chooses the front end hosts reach the nodes through.
 	Fabric FabricConfig `yaml:"fabric"`
+	// Auth is target-wide CHAP; hosts may carry their own.
+	Auth AuthConfig `yaml:"auth"`
+	// Access says what initiators no host declares may do.
+	Access AccessConfig `yaml:"access"`
+	// Mappings map LUNs to hosts and host groups at LUN numbers of their
+	// own. With none, every admitted initiator sees every LUN at its id.
+	Mappings []MappingConfig `yaml:"mappings"`
 }
 
 // FabricConfig chooses the front end.
@@ -128,6 +135,10 @@ type HostConfig struct {
 	// Type is a host type from HostTypes (OS and multipath stack).
 	Type       string   `yaml:"type"`
 	Initiators []string `yaml:"initiators"`
+	// Group is the host group (a cluster sharing LUNs), if any.
+	Group string `yaml:"group"`
+	// CHAP, when set, is what this host's initiators must present.
+	CHAP *CHAPConfig `yaml:"chap"`
 }
 
 // NodeConfig is one storage node (controller).
@@ -397,7 +408,7 @@ func (c *Config) validateHosts() error {
 			inits[in] = h.Name
 		}
 	}
-	return nil
+	return c.validateAccess()
 }
 
 // Loopback returns the embedded default with every port on 127.0.0.1:0
