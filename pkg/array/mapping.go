@@ -115,3 +115,35 @@ func (a *Array) Affected(changed []string) func(initiator string) bool {
 		return !declared && set["*"]
 	}
 }
+
+// SavedOwner is a LUN's owner and ownership generation as a state file
+// keeps them.
+type SavedOwner struct {
+	Node string `json:"node"`
+	Gen  uint64 `json:"generation"`
+}
+
+// RestoreOwners puts LUNs back on the owners a saved state names, before
+// any host has logged in: no transition, no unit attention, no cache work
+// (caches start empty). It refuses the whole set if one entry names an
+// unknown LUN or node, or a LUN is moving.
+func (a *Array) RestoreOwners(owners map[uint64]SavedOwner) error {
+	for id, o := range owners {
+		l := a.LUN(id)
+		if l == nil {
+			return fmt.Errorf("saved owner of LUN %d: no such LUN", id)
+		}
+		if a.Node(o.Node) == nil {
+			return fmt.Errorf("saved owner of LUN %d: no node %q", id, o.Node)
+		}
+		if l.Moving() {
+			return fmt.Errorf("LUN %d is moving", id)
+		}
+	}
+	for id, o := range owners {
+		l := a.LUN(id)
+		s := l.alua.Load()
+		l.alua.Store(&aluaSnap{owner: a.Node(o.Node), status: s.status, gen: o.Gen})
+	}
+	return nil
+}

@@ -28,6 +28,13 @@ type StatusInfo struct {
 	Sessions         int            `json:"sessions"`
 	Reports          map[string]int `json:"reports"` // by severity
 	Time             time.Time      `json:"time"`
+	// Access: "open" (nothing mapped: every admitted initiator sees every
+	// LUN) or "mapped"; UnknownInitiators the policy for undeclared ones.
+	Access            string `json:"access"`
+	Mappings          int    `json:"mappings"`
+	UnknownInitiators string `json:"unknown_initiators_policy"`
+	// State is the state directory's health (nil: no state kept).
+	State *StateInfo `json:"state,omitempty"`
 }
 
 // NodeInfo is one storage node.
@@ -70,6 +77,11 @@ type HostInfo struct {
 	FollowsALUA bool     `json:"follows_alua"`
 	Initiators  []string `json:"initiators"`
 	Sessions    int      `json:"sessions"`
+	// Group is the host group; Auth how it logs in (none, chap,
+	// chap-mutual; never a secret); LUNs what it sees, host LUN -> LUN.
+	Group string            `json:"group,omitempty"`
+	Auth  string            `json:"auth"`
+	LUNs  map[uint64]uint64 `json:"luns"`
 	// Per node: reaches (paths in use), protocol-only (logged in, never
 	// discovered), lost (reached before, not now), none, node-offline.
 	Nodes map[string]string `json:"nodes"`
@@ -258,6 +270,7 @@ func (d *Daemon) Hosts() []HostInfo {
 }
 
 func (d *Daemon) hosts(v *coreView, sess []iscsi.PathStat) []HostInfo {
+	cfg, lm := d.Array.Config(), d.Array.LUNMap()
 	byName := map[string]*HostInfo{}
 	var order []string
 	add := func(h array.Host, declared bool) *HostInfo {
@@ -266,7 +279,15 @@ func (d *Daemon) hosts(v *coreView, sess []iscsi.PathStat) []HostInfo {
 		}
 		hi := &HostInfo{Name: h.Name, Declared: declared, Type: h.Type.Name, TypeDoc: h.Type.Doc,
 			NonOwner: h.Type.NonOwner.String(), FollowsALUA: h.Type.TPGS, Initiators: h.Initiators,
-			Nodes: map[string]string{}}
+			Nodes: map[string]string{}, Auth: authMode(cfg, h.Name), LUNs: map[uint64]uint64{}}
+		for _, hc := range cfg.Hosts {
+			if hc.Name == h.Name {
+				hi.Group = hc.Group
+			}
+		}
+		if len(h.Initiators) > 0 {
+			hi.LUNs = lm.Sees(h.Initiators[0])
+		}
 		byName[h.Name] = hi
 		order = append(order, h.Name)
 		return hi
@@ -349,6 +370,15 @@ func (d *Daemon) Status() StatusInfo {
 		for _, r := range rs {
 			st.Reports[string(r.Severity)]++
 		}
+	}
+	st.Access, st.Mappings, st.UnknownInitiators = "open", len(cfg.Mappings), cfg.Access.UnknownInitiators
+	if !d.Array.LUNMap().Open() {
+		st.Access = "mapped"
+	}
+	if s := d.state; s != nil {
+		s.mu.Lock()
+		st.State = &StateInfo{Dir: s.dir, LoadError: s.loadErr, SaveError: s.saveErr, Saves: s.saves}
+		s.mu.Unlock()
 	}
 	return st
 }

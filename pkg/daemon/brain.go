@@ -203,8 +203,10 @@ func (b *brain) apply(r ownership.Ready) {
 			delete(b.reports, k)
 		}
 		b.repMu.Unlock()
-		b.d.Events.Add(Event{Kind: EventReport, Report: &ReportInfo{Condition: string(rc.Condition), Raised: rc.Raised,
-			Host: rc.Host, Node: rc.Node, LUN: rc.LUN, Port: rc.Port, Cause: rc.Cause}})
+		ri := ReportInfo{Condition: string(rc.Condition), Raised: rc.Raised,
+			Host: rc.Host, Node: rc.Node, LUN: rc.LUN, Port: rc.Port, Cause: rc.Cause}
+		b.d.Events.Add(Event{Kind: EventReport, Report: &ri})
+		b.d.recordReport(ri)
 		if rc.Raised {
 			b.d.metrics.reportRaised(string(rc.Condition))
 		}
@@ -318,5 +320,14 @@ func (d *Daemon) SetNodeCapacity(node string, capacity float64) error {
 		return errors.New("need a known node and a positive capacity")
 	}
 	b.post(ownership.NodeDecl{Node: node, Capacity: capacity})
+	if st := d.state; st != nil {
+		st.mu.Lock()
+		if st.capacity == nil {
+			st.capacity = map[string]float64{}
+		}
+		st.capacity[node] = capacity
+		st.mu.Unlock()
+		d.stateDirty()
+	}
 	return nil
 }

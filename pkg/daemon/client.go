@@ -8,9 +8,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/reports"
 )
 
@@ -186,4 +189,35 @@ func (c *Client) Metrics() (string, error) {
 		return "", fmt.Errorf("GET /metrics: %s", resp.Status)
 	}
 	return string(b), err
+}
+
+// Mappings lists the LUN map.
+func (c *Client) Mappings() ([]array.MappingConfig, error) {
+	var out []array.MappingConfig
+	return out, c.do("GET", "/v1/mappings", nil, &out)
+}
+
+// Map adds a mapping.
+func (c *Client) Map(m array.MappingConfig) (MappingReply, error) {
+	var out MappingReply
+	return out, c.do("POST", "/v1/mappings", m, &out)
+}
+
+// Unmap removes the mapping of lun to host, group or (both empty) all hosts.
+func (c *Client) Unmap(lun uint64, host, group string) (MappingReply, error) {
+	q := url.Values{"lun": {strconv.FormatUint(lun, 10)}}
+	if host != "" {
+		q.Set("host", host)
+	}
+	if group != "" {
+		q.Set("group", group)
+	}
+	var out MappingReply
+	return out, c.do("DELETE", "/v1/mappings?"+q.Encode(), nil, &out)
+}
+
+// ReportHistory lists every report raised and cleared.
+func (c *Client) ReportHistory() ([]ReportRecord, error) {
+	var out []ReportRecord
+	return out, c.do("GET", "/v1/reports/history", nil, &out)
 }

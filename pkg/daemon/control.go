@@ -37,6 +37,12 @@ import (
 //	POST /v1/rebalance         "rebalance now": the core plans at once (the ROI check still decides)
 //	PUT  /v1/nodes/{name}/capacity {"capacity": 40}: the node's work units per tick, for the ownership core
 //	POST /v1/faults            {"kind": "crash", "node": "a"}: inject a fault (see Fault)
+//	GET  /v1/mappings          the LUN map: LUN, host or group (neither: all hosts), host LUN
+//	POST /v1/mappings          {"lun": 3, "host": "h1", "host_lun": 0}: map; 3F/0E to the nexuses it changes
+//	DELETE /v1/mappings?lun=3&host=h1 (or &group=g, or neither): unmap; 3F/0E likewise
+//	GET  /v1/reports/history   every report raised and cleared (kept across restarts)
+//
+// Every call but GET and HEAD is written to the audit log with who made it.
 //	GET  /metrics              Prometheus text format
 //	GET  /                     the web dashboard
 
@@ -162,7 +168,8 @@ func listenControl(path string, d *Daemon) (*controlServer, error) {
 		ln.Close()
 		return nil, err
 	}
-	cs := &controlServer{ln: ln, path: path, http: &http.Server{Handler: d.ControlHandler(), ReadHeaderTimeout: 5 * time.Second}}
+	cs := &controlServer{ln: ln, path: path, http: &http.Server{Handler: d.ControlHandler(), ReadHeaderTimeout: 5 * time.Second,
+		ConnContext: unixConnWho}}
 	go cs.http.Serve(ln)
 	return cs, nil
 }
@@ -278,7 +285,46 @@ func (d *Daemon) ControlHandler() http.Handler {
 		ev, lost := d.Events.Since(since)
 		writeJSON(w, http.StatusOK, EventsReply{Events: ev, Lost: lost})
 	})
-	return mux
+	mux.HandleFunc("GET /v1/mappings", func(w http.ResponseWriter, r *http.Request) {
+		ms := d.Array.Mappings()
+		if ms == nil {
+			ms = []array.MappingConfig{}
+		}
+		writeJSON(w, http.StatusOK, ms)
+	})
+	mux.HandleFunc("POST /v1/mappings", func(w http.ResponseWriter, r *http.Request) {
+		var m MappingRequest
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&m); err != nil {
+			writeError(w, http.StatusBadRequest, "body: "+err.Error())
+			return
+		}
+		res, err := d.Map(m, whoOf(r))
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+	})
+	mux.HandleFunc("DELETE /v1/mappings", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		lun, err := strconv.ParseUint(q.Get("lun"), 10, 64)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "lun= must be a LUN id")
+			return
+		}
+		res, err := d.Unmap(array.MappingConfig{LUN: lun, Host: q.Get("host"), Group: q.Get("group")}, whoOf(r))
+		if err != nil {
+			writeError(w, http.StatusNotFound, err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+	})
+	mux.HandleFunc("GET /v1/reports/history", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, d.ReportHistory())
+	})
+	return d.audited(mux)
 }
 
 func (d *Daemon) handleMove(w http.ResponseWriter, r *http.Request) {

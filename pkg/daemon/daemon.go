@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aluad/aluad/ownership"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/iscsi"
 	"github.com/aluad/aluad/pkg/media"
@@ -55,6 +56,10 @@ type Daemon struct {
 
 	// brain runs the ownership core once started (nil: not running).
 	brain atomic.Pointer[brain]
+	// state saves what survives a restart (nil: no state directory).
+	state *stateStore
+	// audit records state-changing management calls.
+	audit *auditLog
 }
 
 // PortalInfo describes one listening target port.
@@ -90,6 +95,9 @@ type Options struct {
 	TCMUOptions func(*tcmu.Options)
 	// WrapStore wraps each LUN's media store (fault injection).
 	WrapStore func(lun uint64, s media.Store) media.Store
+	// StateDir keeps the state that survives a restart (owners, LUN map,
+	// report history) and the audit log; empty keeps none.
+	StateDir string
 }
 
 // New builds the array and its device server with ALUA, without any
@@ -136,8 +144,10 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 	})
 	srv.SetALUA(aluaView{arr: arr, srv: srv, hostBlind: cfg.Fabric.TCMU()})
 	srv.SetObserver(d)
+	srv.SetLUNMapper(lunMapper{arr})
 	arr.OnChange(func(c array.Change) {
 		announce(srv, c)
+		d.stateDirty()
 		if h := d.aluaHook.Load(); h != nil {
 			h.fn(c.LUNs)
 		}
@@ -153,6 +163,16 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 func Start(cfg array.Config, opt Options) (*Daemon, error) {
 	d, err := New(cfg, opt)
 	if err != nil {
+		return nil, err
+	}
+	if opt.StateDir != "" {
+		if err := d.openState(opt.StateDir); err != nil {
+			d.Array.Close()
+			return nil, err
+		}
+	}
+	if d.audit, err = openAudit(opt.StateDir); err != nil {
+		d.Array.Close()
 		return nil, err
 	}
 	if cfg.Fabric.TCMU() {
@@ -177,7 +197,8 @@ func (d *Daemon) startISCSI(cfg array.Config, opt Options) error {
 			Node: p.Node.Name, Name: p.Name})
 	}
 	tgt, err := iscsi.NewTarget(iscsi.Config{Name: cfg.Target, Alias: "aluad", Portals: portals,
-		Logger: opt.Logger, NopInterval: opt.NopInterval, NopTimeout: 2 * opt.NopInterval, OnEvent: d.fabricEvent}, d.SCSI)
+		Logger: opt.Logger, NopInterval: opt.NopInterval, NopTimeout: 2 * opt.NopInterval, OnEvent: d.fabricEvent,
+		Auth: chapPolicy(cfg), Authorize: func(ini string, _ bool) bool { return d.Array.LUNMap().Admit(ini) }}, d.SCSI)
 	if err != nil {
 		d.Array.Close()
 		return err
@@ -222,7 +243,17 @@ func (d *Daemon) startServices(cfg array.Config, opt Options) error {
 			return err
 		}
 		d.brain.Store(b)
+		if d.state != nil {
+			for n, c := range d.state.capacity {
+				b.post(ownership.NodeDecl{Node: n, Capacity: c})
+			}
+		}
 		b.start()
+	}
+	if d.state != nil {
+		d.wg.Add(1)
+		go d.stateLoop()
+		d.stateDirty()
 	}
 	if opt.StatsInterval >= 0 && d.brain.Load() == nil { // the brain emits them on its ticks
 		iv := opt.StatsInterval
@@ -300,6 +331,10 @@ func (d *Daemon) Stop(grace time.Duration) error {
 	if d.fabric != nil {
 		terr = d.fabric.Shutdown(ctx)
 	}
+	if err := d.SaveState(); err != nil {
+		d.log.Error("the state could not be saved at shutdown", "err", err)
+	}
+	d.audit.close()
 	if err := d.Array.Close(); err != nil {
 		return fmt.Errorf("flushing media: %w", err)
 	}

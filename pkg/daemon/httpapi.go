@@ -131,7 +131,8 @@ func listenAPI(addr, token string, h http.Handler) (*apiServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("management API: %w", err)
 	}
-	s := &apiServer{ln: ln, http: &http.Server{Handler: requireToken(token, h), ReadHeaderTimeout: 5 * time.Second}}
+	s := &apiServer{ln: ln, http: &http.Server{Handler: requireToken(token, h), ReadHeaderTimeout: 5 * time.Second,
+		ConnContext: tcpConnWho(token != "")}}
 	go s.http.Serve(ln)
 	return s, nil
 }

@@ -1,0 +1,132 @@
+package daemon
+
+import (
+	"strings"
+
+	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/iscsi"
+	"github.com/aluad/aluad/pkg/scsi"
+)
+
+// Access control on the embedded target: CHAP per host or per target,
+// the login ACL for initiators no host declares, and the LUN map the
+// device server consults on every command.
+
+// EventMapping: the LUN map changed (Reason says how, Initiator who asked).
+const EventMapping = "mapping"
+
+// EventAudit: a state-changing management call (Reason: method, path,
+// outcome; Initiator: who made it).
+const EventAudit = "audit"
+
+// chapPolicy builds the target's CHAP policy from the config: a host's
+// own credentials, else the target-wide ones; discovery sessions only
+// when auth.discovery is set. nil when nothing asks for CHAP.
+func chapPolicy(cfg array.Config) iscsi.AuthPolicy {
+	byInit := map[string]*array.CHAPConfig{}
+	for _, h := range cfg.Hosts {
+		if h.CHAP != nil {
+			for _, in := range h.Initiators {
+				byInit[strings.ToLower(in)] = h.CHAP
+			}
+		}
+	}
+	if cfg.Auth.CHAP == nil && len(byInit) == 0 {
+		return nil
+	}
+	creds := func(c *array.CHAPConfig) iscsi.CHAPCreds {
+		out := iscsi.CHAPCreds{Initiator: iscsi.CHAPSecret{User: c.User, Secret: c.Secret.Reveal()}}
+		t := c
+		if c.TargetUser == "" && cfg.Auth.CHAP != nil {
+			t = cfg.Auth.CHAP // the target's mutual credentials serve every host
+		}
+		out.Target = iscsi.CHAPSecret{User: t.TargetUser, Secret: t.TargetSecret.Reveal()}
+		return out
+	}
+	return iscsi.CHAPPolicy{Lookup: func(initiator string, discovery bool) (iscsi.CHAPCreds, bool) {
+		if discovery && !cfg.Auth.Discovery {
+			return iscsi.CHAPCreds{}, false
+		}
+		if c := byInit[strings.ToLower(initiator)]; c != nil {
+			return creds(c), true
+		}
+		if cfg.Auth.CHAP != nil {
+			return creds(cfg.Auth.CHAP), true
+		}
+		if discovery {
+			return iscsi.CHAPCreds{}, true // discovery needs CHAP, and this initiator has none
+		}
+		return iscsi.CHAPCreds{}, false
+	}}
+}
+
+// authMode says how a host authenticates, for views: none, chap or
+// chap-mutual (never the secrets).
+func authMode(cfg array.Config, host string) string {
+	c := cfg.Auth.CHAP
+	for _, h := range cfg.Hosts {
+		if h.Name == host && h.CHAP != nil {
+			c = h.CHAP
+		}
+	}
+	switch {
+	case c == nil:
+		return "none"
+	case c.TargetUser != "" || (cfg.Auth.CHAP != nil && cfg.Auth.CHAP.TargetUser != ""):
+		return "chap-mutual"
+	}
+	return "chap"
+}
+
+// lunMapper adapts the array's live LUN map to the device server.
+type lunMapper struct{ arr *array.Array }
+
+func (m lunMapper) Resolve(n scsi.Nexus, lun uint64) (uint64, bool) {
+	return m.arr.LUNMap().Resolve(n.InitiatorName, lun)
+}
+
+func (m lunMapper) Visible(n scsi.Nexus) []uint64 { return m.arr.LUNMap().Visible(n.InitiatorName) }
+
+// MappingRequest is the body of POST /v1/mappings and the query of
+// DELETE /v1/mappings.
+type MappingRequest = array.MappingConfig
+
+// MappingReply answers a mapping change: the map now, and how many logged-in
+// nexuses were told (3F/0E).
+type MappingReply struct {
+	Mappings []array.MappingConfig `json:"mappings"`
+	Told     int                   `json:"nexuses_told"`
+	Changed  []string              `json:"initiators_changed"`
+}
+
+// Map adds a mapping and tells the affected nexuses.
+func (d *Daemon) Map(m array.MappingConfig, who string) (MappingReply, error) {
+	ch, err := d.Array.Map(m)
+	if err != nil {
+		return MappingReply{}, err
+	}
+	return d.mapChanged("map "+m.String(), who, ch), nil
+}
+
+// Unmap removes a mapping and tells the affected nexuses.
+func (d *Daemon) Unmap(m array.MappingConfig, who string) (MappingReply, error) {
+	ch, err := d.Array.Unmap(m.LUN, m.Host, m.Group)
+	if err != nil {
+		return MappingReply{}, err
+	}
+	return d.mapChanged("unmap "+m.String(), who, ch), nil
+}
+
+// mapChanged raises 3F/0E on every logged-in nexus whose view changed
+// (SPC-4 6.33), records the change and saves the state.
+func (d *Daemon) mapChanged(what, who string, changed []string) MappingReply {
+	aff := d.Array.Affected(changed)
+	told := d.SCSI.MapChanged(func(n scsi.Nexus) bool { return aff(n.InitiatorName) })
+	d.Events.Add(Event{Kind: EventMapping, Initiator: who, Reason: what})
+	d.log.Info("lun map changed", "change", what, "by", who, "nexuses_told", told)
+	d.stateDirty()
+	if changed == nil {
+		changed = []string{}
+	}
+	return MappingReply{Mappings: d.Array.Mappings(), Told: told, Changed: changed}
+}
