@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -26,6 +27,7 @@ func serve(args []string) error {
 	stats := fs.Duration("stats-interval", time.Second, "emit per-nexus I/O events at this interval")
 	api := fs.String("api", daemon.DefaultAPI, "management API, /metrics and dashboard address (\"off\" for none; beyond loopback it needs a token)")
 	tokenFile := fs.String("api-token-file", "", "file holding the API's bearer token (env ALUAD_API_TOKEN holds the token itself)")
+	stateDir := fs.String("state", "", "directory for the state that survives restarts (owners, LUN map, report history) and the audit log (default: <data>/state; \"off\" for none)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -74,8 +76,15 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
+	st := *stateDir
+	switch st {
+	case "":
+		st = filepath.Join(cfg.Data, "state")
+	case "off":
+		st = ""
+	}
 	d, err := daemon.Start(cfg, daemon.Options{Logger: log, NopInterval: *nop, Control: ctl, StatsInterval: *stats,
-		API: apiAddr, APIToken: token})
+		API: apiAddr, APIToken: token, StateDir: st})
 	if err != nil {
 		return err
 	}
