@@ -163,3 +163,28 @@ func TestMapChanges(t *testing.T) {
 	require.ErrorContains(t, err, "not mapped to all hosts")
 	require.Len(t, a.Config().Mappings, 4)
 }
+
+func FuzzParseConfig(f *testing.F) {
+	f.Add([]byte("hosts:\n  - name: h\n    group: g\n    initiators: [iqn.2026-11.org.example:h]\nmappings:\n  - lun: 1\n    group: g\n    host_lun: 0\naccess:\n  unknown_initiators: refuse\n"))
+	f.Add([]byte("auth:\n  discovery: true\n  chap:\n    user: u\n    secret: long-enough-secret\n    target_user: t\n    target_secret: another-long-one\nlimits:\n  max_sessions: 4\n"))
+	f.Add([]byte("luns:\n  - id: 3\n    size: 1MiB\nmappings:\n  - lun: 3\n"))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		c, err := ParseConfig(raw, "fuzz.yaml")
+		if err != nil {
+			return
+		}
+		// A config that parses builds a LUN map and validates again.
+		m, err := BuildLUNMap(c)
+		require.NoError(t, err)
+		for _, h := range c.Hosts {
+			for _, in := range h.Initiators {
+				for hl, l := range m.Sees(in) {
+					got, ok := m.Resolve(in, hl)
+					require.True(t, ok)
+					require.Equal(t, l, got)
+				}
+			}
+		}
+		require.NoError(t, c.Validate())
+	})
+}

@@ -47,6 +47,32 @@ type Config struct {
 	// Mappings map LUNs to hosts and host groups at LUN numbers of their
 	// own. With none, every admitted initiator sees every LUN at its id.
 	Mappings []MappingConfig `yaml:"mappings"`
+	// Limits bound what initiators may hold (zero: the target's defaults).
+	Limits LimitsConfig `yaml:"limits"`
+}
+
+// LimitsConfig bounds initiators on the embedded target (see pkg/iscsi
+// limits.go for what each bound does when reached); zero keeps the default.
+type LimitsConfig struct {
+	MaxConnections          int           `yaml:"max_connections"`
+	MaxSessions             int           `yaml:"max_sessions"`
+	MaxSessionsPerInitiator int           `yaml:"max_sessions_per_initiator"`
+	MaxSessionData          Size          `yaml:"max_session_data"`
+	MaxTotalData            Size          `yaml:"max_total_data"`
+	CmdWindow               int           `yaml:"cmd_window"`
+	LoginTimeout            time.Duration `yaml:"login_timeout"`
+	WriteTimeout            time.Duration `yaml:"write_timeout"`
+}
+
+func (l LimitsConfig) validate() error {
+	if l.MaxConnections < 0 || l.MaxSessions < 0 || l.MaxSessionsPerInitiator < 0 || l.MaxSessionData < 0 ||
+		l.MaxTotalData < 0 || l.CmdWindow < 0 || l.LoginTimeout < 0 || l.WriteTimeout < 0 {
+		return fmt.Errorf("limits must not be negative")
+	}
+	if l.CmdWindow > 1024 {
+		return fmt.Errorf("limits.cmd_window must be at most 1024")
+	}
+	return nil
 }
 
 // FabricConfig chooses the front end.
@@ -242,6 +268,11 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
+	return ParseConfig(raw, path)
+}
+
+// ParseConfig is LoadConfig on the file's bytes (path names it in errors).
+func ParseConfig(raw []byte, path string) (Config, error) {
 	// Durations start as unset so that an explicit 0 in the file is kept.
 	c := Config{TransitionTime: unset, Interlink: InterlinkConfig{Penalty: unset}}
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
@@ -407,6 +438,9 @@ func (c *Config) validateHosts() error {
 			}
 			inits[in] = h.Name
 		}
+	}
+	if err := c.Limits.validate(); err != nil {
+		return err
 	}
 	return c.validateAccess()
 }

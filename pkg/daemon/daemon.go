@@ -198,7 +198,11 @@ func (d *Daemon) startISCSI(cfg array.Config, opt Options) error {
 	}
 	tgt, err := iscsi.NewTarget(iscsi.Config{Name: cfg.Target, Alias: "aluad", Portals: portals,
 		Logger: opt.Logger, NopInterval: opt.NopInterval, NopTimeout: 2 * opt.NopInterval, OnEvent: d.fabricEvent,
-		Auth: chapPolicy(cfg), Authorize: func(ini string, _ bool) bool { return d.Array.LUNMap().Admit(ini) }}, d.SCSI)
+		Auth: chapPolicy(cfg), Authorize: func(ini string, _ bool) bool { return d.Array.LUNMap().Admit(ini) },
+		MaxConnections: cfg.Limits.MaxConnections, MaxSessions: cfg.Limits.MaxSessions,
+		MaxSessionsPerInitiator: cfg.Limits.MaxSessionsPerInitiator, MaxSessionData: int(cfg.Limits.MaxSessionData),
+		MaxTotalData: int(cfg.Limits.MaxTotalData), CmdWindow: uint32(cfg.Limits.CmdWindow),
+		LoginTimeout: cfg.Limits.LoginTimeout, WriteTimeout: cfg.Limits.WriteTimeout}, d.SCSI)
 	if err != nil {
 		d.Array.Close()
 		return err

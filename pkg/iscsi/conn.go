@@ -63,6 +63,9 @@ type conn struct {
 	done      chan struct{}
 	tasksWG   sync.WaitGroup
 
+	// dataReserved is the write data this connection's tasks hold.
+	dataReserved atomic.Int64
+
 	ini        atomic.Pointer[string] // initiator name, once the login names it
 	lastRecv   atomic.Int64
 	pingTTT    atomic.Uint32
@@ -145,6 +148,12 @@ func (c *conn) login() (*session, bool) {
 	for {
 		p, err := ReadPDU(c.br, Digests{}, 64*1024, nil)
 		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				c.t.limits.loginTimeouts.Add(1)
+			} else if !errors.Is(err, io.EOF) {
+				c.t.limits.protoErrors.Add(1)
+			}
 			return nil, false
 		}
 		if p.BHS.Opcode() != OpLoginReq {
@@ -228,6 +237,7 @@ func (c *conn) writer() {
 	bw := bufio.NewWriterSize(c.nc, 256*1024)
 	dg := c.digests()
 	var hdr []byte
+	var deadlineSet time.Time
 	broken := false
 	for o := range c.out {
 		if broken {
@@ -243,6 +253,10 @@ func (c *conn) writer() {
 				}
 				time.Sleep(w)
 			}
+		}
+		if now := time.Now(); now.Sub(deadlineSet) > c.t.cfg.WriteTimeout/4 {
+			c.nc.SetWriteDeadline(now.Add(c.t.cfg.WriteTimeout))
+			deadlineSet = now
 		}
 		h := &o.pdu.BHS
 		if !o.noStatSN {
@@ -274,6 +288,12 @@ func (c *conn) writer() {
 			err = bw.Flush()
 		}
 		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				c.t.limits.writeTimeouts.Add(1)
+				c.t.log.Warn("initiator stopped reading; connection closed", "initiator", c.sess.initiator,
+					"after", c.t.cfg.WriteTimeout)
+			}
 			broken = true
 			c.close("write error")
 			continue
@@ -359,6 +379,9 @@ func (c *conn) readLoop() error {
 			}
 			if p != nil && errors.Is(err, ErrTooLarge) {
 				c.reject(&p.BHS, RejectProtocolError)
+			}
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !c.stopRead.Load() {
+				c.t.limits.protoErrors.Add(1)
 			}
 			return err
 		}

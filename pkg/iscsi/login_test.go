@@ -127,12 +127,19 @@ func FuzzLoginStep(f *testing.F) {
 	f.Add(h[:], d)
 	h, d = loginReq(1, 3, true, KV{"MaxBurstLength", "x"})
 	f.Add(h[:], d)
+	h, d = loginReq(0, 1, false, KV{"InitiatorName", "iqn.a.b:c"}, KV{"TargetName", "iqn.2026-11.org.aluad:array"},
+		KV{"AuthMethod", "CHAP"}, KV{"CHAP_A", "5"}, KV{"CHAP_N", "host1"}, KV{"CHAP_R", "0x00"}, KV{"CHAP_C", "0b"})
+	f.Add(h[:], d)
 	f.Fuzz(func(t *testing.T, hb []byte, data []byte) {
 		bh, err := ParseBHS(hb)
 		if err != nil {
 			return
 		}
-		l := NewLogin(cfg())
+		c := cfg()
+		if len(data) > 0 && data[0]&1 == 1 { // half the inputs meet a CHAP target
+			c.Auth = chapPolicy(testCreds, true)
+		}
+		l := NewLogin(c)
 		for i := 0; i < 3; i++ {
 			r := l.Step(&bh, data)
 			if r.Done {

@@ -54,6 +54,14 @@ type Config struct {
 	Logger       *slog.Logger
 	// OnEvent, if set, receives nexus events (never blocks the caller for long).
 	OnEvent func(Event)
+	// Limits against abuse (limits.go); zero takes the default.
+	MaxConnections          int
+	MaxSessions             int
+	MaxSessionsPerInitiator int
+	MaxSessionData          int
+	MaxTotalData            int
+	MaxCommandData          int
+	WriteTimeout            time.Duration
 }
 
 // Target is a running iSCSI target.
@@ -70,6 +78,7 @@ type Target struct {
 	closing   bool
 	wg        sync.WaitGroup
 	faults    pathFaults
+	limits    limitCounters
 }
 
 type sessionKey struct {
@@ -98,6 +107,7 @@ func NewTarget(cfg Config, h scsi.Handler) (*Target, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	cfg.applyLimitDefaults()
 	return &Target{cfg: cfg, handler: h, log: cfg.Logger, sessions: map[sessionKey]*session{},
 		conns: map[*conn]struct{}{}}, nil
 }
@@ -150,6 +160,12 @@ func (t *Target) accept(l net.Listener, p Portal) {
 			t.mu.Unlock()
 			nc.Close()
 			return
+		}
+		if len(t.conns) >= t.cfg.MaxConnections {
+			t.mu.Unlock()
+			t.limits.connRefused.Add(1)
+			nc.Close()
+			continue
 		}
 		t.conns[c] = struct{}{}
 		t.mu.Unlock()
@@ -254,6 +270,11 @@ func (t *Target) bindSession(c *conn, l *Login) (*session, LoginStatus) {
 		}
 		old.replaceConn(c)
 		return old, LoginSuccess
+	}
+	if old == nil && !t.sessionLimitLocked(key.initiator) {
+		t.mu.Unlock()
+		t.limits.sessRefused.Add(1)
+		return nil, LoginOutOfResources
 	}
 	t.nextTSIH++
 	if t.nextTSIH == 0 {

@@ -34,6 +34,10 @@ type task struct {
 	solicitNext int // next offset to ask for
 
 	dataErr bool // a Data-Out sequence error: fail instead of executing
+	// refused: the limits turned the write away; its data is drained and
+	// dropped, then this is the answer.
+	refused  *scsi.Response
+	reserved int64 // write buffer booked against the budgets
 
 	started atomic.Bool
 	aborted atomic.Bool
@@ -74,8 +78,10 @@ func (c *conn) onSCSICommand(p *PDU) error {
 			c.reject(h, RejectProtocolError)
 			return nil
 		}
-		t.data = make([]byte, t.edtl)
-		copy(t.data, p.Data)
+		if t.refused = c.reserve(t); t.refused == nil {
+			t.data = make([]byte, t.edtl)
+			copy(t.data, p.Data)
+		}
 		t.received = len(p.Data)
 		t.unsolEnd = len(p.Data)
 		t.unsolDone = true
@@ -88,7 +94,15 @@ func (c *conn) onSCSICommand(p *PDU) error {
 	c.mu.Lock()
 	if _, dup := c.tasks[t.itt]; dup {
 		c.mu.Unlock()
+		c.unreserve(t)
 		c.reject(h, RejectTaskInProgress)
+		return nil
+	}
+	if t.immediate && len(c.tasks) >= int(c.t.cfg.CmdWindow)+maxImmediate {
+		c.mu.Unlock()
+		c.unreserve(t)
+		c.t.limits.immRejected.Add(1)
+		c.reject(h, RejectImmediate)
 		return nil
 	}
 	c.tasks[t.itt] = t
@@ -98,6 +112,7 @@ func (c *conn) onSCSICommand(p *PDU) error {
 	res, ready := c.sess.admit(cmdSN, t.immediate, func() { c.proceed(t) })
 	if res == cmdSNDrop {
 		c.removeTask(t)
+		c.unreserve(t)
 		c.tasksWG.Done()
 		return nil
 	}
@@ -112,6 +127,15 @@ func (c *conn) proceed(t *task) {
 	if t.aborted.Load() {
 		if t.started.CompareAndSwap(false, true) {
 			c.finish(t)
+		}
+		return
+	}
+	if t.refused != nil {
+		if t.write && t.received < t.edtl && !t.unsolDone {
+			return // drain the unsolicited Data-Out sequence first
+		}
+		if t.started.CompareAndSwap(false, true) {
+			go c.answerRefused(t)
 		}
 		return
 	}
@@ -199,7 +223,9 @@ func (c *conn) onDataOut(p *PDU) error {
 		t.dataErr = true
 	}
 	t.nextDataSN = h.DataSN() + 1
-	copy(t.data[off:], p.Data)
+	if t.data != nil {
+		copy(t.data[off:], p.Data)
+	}
 	t.received += n
 	final := h.Final()
 	if final {
@@ -246,6 +272,7 @@ func (c *conn) execute(t *task) {
 // finish removes the task and releases its window slot.
 func (c *conn) finish(t *task) {
 	c.removeTask(t)
+	c.unreserve(t)
 	if !t.immediate {
 		c.sess.completed()
 	}
