@@ -16,6 +16,13 @@ echo "== go test -race"
 go test -race -count=1 ./... 2>&1 | tee results/go-test.txt
 echo "== fuzz (every target, ${FUZZTIME:-10s} each)"
 scripts/fuzz.sh
+echo "== CHAP, login ACL and LUN mapping, checked with libiscsi's tools"
+scripts/libiscsi-access.sh | tee results/libiscsi-access.txt
+# The soak and abuse runs, short versions (README: the 30-minute soak).
+echo "== soak (short): 256 sessions, verified I/O, a fault every 10 s"
+go run ./cmd/aluad soak --sessions 256 --duration 80s --fault-every 10s --json results/soak-ci.json | tee results/soak-ci.txt
+echo "== abuse (short)"
+go run ./cmd/aluad abuse --attackers 48 --duration 40s --json results/abuse-ci.json | tee results/abuse-ci.txt
 echo "== iscsi-test-cu against tgtd (same command, for comparison)"
 scripts/tgtd-conformance.sh | tee results/tgtd-conformance.txt
 cat results/tgtd-conformance.txt | head -1

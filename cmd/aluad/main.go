@@ -31,6 +31,15 @@ Usage:
   aluad lab [--scenario NAME] [...]          in-process runs: crash (acknowledged writes after node
                                              crashes), transition (I/O latency through failback and
                                              rebalance), mirror (write bandwidth, mirroring on vs off)
+  aluad map [list|add|rm] [--lun N] [--host H|--group G|--all] [--host-lun M]
+                                             the LUN map: which host sees which LUN at which number
+                                             (a change queues 3F/0E on the nexuses it affects)
+  aluad soak [--sessions 256] [--duration 30m] [--fault-every 30s]
+                                             in-process endurance run: verified I/O from many sessions
+                                             under faults; mismatches and resource growth
+  aluad abuse [--attackers 48] [--duration 1m]
+                                             in-process attack: malformed PDUs, floods, half-open and
+                                             stalled connections; what well-behaved sessions saw
   aluad help                                 this text
 
 The client commands reach the running daemon on its control socket
@@ -69,6 +78,12 @@ func main() {
 		err = report(os.Args[2:])
 	case "lab":
 		err = labCmd(os.Args[2:])
+	case "map":
+		err = mapCmd(os.Args[2:])
+	case "soak":
+		err = soakCmd(os.Args[2:])
+	case "abuse":
+		err = abuseCmd(os.Args[2:])
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return

@@ -78,6 +78,20 @@ func renderStatus(w io.Writer, st daemon.StatusInfo) error {
 	}
 	fmt.Fprintf(w, "\nLUNs %d (%d off their preferred owner); hosts %d declared, %d unknown initiators; sessions %d\n",
 		st.LUNs, st.LUNsOffPreferred, st.Hosts, st.Unknown, st.Sessions)
+	access := "open (nothing mapped: every admitted initiator sees every LUN)"
+	if st.Access == "mapped" {
+		access = fmt.Sprintf("mapped (%d mappings; aluad map lists them)", st.Mappings)
+	}
+	fmt.Fprintf(w, "Access: %s; unknown initiators: %s\n", access, st.UnknownInitiators)
+	if s := st.State; s != nil {
+		fmt.Fprintf(w, "State: %s (%d saves)\n", s.Dir, s.Saves)
+		if s.LoadError != "" {
+			fmt.Fprintf(w, "STATE FILE REJECTED AT START: %s\n", s.LoadError)
+		}
+		if s.SaveError != "" {
+			fmt.Fprintf(w, "STATE NOT SAVED: %s\n", s.SaveError)
+		}
+	}
 	if !st.Ownership {
 		fmt.Fprintln(w, "Problems: not tracked (the ownership core is off)")
 		return nil
