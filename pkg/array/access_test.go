@@ -188,3 +188,16 @@ func FuzzParseConfig(f *testing.F) {
 		require.NoError(t, c.Validate())
 	})
 }
+
+// TestSecureExample: examples/secure.yaml loads and means what it says.
+func TestSecureExample(t *testing.T) {
+	c, err := LoadConfig("../../examples/secure.yaml")
+	require.NoError(t, err)
+	m, err := BuildLUNMap(c)
+	require.NoError(t, err)
+	require.Equal(t, map[uint64]uint64{0: 0, 1: 1, 7: 7}, m.Sees("iqn.2026-11.org.example:db2"))
+	require.Equal(t, map[uint64]uint64{0: 4, 7: 7}, m.Sees("iqn.2026-11.org.example:web"))
+	require.False(t, m.Admit("iqn.2026-11.org.example:other"))
+	require.Equal(t, 256, c.Limits.MaxSessionsPerInitiator)
+	require.Equal(t, "aluad-array", c.Auth.CHAP.TargetUser)
+}

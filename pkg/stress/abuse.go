@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"os"
-	"runtime"
 	"sort"
 	"strconv"
 	"sync"
@@ -103,15 +101,12 @@ func Abuse(ctx context.Context, c AbuseConfig) (*AbuseResult, error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.Dir == "" {
-		dir, err := os.MkdirTemp("", "aluad-abuse-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(dir)
-		c.Dir = dir
+	dir, cleanup, err := dataDir(c.Dir, "aluad-abuse-")
+	if err != nil {
+		return nil, err
 	}
-	cfg := array.Loopback(c.Dir, 16<<20)
+	defer cleanup()
+	cfg := array.Loopback(dir, 16<<20)
 	// Small data budgets, so that the huge writes reach them quickly.
 	cfg.Limits = array.LimitsConfig{MaxSessionData: 16 << 20, MaxTotalData: 128 << 20, LoginTimeout: 3 * time.Second}
 	res := &AbuseResult{Before: sample(), Attacks: map[string]int64{}}
@@ -225,14 +220,7 @@ func Abuse(ctx context.Context, c AbuseConfig) (*AbuseResult, error) {
 	if err := d.Stop(5 * time.Second); err != nil {
 		return res, err
 	}
-	settle := time.Now()
-	for time.Since(settle) < 5*time.Second {
-		runtime.GC()
-		if res.After = sample(); res.After.Goroutines <= res.Before.Goroutines+DefaultBounds.Goroutines {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	res.After = settle(res.Before)
 	return res, nil
 }
 

@@ -161,15 +161,12 @@ func Soak(ctx context.Context, c SoakConfig) (*SoakResult, error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.Dir == "" {
-		dir, err := os.MkdirTemp("", "aluad-soak-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(dir)
-		c.Dir = dir
+	dir, cleanup, err := dataDir(c.Dir, "aluad-soak-")
+	if err != nil {
+		return nil, err
 	}
-	cfg := array.Loopback(c.Dir, c.LUNSize)
+	defer cleanup()
+	cfg := array.Loopback(dir, c.LUNSize)
 	cfg.Ownership.Tick = 250 * time.Millisecond
 	for h := 0; h < c.Hosts; h++ {
 		cfg.Hosts = append(cfg.Hosts, array.HostConfig{Name: fmt.Sprintf("soak%02d", h), Type: "linux-dmmp",
@@ -242,14 +239,7 @@ loop:
 	d.Inject(daemon.Fault{Kind: daemon.FaultClear})
 	err = d.Stop(10 * time.Second)
 	stopped = true
-	settle := time.Now()
-	for time.Since(settle) < 3*time.Second {
-		runtime.GC()
-		if res.After = sample(); res.After.Goroutines <= res.Before.Goroutines+DefaultBounds.Goroutines {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	res.After = settle(res.Before)
 	run.finish(res)
 	if res.Baseline.Goroutines == 0 {
 		res.Baseline = res.EndOfLoad
@@ -257,19 +247,44 @@ loop:
 	return res, err
 }
 
+// dataDir is dir, or a temporary directory removed by cleanup.
+func dataDir(dir, prefix string) (string, func(), error) {
+	if dir != "" {
+		return dir, func() {}, nil
+	}
+	tmp, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", nil, err
+	}
+	return tmp, func() { os.RemoveAll(tmp) }, nil
+}
+
+// settle samples the resources once the run's goroutines have had a few
+// seconds to end (at once when they are back within bounds).
+func settle(before Resources) Resources {
+	var s Resources
+	for start := time.Now(); time.Since(start) < 5*time.Second; time.Sleep(100 * time.Millisecond) {
+		runtime.GC()
+		if s = sample(); s.Goroutines <= before.Goroutines+DefaultBounds.Goroutines {
+			break
+		}
+	}
+	return s
+}
+
 func hostIQN(h int) string { return fmt.Sprintf("iqn.2026-11.org.aluad:soak-host%02d", h) }
 
 type soakRun struct {
-	d                                                *daemon.Daemon
-	res                                              *SoakResult
-	reads, writes, verified, mismatches, retried     atomic.Uint64
-	reconnects, uncertain                            atomic.Uint64
-	live                                             atomic.Int64
-	mu                                               sync.Mutex
-	lat                                              []float64
-	mismatchLog                                      []string
-	faultMu                                          sync.Mutex
-	faultList                                        []FaultRecord
+	d                                            *daemon.Daemon
+	res                                          *SoakResult
+	reads, writes, verified, mismatches, retried atomic.Uint64
+	reconnects, uncertain                        atomic.Uint64
+	live                                         atomic.Int64
+	mu                                           sync.Mutex
+	lat                                          []float64
+	mismatchLog                                  []string
+	faultMu                                      sync.Mutex
+	faultList                                    []FaultRecord
 }
 
 func (r *soakRun) faultCount() int {
@@ -335,29 +350,26 @@ func (r *soakRun) faults(ctx context.Context, c SoakConfig, start time.Time, sam
 		if !wait(c.FaultEvery - hold) {
 			return
 		}
+		// A fault and its repair a third of the interval later.
+		cut := func(down, up daemon.Fault, what string) {
+			_, err := d.Inject(down)
+			record(down.Kind+" "+what, err)
+			wait(hold)
+			_, err = d.Inject(up)
+			record(up.Kind+" "+what, err)
+		}
 		switch i % 4 {
 		case 0:
 			n := nodes[rng.IntN(len(nodes))].Name
-			_, err := d.Inject(daemon.Fault{Kind: daemon.FaultCrash, Node: n})
-			record("crash node "+n, err)
-			wait(hold)
-			_, err = d.Inject(daemon.Fault{Kind: daemon.FaultRestart, Node: n})
-			record("restart node "+n, err)
+			cut(daemon.Fault{Kind: daemon.FaultCrash, Node: n}, daemon.Fault{Kind: daemon.FaultRestart, Node: n}, "node "+n)
 		case 1:
 			p := ports[rng.IntN(len(ports))].Port
-			_, err := d.Inject(daemon.Fault{Kind: daemon.FaultPortDown, Port: p})
-			record("port down "+p, err)
-			wait(hold)
-			_, err = d.Inject(daemon.Fault{Kind: daemon.FaultPortUp, Port: p})
-			record("port up "+p, err)
+			cut(daemon.Fault{Kind: daemon.FaultPortDown, Port: p}, daemon.Fault{Kind: daemon.FaultPortUp, Port: p}, "port "+p)
 		case 2:
 			p := ports[rng.IntN(len(ports))].Port
 			ini := hostIQN(rng.IntN(c.Hosts))
-			_, err := d.Inject(daemon.Fault{Kind: daemon.FaultPathDown, Port: p, Initiator: ini})
-			record("path down "+ini+" -> "+p, err)
-			wait(hold)
-			_, err = d.Inject(daemon.Fault{Kind: daemon.FaultPathUp, Port: p, Initiator: ini})
-			record("path up "+ini+" -> "+p, err)
+			cut(daemon.Fault{Kind: daemon.FaultPathDown, Port: p, Initiator: ini},
+				daemon.Fault{Kind: daemon.FaultPathUp, Port: p, Initiator: ini}, ini+" -> "+p)
 		case 3:
 			l := d.Array.LUNs[rng.IntN(len(d.Array.LUNs))]
 			to := nodes[(l.Owner().Index+1)%len(nodes)].Name
