@@ -21,7 +21,7 @@ func serve(args []string) error {
 	target := fs.String("target", "", "iSCSI target name (overrides the config's target:)")
 	fabric := fs.String("fabric", "", "front end: iscsi (the embedded pure-Go target) or tcmu (LIO + target_core_user; overrides the config's fabric.kind)")
 	verbose := fs.Bool("v", false, "debug logging")
-	nop := fs.Duration("nop-interval", 0, "send NOP-In keepalives to idle initiators at this interval (0: off)")
+	nop := fs.Duration("nop-interval", 15*time.Second, "send NOP-In pings to idle initiators at this interval; unanswered for twice that, the connection is closed (0: off)")
 	grace := fs.Duration("grace", 10*time.Second, "how long in-flight commands may run at shutdown")
 	control := fs.String("control", "", "control socket path (default: <data>/aluad.sock; \"off\" for none)")
 	stats := fs.Duration("stats-interval", time.Second, "emit per-nexus I/O events at this interval")
