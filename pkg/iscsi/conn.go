@@ -483,6 +483,7 @@ func (c *conn) keepalive() {
 			if sent := c.pingSentAt.Load(); sent != 0 {
 				if to > 0 && now.Sub(time.Unix(0, sent)) > to {
 					c.t.log.Warn("NOP-In ping not answered; dropping connection", "initiator", c.sess.initiator)
+					c.t.limits.idleTimeouts.Add(1)
 					c.close("nop timeout")
 					return
 				}

@@ -75,10 +75,11 @@ type LimitStats struct {
 	WriteTimeouts      uint64 `json:"write_timeouts"`
 	ProtocolErrors     uint64 `json:"protocol_errors"`
 	LoginTimeouts      uint64 `json:"login_timeouts"`
+	IdleTimeouts       uint64 `json:"idle_timeouts"`
 }
 
 type limitCounters struct {
-	connRefused, sessRefused, taskSetFull, oversized, immRejected, writeTimeouts, protoErrors, loginTimeouts atomic.Uint64
+	connRefused, sessRefused, taskSetFull, oversized, immRejected, writeTimeouts, protoErrors, loginTimeouts, idleTimeouts atomic.Uint64
 	// data is the write data reserved in the whole target.
 	data atomic.Int64
 }
@@ -88,7 +89,7 @@ func (t *Target) LimitStats() LimitStats {
 	l := &t.limits
 	return LimitStats{ConnectionsRefused: l.connRefused.Load(), SessionsRefused: l.sessRefused.Load(),
 		TaskSetFull: l.taskSetFull.Load(), OversizedWrites: l.oversized.Load(), ImmediateRejected: l.immRejected.Load(), WriteTimeouts: l.writeTimeouts.Load(),
-		ProtocolErrors: l.protoErrors.Load(), LoginTimeouts: l.loginTimeouts.Load()}
+		ProtocolErrors: l.protoErrors.Load(), LoginTimeouts: l.loginTimeouts.Load(), IdleTimeouts: l.idleTimeouts.Load()}
 }
 
 // ConnCount reports the open TCP connections.

@@ -94,3 +94,40 @@ func TestSlowReaderDoesNotHoldOthers(t *testing.T) {
 	require.EqualValues(t, 1, d.Target.LimitStats().WriteTimeouts, "the stalled connection was closed")
 	require.Positive(t, served)
 }
+
+// TestIdlePeerClosed: a peer that stops answering NOP-In pings is closed
+// after twice the interval; one that answers stays; a connection that
+// never finishes its login is closed at the login timeout.
+func TestIdlePeerClosed(t *testing.T) {
+	cfg := array.Loopback(t.TempDir(), 16<<20)
+	cfg.Limits.LoginTimeout = 300 * time.Millisecond
+	d, err := daemon.Start(cfg, daemon.Options{StatsInterval: -1, NopInterval: 100 * time.Millisecond})
+	require.NoError(t, err)
+	defer d.Stop(5 * time.Second)
+	p := d.Portals()[0]
+
+	half, err := net.Dial("tcp", p.Addr)
+	require.NoError(t, err)
+	defer half.Close()
+	half.Write(make([]byte, 20))
+
+	dead, err := net.Dial("tcp", p.Addr)
+	require.NoError(t, err)
+	defer dead.Close()
+	a := &attacker{id: 2}
+	require.NotNil(t, a.login(dead, &p, 1)) // then never reads nor answers
+
+	alive, err := dialIn(d, 0, "iqn.2026-11.org.example:alive", 1)
+	require.NoError(t, err)
+	defer alive.Close()
+
+	require.Eventually(t, func() bool {
+		l := d.Target.LimitStats()
+		return l.IdleTimeouts == 1 && l.LoginTimeouts == 1
+	}, 5*time.Second, 20*time.Millisecond, "%+v", d.Target.LimitStats())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err = alive.Execute(ctx, 0, make([]byte, 6), nil, 0)
+	require.NoError(t, err, "the session that answers its pings is still there")
+	require.Equal(t, 1, d.Target.SessionCount())
+}
