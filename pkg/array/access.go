@@ -275,6 +275,9 @@ func (m *LUNMap) Open() bool { return m.open }
 
 // Host returns the declared host of an initiator.
 func (m *LUNMap) Host(initiator string) (string, bool) {
+	if h, ok := m.known[initiator]; ok { // the usual all-lower-case name: no allocation per command
+		return h, ok
+	}
 	h, ok := m.known[strings.ToLower(initiator)]
 	return h, ok
 }
@@ -302,7 +305,9 @@ func (m *LUNMap) table(initiator string) map[uint64]uint64 {
 // Resolve returns the LUN behind an initiator's host LUN number.
 func (m *LUNMap) Resolve(initiator string, hostLUN uint64) (uint64, bool) {
 	if m.open {
-		if !m.Admit(initiator) || (m.unknown == "no-luns" && !m.isKnown(initiator)) {
+		// A refused initiator never logs in, so only no-luns is checked
+		// per command.
+		if m.unknown == "no-luns" && !m.isKnown(initiator) {
 			return 0, false
 		}
 		return hostLUN, m.luns[hostLUN]

@@ -24,15 +24,17 @@ type LUNMapper interface {
 // SetLUNMapper installs (or, with nil, removes) the LUN map. Callers that
 // change what a mapper answers call MapChanged for the nexuses affected.
 func (s *Server) SetLUNMapper(m LUNMapper) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.mapper = m
+	s.mapper.Store(&mapperBox{m})
 }
 
+// mapperBox holds the mapper for an atomic load on every command.
+type mapperBox struct{ m LUNMapper }
+
 func (s *Server) lunMapper() LUNMapper {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.mapper
+	if b := s.mapper.Load(); b != nil {
+		return b.m
+	}
+	return nil
 }
 
 // unmapped is an LU number no LU has (ids stop at 16383).

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -56,7 +57,7 @@ type Server struct {
 	// nexuses known to the server (logged in), for UA fan-out.
 	nexuses  map[Nexus]struct{}
 	alua     ALUA
-	mapper   LUNMapper
+	mapper   atomic.Pointer[mapperBox]
 	observer Observer
 	// now reads the clock for per-nexus busy time.
 	now func() time.Time
