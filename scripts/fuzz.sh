@@ -2,7 +2,7 @@
 # Runs every Go fuzz target in the module (found by grepping for
 # "func FuzzX(f *testing.F)") for FUZZTIME each (default 10s; use minutes
 # locally: FUZZTIME=3m scripts/fuzz.sh). Optional args narrow the set to
-# target names matching a regexp.
+# target names matching a regexp. FUZZFLAGS adds go test flags (-parallel 1).
 #
 # Go 1.26's fuzz coordinator can fail a target with a bare "context
 # deadline exceeded" at the -fuzztime boundary without having found
@@ -19,7 +19,7 @@ while IFS=: read -r file name; do
   dir=$(dirname "$file")
   for attempt in 1 2; do
     before=$(ls "$dir/testdata/fuzz/$name" 2>/dev/null | sort)
-    out=$(go test -run='^$' -fuzz="^$name\$" -fuzztime="$FUZZTIME" "./$dir/" 2>&1); rc=$?
+    out=$(go test -run='^$' -fuzz="^$name\$" -fuzztime="$FUZZTIME" ${FUZZFLAGS:-} "./$dir/" 2>&1); rc=$?
     after=$(ls "$dir/testdata/fuzz/$name" 2>/dev/null | sort)
     last=$(printf '%s\n' "$out" | grep -E '^fuzz: elapsed' | tail -1)
     if [ $rc = 0 ]; then echo "ok   $dir $name: $last"; break; fi
