@@ -127,6 +127,9 @@ func abuseCmd(args []string) error {
 	}
 	fmt.Printf("errors %d, mismatches %d, served a new session afterwards: %v; peak %d sessions, %d connections, %d goroutines\n",
 		r.GoodErrors, r.Mismatches, r.AliveAfter, r.SessionsDuringAttack, r.ConnectionsDuringPeak, r.Peak.Goroutines)
+	for _, e := range r.GoodErrorLog {
+		fmt.Println("  ERROR", e)
+	}
 	if bad := r.Check(); len(bad) > 0 {
 		return fmt.Errorf("abuse FAILED: %s", strings.Join(bad, "; "))
 	}

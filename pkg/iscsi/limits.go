@@ -26,8 +26,11 @@ import (
 //     (MaxTotalData): the buffers a write needs are reserved when its
 //     command arrives; a write that would exceed either is answered TASK
 //     SET FULL (SAM-5 5.3.1) once its unsolicited data has been drained,
-//     and the initiator retries it later; a single write larger than
-//     MaxCommandData gets ILLEGAL REQUEST / INVALID FIELD IN CDB;
+//     and the initiator retries it later. A session holding less than
+//     1 MiB is always admitted whatever the others hold, so a few
+//     initiators that fill the target's budget cannot starve the rest; a
+//     single write larger than MaxCommandData gets ILLEGAL REQUEST /
+//     INVALID FIELD IN CDB;
 //   - a reader that stops reading (WriteTimeout): the connection whose
 //     socket stayed full that long is closed; every connection has its
 //     own writer, so the others are not held back;
@@ -46,6 +49,9 @@ const (
 	DefaultMaxCommandData          = 256 << 20
 	DefaultWriteTimeout            = 30 * time.Second
 	maxImmediate                   = 64
+	// sessionFloor is the write data every session may hold even when the
+	// target's budget is spent (so at most MaxSessions x 1 MiB beyond it).
+	sessionFloor = 1 << 20
 )
 
 func (cfg *Config) applyLimitDefaults() {
@@ -126,7 +132,10 @@ func (c *conn) reserve(t *task) *scsi.Response {
 	own := c.dataReserved.Add(n)
 	total := c.t.limits.data.Add(n)
 	alone := own == n // a single write always fits its own session
-	if (own > int64(c.t.cfg.MaxSessionData) && !alone) || total > int64(c.t.cfg.MaxTotalData) {
+	// Every session may hold sessionFloor whatever the others hold, so
+	// initiators that fill the target's budget cannot starve the rest.
+	floor := own <= sessionFloor
+	if (own > int64(c.t.cfg.MaxSessionData) && !alone) || (total > int64(c.t.cfg.MaxTotalData) && !floor) {
 		c.dataReserved.Add(-n)
 		c.t.limits.data.Add(-n)
 		c.t.limits.taskSetFull.Add(1)

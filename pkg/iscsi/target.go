@@ -333,12 +333,17 @@ func (t *Target) PathStats() []PathStat {
 	return out
 }
 
-// resetAllSessions closes every session but keep (TARGET COLD RESET).
-func (t *Target) resetAllSessions(keep *session) {
+// resetHostSessions closes every session of keep's initiator but keep
+// itself (TARGET COLD RESET). SAM-5 6.3.1 ends every I_T nexus on a cold
+// reset; on an array shared by many hosts that lets any one initiator
+// drop every other host's paths at will, so here it ends only the
+// caller's own (the logical units are still reset for everyone, as a
+// warm reset does, with the unit attention that goes with it).
+func (t *Target) resetHostSessions(keep *session) {
 	t.mu.Lock()
 	var victims []*session
 	for _, s := range t.sessions {
-		if s != keep {
+		if s != keep && s.key.initiator == keep.key.initiator {
 			victims = append(victims, s)
 		}
 	}

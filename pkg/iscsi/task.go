@@ -503,7 +503,8 @@ func (c *conn) onTaskMgmt(p *PDU) {
 	cold := fn == 7 && resp == tmfComplete
 	c.send(&outPDU{pdu: PDU{BHS: r}, advance: true, closeConn: cold})
 	if cold {
-		// A cold reset also ends every other session (SAM-5 6.3.1).
-		c.t.resetAllSessions(c.sess)
+		// A cold reset also ends the caller's other sessions (see
+		// resetHostSessions for why not every host's).
+		c.t.resetHostSessions(c.sess)
 	}
 }

@@ -52,8 +52,9 @@ type AbuseResult struct {
 	Calm, Attack LatencySummary
 	// GoodErrors counts the well-behaved sessions' failed commands and
 	// lost connections during the attack; Mismatches their bad reads.
-	GoodErrors int64 `json:"good_errors"`
-	Mismatches int64 `json:"mismatches"`
+	GoodErrors   int64    `json:"good_errors"`
+	GoodErrorLog []string `json:"good_error_log,omitempty"`
+	Mismatches   int64    `json:"mismatches"`
 	// Attacks counts each attack by kind.
 	Attacks map[string]int64 `json:"attacks"`
 	// Limits is what the target's limits turned away.
@@ -150,6 +151,11 @@ func Abuse(ctx context.Context, c AbuseConfig) (*AbuseResult, error) {
 				}
 				if err != nil {
 					goodErr.Add(1)
+					latMu.Lock()
+					if len(res.GoodErrorLog) < 10 {
+						res.GoodErrorLog = append(res.GoodErrorLog, fmt.Sprintf("session %d: %v", w.id, err))
+					}
+					latMu.Unlock()
 					w.sess.Close()
 					if w.connect(goodCtx) != nil {
 						return

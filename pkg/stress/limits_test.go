@@ -131,3 +131,33 @@ func TestIdlePeerClosed(t *testing.T) {
 	require.NoError(t, err, "the session that answers its pings is still there")
 	require.Equal(t, 1, d.Target.SessionCount())
 }
+
+// TestColdResetStaysWithItsHost: TARGET COLD RESET from one initiator
+// ends its own sessions, not another host's.
+func TestColdResetStaysWithItsHost(t *testing.T) {
+	d := limitsDaemon(t, array.LimitsConfig{})
+	a1, err := dialIn(d, 0, "iqn.2026-11.org.example:a", 1)
+	require.NoError(t, err)
+	a2, err := dialIn(d, 1, "iqn.2026-11.org.example:a", 2)
+	require.NoError(t, err)
+	b, err := dialIn(d, 2, "iqn.2026-11.org.example:b", 1)
+	require.NoError(t, err)
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for i := 0; i < 4; i++ { // b's power-on unit attention first
+		if r, err := b.Execute(ctx, 0, make([]byte, 6), nil, 0); err == nil && r.Status == 0 {
+			break
+		}
+	}
+	resp, err := a1.TaskMgmt(ctx, 7, 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, byte(0), resp, "function complete")
+	<-a2.Done()
+	r, err := b.Execute(ctx, 0, make([]byte, 6), nil, 0)
+	require.NoError(t, err, "b's session survives a's cold reset")
+	require.Equal(t, byte(2), r.Status)
+	require.Equal(t, byte(0x29), r.Sense[12], "with the reset's unit attention")
+	require.Equal(t, 1, d.Target.SessionCount())
+	a1.Close()
+}
