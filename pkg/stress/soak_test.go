@@ -2,6 +2,7 @@ package stress
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,12 +13,19 @@ import (
 // once: no mismatch, every read verified against the last acknowledged
 // write, resources back within the bounds.
 func TestSoakShort(t *testing.T) {
-	res, err := Soak(context.Background(), SoakConfig{Sessions: 64, Hosts: 8, Duration: 10 * time.Second,
+	res, err := Soak(context.Background(), SoakConfig{Sessions: 64, Hosts: 8, Duration: 12 * time.Second,
 		FaultEvery: 2 * time.Second, Dir: t.TempDir(), LUNSize: 16 << 20, Seed: 1})
 	require.NoError(t, err)
 	t.Logf("%+v", res)
 	require.Empty(t, res.Check(DefaultBounds))
-	require.GreaterOrEqual(t, len(res.Faults), 8, "every fault kind ran")
+	kinds := map[string]bool{}
+	for _, f := range res.Faults {
+		require.Empty(t, f.Err, f.What)
+		kinds[strings.Fields(f.What)[0]] = true
+	}
+	for _, k := range []string{"crash", "restart", "port-down", "port-up", "path-down", "path-up", "move"} {
+		require.True(t, kinds[k], "fault %s ran (%v)", k, res.Faults)
+	}
 	require.Positive(t, res.Reconnects, "the crash and cuts forced reconnects")
 }
 
