@@ -104,6 +104,17 @@ type Array struct {
 	closed    bool
 	log       *slog.Logger
 	bg        sync.WaitGroup // background destages
+	opt       Options
+	// topo orders a node's crash against a move's switch: no move
+	// publishes a new owner that is down.
+	topo sync.Mutex
+}
+
+// hook calls the move hook, if any.
+func (a *Array) hook(p MovePoint) {
+	if a.opt.MoveHook != nil {
+		a.opt.MoveHook(p)
+	}
 }
 
 func (a *Array) logf(format string, args ...any) { a.log.Warn(fmt.Sprintf(format, args...)) }
@@ -120,7 +131,43 @@ type Options struct {
 	WrapStore func(lun uint64, s media.Store) media.Store
 	// Logger receives what the array cannot return (nil: slog.Default).
 	Logger *slog.Logger
+	// OpenStore opens a LUN's backing store (nil: a sparse file per LUN
+	// under Config.Data). The simulation uses in-memory stores.
+	OpenStore func(lun uint64, size int64) (media.Store, error)
+	// Background runs the array's background work (destaging data that
+	// lost its mirror copy); nil runs it on a goroutine. Close waits for
+	// what it started either way.
+	Background func(f func())
+	// ManualDestage: no destager goroutine per cache; the caller drives
+	// destaging (Cache.DestagePass, Cache.DestageSome).
+	ManualDestage bool
+	// MoveHook, if set, is called at each phase point of a move and a
+	// takeover, on the moving goroutine, with no lock of the array held
+	// but the batch's own (its I/O locks from the hold on). The
+	// simulation injects events there.
+	MoveHook func(MovePoint)
 }
+
+// MovePoint is a phase point of a move, given to Options.MoveHook.
+type MovePoint struct {
+	Phase    MovePhase
+	LUNs     []uint64 // the batch
+	From, To string
+	// LUN is the LUN a per-LUN point is about.
+	LUN uint64
+}
+
+// MovePhase names a point in a move.
+type MovePhase string
+
+// The phase points of a move, in order.
+const (
+	PhaseFlush    MovePhase = "flush"    // before each LUN's flush under I/O
+	PhaseHold     MovePhase = "hold"     // I/O to the batch is held (its I/O locks taken)
+	PhaseDestage  MovePhase = "destage"  // before each LUN's last destage in the hold
+	PhaseSwitch   MovePhase = "switch"   // just before the new owner is published
+	PhaseTakeover MovePhase = "takeover" // before each LUN of a takeover replays the mirror
+)
 
 // New builds the array and opens each LUN's backing file under cfg.Data.
 func New(cfg Config, opt Options) (*Array, error) {
@@ -136,7 +183,12 @@ func New(cfg Config, opt Options) (*Array, error) {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
-	a := &Array{log: opt.Logger, cfg: cfg, portByID: map[uint16]*Port{}, lunByID: map[uint64]*LUN{}, penalty: cfg.Interlink.Penalty, sleep: opt.Sleep,
+	if opt.OpenStore == nil {
+		opt.OpenStore = func(id uint64, size int64) (media.Store, error) {
+			return media.OpenFile(filepath.Join(cfg.Data, fmt.Sprintf("lun%d.img", id)), size)
+		}
+	}
+	a := &Array{opt: opt, log: opt.Logger, cfg: cfg, portByID: map[uint16]*Port{}, lunByID: map[uint64]*LUN{}, penalty: cfg.Interlink.Penalty, sleep: opt.Sleep,
 		now: opt.Now, hosts: map[string]Host{}}
 	for _, hc := range cfg.Hosts {
 		h := Host{Name: hc.Name, Type: HostTypes[hc.Type], Initiators: hc.Initiators}
@@ -169,7 +221,7 @@ func New(cfg Config, opt Options) (*Array, error) {
 			a.Close()
 			return nil, fmt.Errorf("LUN %d: unknown media profile %q (ram, ssd, hdd)", lc.ID, lc.Media)
 		}
-		f, err := media.OpenFile(filepath.Join(cfg.Data, fmt.Sprintf("lun%d.img", lc.ID)), int64(lc.Size))
+		f, err := opt.OpenStore(lc.ID, int64(lc.Size))
 		if err != nil {
 			a.Close()
 			return nil, err
@@ -213,7 +265,9 @@ func (a *Array) wireCaches() {
 			}
 			return nil
 		}, peers, link)
-		n.Cache.Start()
+		if !a.opt.ManualDestage {
+			n.Cache.Start()
+		}
 	}
 }
 

@@ -28,7 +28,7 @@ func TestCrashTakeover(t *testing.T) {
 		want   byte
 	}{
 		{"mirror on", true, nil, 0xab},
-		{"mirror off", false, []Loss{{LUN: 0, Pages: 2, Blocks: 16}}, 0},
+		{"mirror off", false, []Loss{{LUN: 0, Pages: 2, Blocks: 16, PageIdx: []int64{0, 1}}}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := crashArray(t, tc.mirror)

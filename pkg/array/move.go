@@ -55,6 +55,8 @@ type Loss struct {
 	LUN    uint64 `json:"lun"`
 	Blocks int64  `json:"blocks"` // logical blocks
 	Pages  int    `json:"pages"`
+	// PageIdx lists the cache pages lost (page size units), for checks.
+	PageIdx []int64 `json:"-"`
 }
 
 // ErrNoChange is returned when every LUN of a move is already owned by the
@@ -98,11 +100,17 @@ func (a *Array) notify(c Change) {
 //
 // Hosts see the hold as latency, not as an error. Only an STPG (explicit
 // mode) reports TRANSITIONING (SPC-4 5.15.2.4.6: commands get 04/0A) for
-// the duration, as explicit-mode arrays do. When the old owner has
-// crashed, the move is a takeover: the new owner replays the crashed
-// owner's mirrored dirty pages. The change is then announced. LUNs already
-// on to are left out (ErrNoChange when none is left). A flush failure
-// rolls the batch back and is announced as failed.
+// the duration, as explicit-mode arrays do. The change is then announced.
+// LUNs already on to are left out (ErrNoChange when none is left).
+//
+// Faults during a move: when the old owner has crashed (before the move or
+// at any point of it), the move becomes a takeover: the new owner replays
+// the mirrored dirty pages, so nothing acknowledged is dropped. When the
+// old owner crashed and came back during the move, what it holds since is
+// flushed and the mirror is replayed as well. When the new owner goes
+// down, the move is abandoned: the LUNs stay where they were and the
+// change is announced as failed (2A/07). A flush that fails otherwise
+// rolls the batch back, also announced as failed.
 func (a *Array) Move(ids []uint64, to string, cause Cause) (Change, error) {
 	dst := a.Node(to)
 	if dst == nil {
@@ -124,11 +132,12 @@ func (a *Array) Move(ids []uint64, to string, cause Cause) (Change, error) {
 	for _, l := range batch {
 		c.LUNs = append(c.LUNs, l.ID)
 	}
+	pt := MovePoint{LUNs: c.LUNs, From: from.Name, To: dst.Name}
 	if !from.Up() {
-		c.Stop, c.Replayed = a.takeover(batch, dst)
-		a.notify(c)
-		return c, nil
+		err = a.takeover(batch, from, dst, &c, pt)
+		return a.finishMove(c, err)
 	}
+	inc := from.Cache.Incarnation()
 	olds := make([]*aluaSnap, len(batch))
 	for i, l := range batch {
 		olds[i] = l.alua.Load()
@@ -141,26 +150,37 @@ func (a *Array) Move(ids []uint64, to string, cause Cause) (Change, error) {
 		dst.Cache.Invalidate(l.ID)
 	}
 	start := a.now()
-	err = a.flushPhase(batch, from)
+	err = a.flushPhase(batch, from, pt)
 	c.Flush = a.now().Sub(start)
 	stop := a.now()
 	for _, l := range batch {
 		l.io.Lock() // in-flight commands drain; later ones are held here
 	}
-	if err == nil {
-		err = a.destagePhase(batch, from)
+	a.hook(MovePoint{Phase: PhaseHold, LUNs: pt.LUNs, From: pt.From, To: pt.To})
+	crashed, err := a.settle(batch, from, dst, inc, err, pt)
+	if err == nil && crashed {
+		c.Replayed, err = a.replayAll(batch, from, dst)
+	}
+	a.topo.Lock() // a crash of dst now waits: the owner published is up
+	if err == nil && !dst.Up() {
+		err = fmt.Errorf("%w: node %s went down", ErrMoveAbandoned, dst.Name)
 	}
 	for i, l := range batch {
-		from.Cache.SetWriteThrough(l.ID, false)
+		if !crashed {
+			from.Cache.SetWriteThrough(l.ID, false)
+		}
 		if err != nil {
 			l.alua.Store(olds[i])
 			continue
 		}
-		for _, n := range a.Nodes {
-			n.Cache.DropMirror(l.ID)
+		if !crashed {
+			for _, n := range a.Nodes {
+				n.Cache.DropMirror(l.ID)
+			}
 		}
 		l.alua.Store(olds[i].switched(from, dst, cause))
 	}
+	a.topo.Unlock()
 	for _, l := range batch {
 		l.io.Unlock()
 	}
@@ -172,11 +192,57 @@ func (a *Array) Move(ids []uint64, to string, cause Cause) (Change, error) {
 			from.Cache.Invalidate(l.ID)
 		}
 	}
+	return a.finishMove(c, err)
+}
+
+// ErrMoveAbandoned: the destination went down during the move; the LUNs
+// stay with their owner.
+var ErrMoveAbandoned = errors.New("move abandoned")
+
+// finishMove announces a move's change (failed if err) and returns it.
+func (a *Array) finishMove(c Change, err error) (Change, error) {
 	if err != nil {
 		c.Failed, c.Err = true, err
 	}
 	a.notify(c)
 	return c, err
+}
+
+// settle runs the last destage of a held batch and decides how it ends,
+// re-checking after every step, since either node may crash (and the old
+// owner may come back) at any point: crashed reports that the old owner's
+// cache lost its contents since the move began (inc), so the mirror must
+// be replayed on dst; err is set when the move cannot complete (dst went
+// down, or a flush failed). flushErr is the flush phase's outcome.
+func (a *Array) settle(batch []*LUN, from, dst *Node, inc uint64, flushErr error, pt MovePoint) (crashed bool, err error) {
+	err = flushErr
+	hooked := false
+	for {
+		if !dst.Up() {
+			return crashed, fmt.Errorf("%w: node %s went down", ErrMoveAbandoned, dst.Name)
+		}
+		if g := from.Cache.Incarnation(); g != inc {
+			// The flush so far is void: what was dirty then is in the
+			// mirror now, what came since (if it is back) in its cache.
+			inc, crashed, err = g, true, nil
+		}
+		if !from.Up() {
+			return true, nil
+		}
+		if err != nil {
+			return crashed, err
+		}
+		err = a.destagePhase(batch, from, pt, crashed)
+		if err != nil || from.Cache.Incarnation() != inc || !from.Up() || !dst.Up() {
+			continue
+		}
+		if !hooked {
+			hooked = true
+			a.hook(MovePoint{Phase: PhaseSwitch, LUNs: pt.LUNs, From: pt.From, To: pt.To})
+			continue
+		}
+		return crashed, nil
+	}
 }
 
 // batchOf resolves and locks a batch: the LUNs not already on dst, all
@@ -215,8 +281,9 @@ func (a *Array) batchOf(ids []uint64, dst *Node) ([]*LUN, *Node, error) {
 
 // flushPhase destages the batch on the old owner and syncs its media
 // while I/O continues (writes go through meanwhile).
-func (a *Array) flushPhase(batch []*LUN, from *Node) error {
+func (a *Array) flushPhase(batch []*LUN, from *Node, pt MovePoint) error {
 	for _, l := range batch {
+		a.hook(MovePoint{Phase: PhaseFlush, LUNs: pt.LUNs, From: pt.From, To: pt.To, LUN: l.ID})
 		if err := from.Cache.Flush(l.ID); err != nil {
 			return fmt.Errorf("LUN %d: flush: %w", l.ID, err)
 		}
@@ -225,10 +292,12 @@ func (a *Array) flushPhase(batch []*LUN, from *Node) error {
 }
 
 // destagePhase writes what became dirty again before the stop (writes
-// that were in flight when write-through began).
-func (a *Array) destagePhase(batch []*LUN, from *Node) error {
+// that were in flight when write-through began), or, with all, flushes
+// every LUN of the batch.
+func (a *Array) destagePhase(batch []*LUN, from *Node, pt MovePoint, all bool) error {
 	for _, l := range batch {
-		if from.Cache.DirtyBytes(l.ID) == 0 {
+		a.hook(MovePoint{Phase: PhaseDestage, LUNs: pt.LUNs, From: pt.From, To: pt.To, LUN: l.ID})
+		if !all && from.Cache.DirtyBytes(l.ID) == 0 {
 			continue
 		}
 		if err := from.Cache.Flush(l.ID); err != nil {
@@ -252,37 +321,86 @@ func (s *aluaSnap) switched(from, dst *Node, cause Cause) *aluaSnap {
 // takeover moves LUNs off a crashed owner: the new owner installs the
 // mirrored dirty pages (from whichever node holds them) as its own dirty
 // pages before it serves; without a partner to mirror them to, it
-// destages them in the background.
-func (a *Array) takeover(batch []*LUN, dst *Node) (time.Duration, int) {
+// destages them in the background. A LUN is taken over only while dst is
+// up; if dst goes down part-way, the rest stay on from (their mirror
+// copies untouched) for the next failover, and the move fails.
+func (a *Array) takeover(batch []*LUN, from, dst *Node, c *Change, pt MovePoint) error {
 	start := a.now()
-	replayed := 0
-	var single []uint64
-	defer func() {
-		if len(single) > 0 {
-			a.destageAsync(dst, single)
-		}
-	}()
+	defer func() { c.Stop = a.now().Sub(start) }()
+	var done []*LUN
+	var err error
 	for _, l := range batch {
+		a.hook(MovePoint{Phase: PhaseTakeover, LUNs: pt.LUNs, From: pt.From, To: pt.To, LUN: l.ID})
 		l.io.Lock()
-		var pages []cache.MirrorPage
-		for _, n := range a.Nodes {
-			if n.Up() {
-				pages = append(pages, n.Cache.TakeMirror(l.ID)...)
-			}
+		a.topo.Lock()
+		if !dst.Up() {
+			a.topo.Unlock()
+			l.io.Unlock()
+			err = fmt.Errorf("%w: node %s went down", ErrMoveAbandoned, dst.Name)
+			break
 		}
-		dst.Cache.Invalidate(l.ID)
-		if err := dst.Cache.Install(l.ID, newest(pages)); err != nil {
-			a.logf("LUN %d: replaying the mirror on %s: %v", l.ID, dst.Name, err)
-		}
-		replayed += len(pages)
-		if len(pages) > 0 && a.partner(dst) == nil {
-			single = append(single, l.ID)
-		}
+		n, _ := a.replay(l, dst)
+		c.Replayed += n
 		s := l.alua.Load()
-		l.alua.Store(s.switched(s.owner, dst, CauseFailover))
+		l.alua.Store(s.switched(from, dst, CauseFailover))
+		a.topo.Unlock()
 		l.io.Unlock()
+		done = append(done, l)
 	}
-	return a.now().Sub(start), replayed
+	if err != nil {
+		// Only what moved is announced as moved; the rest failed.
+		var ids []uint64
+		for _, l := range done {
+			ids = append(ids, l.ID)
+		}
+		if len(ids) > 0 {
+			a.notify(Change{LUNs: ids, From: from.Name, To: dst.Name, Cause: c.Cause, Replayed: c.Replayed, Stop: a.now().Sub(start)})
+		}
+		c.LUNs = c.LUNs[len(ids):]
+		c.Replayed = 0
+	}
+	return err
+}
+
+// replayAll replays the mirror of a batch held by a move whose old owner
+// crashed during it (its I/O locks are held); see replay.
+func (a *Array) replayAll(batch []*LUN, from, dst *Node) (int, error) {
+	total := 0
+	for _, l := range batch {
+		if from.Up() {
+			// It came back: what it took since is flushed (settle), and
+			// its clean pages must not be served later.
+			from.Cache.Invalidate(l.ID)
+		}
+		n, err := a.replay(l, dst)
+		if err != nil {
+			return total, err
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// replay installs the newest mirrored copies of the LUN's dirty pages, from
+// every node that is up, as dirty pages of dst's cache (which mirrors them
+// on to its own partner), and destages them in the background when dst has
+// no partner. The caller holds the LUN's I/O lock or keeps its I/O away.
+func (a *Array) replay(l *LUN, dst *Node) (int, error) {
+	var pages []cache.MirrorPage
+	for _, n := range a.Nodes {
+		if n.Up() && n != dst {
+			pages = append(pages, n.Cache.TakeMirror(l.ID)...)
+		}
+	}
+	pages = append(pages, dst.Cache.TakeMirror(l.ID)...)
+	if err := dst.Cache.Install(l.ID, newest(pages)); err != nil {
+		a.logf("LUN %d: replaying the mirror on %s: %v", l.ID, dst.Name, err)
+		return 0, err
+	}
+	if len(pages) > 0 && a.partner(dst) == nil {
+		a.destageAsync(dst, []uint64{l.ID})
+	}
+	return len(pages), nil
 }
 
 // newest keeps the highest version of each page.
@@ -313,34 +431,28 @@ func (a *Array) SetNodeUp(name string, up bool) error {
 	return err
 }
 
-// CrashNode fails a node as a power loss would: in-flight commands on its
-// LUNs drain, its cache (dirty pages included) and the mirror it held are
-// lost, and its group is UNAVAILABLE (SPC-4 5.15.2.4.5) for every LUN.
-// Its LUNs report TRANSITIONING on the other groups (commands get 04/0A)
-// until a takeover moves them; moving them is the ownership core's
-// decision, not this. Nodes that mirrored to it destage their dirty data,
-// which no longer has a second copy. The returned change (also announced)
-// lists what no mirror holds.
+// CrashNode fails a node as a power loss would: its cache (dirty pages
+// included) and the mirror it held are lost, and its group is UNAVAILABLE
+// (SPC-4 5.15.2.4.5) for every LUN. Commands in flight to it fail (its
+// cache refuses them). Its LUNs report TRANSITIONING on the other groups
+// (commands get 04/0A) until a takeover moves them; moving them is the
+// ownership core's decision, not this. It may happen at any point of a
+// move, which then adapts (see Move). Nodes that mirrored to it destage
+// their dirty data, which no longer has a second copy. The returned change
+// (also announced) lists what no mirror holds.
 func (a *Array) CrashNode(name string) (Change, error) {
 	n := a.Node(name)
 	if n == nil {
 		return Change{}, fmt.Errorf("no node %q", name)
 	}
+	a.topo.Lock()
 	if !n.Up() {
+		a.topo.Unlock()
 		return Change{}, fmt.Errorf("node %s is already down", name)
 	}
-	var owned []*LUN
-	for _, l := range a.LUNs {
-		if l.Owner() == n {
-			owned = append(owned, l)
-			l.io.Lock()
-		}
-	}
 	n.up.Store(false)
+	a.topo.Unlock()
 	lost := n.Cache.Crash()
-	for _, l := range owned {
-		l.io.Unlock()
-	}
 	c := Change{Cause: CauseNodeDown, From: name, Lost: a.unmirrored(lost)}
 	for _, l := range a.LUNs {
 		c.LUNs = append(c.LUNs, l.ID)
@@ -359,7 +471,11 @@ func (a *Array) CrashNode(name string) (Change, error) {
 // writes meanwhile go through, since the node has no partner.
 func (a *Array) destageAsync(n *Node, ids []uint64) {
 	a.bg.Add(1)
-	go func() {
+	run := a.opt.Background
+	if run == nil {
+		run = func(f func()) { go f() }
+	}
+	run(func() {
 		defer a.bg.Done()
 		var err error
 		if ids == nil {
@@ -373,7 +489,7 @@ func (a *Array) destageAsync(n *Node, ids []uint64) {
 		if err != nil && !errors.Is(err, cache.ErrDown) {
 			a.logf("node %s: destaging single-copy data: %v", n.Name, err)
 		}
-	}()
+	})
 }
 
 // unmirrored counts, per LUN, the crashed cache's dirty pages that no up
@@ -396,13 +512,17 @@ func (a *Array) unmirrored(lost []cache.DirtyPage) []Loss {
 		}
 		l := a.LUN(d.LUN)
 		out[len(out)-1].Pages++
+		out[len(out)-1].PageIdx = append(out[len(out)-1].PageIdx, d.Idx)
 		out[len(out)-1].Blocks += int64(a.Nodes[0].Cache.Config().PageSize / l.BlockSize)
 	}
 	return out
 }
 
-// RestartNode brings a crashed node back with an empty cache. It owns
-// nothing until the ownership core fails its LUNs back.
+// RestartNode brings a crashed node back with an empty cache. LUNs it
+// still owns (no takeover moved them while it was down) first get their
+// mirrored dirty pages back from the partner's mirror, so the restart
+// serves every acknowledged write; a LUN in a move is left to the move.
+// It owns nothing else until the ownership core fails its LUNs back.
 func (a *Array) RestartNode(name string) error {
 	n := a.Node(name)
 	if n == nil {
@@ -412,7 +532,18 @@ func (a *Array) RestartNode(name string) error {
 		return nil
 	}
 	n.Cache.Restart()
+	for _, l := range a.LUNs {
+		if l.Owner() != n || !l.moveMu.TryLock() {
+			continue
+		}
+		if _, err := a.replay(l, n); err != nil {
+			a.logf("node %s: LUN %d: %v", n.Name, l.ID, err)
+		}
+		l.moveMu.Unlock()
+	}
+	a.topo.Lock()
 	n.up.Store(true)
+	a.topo.Unlock()
 	c := Change{Cause: CauseNodeUp, To: name}
 	for _, l := range a.LUNs {
 		c.LUNs = append(c.LUNs, l.ID)

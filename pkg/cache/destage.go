@@ -166,9 +166,7 @@ func (c *Cache) destageOldest(n int) (int, error) {
 	return len(got), c.writeRuns(runs, gen)
 }
 
-// destager writes dirty data back in the background: down to a quarter of
-// the dirty limit when above half of it, and everything when no write came
-// in for a whole interval.
+// destager writes dirty data back in the background, one pass a tick.
 func (c *Cache) destager() {
 	defer c.wg.Done()
 	t := time.NewTicker(c.cfg.DestageInterval)
@@ -180,30 +178,43 @@ func (c *Cache) destager() {
 			return
 		case <-t.C:
 		}
-		c.mu.Lock()
-		high, idle, down := c.dirty > c.cfg.DirtyLimit/2, c.writes == seen && c.dirty > 0, c.down
-		seen = c.writes
-		c.mu.Unlock()
-		switch {
-		case down:
-		case high:
-			for {
-				c.mu.Lock()
-				more := c.dirty > c.cfg.DirtyLimit/4 && !c.down
-				c.mu.Unlock()
-				if !more {
-					break
-				}
-				if n, err := c.destageOldest(256); n == 0 || err != nil {
-					break
-				}
+		c.DestagePass(&seen)
+	}
+}
+
+// DestagePass is one wake-up of the destager: down to a quarter of the
+// dirty limit when above half of it, and everything when no write came in
+// since the previous pass (seen carries the write count between passes).
+// The array's simulation calls it in place of the destager goroutine.
+func (c *Cache) DestagePass(seen *uint64) {
+	c.mu.Lock()
+	high, idle, down := c.dirty > c.cfg.DirtyLimit/2, c.writes == *seen && c.dirty > 0, c.down
+	*seen = c.writes
+	c.mu.Unlock()
+	switch {
+	case down:
+	case high:
+		for {
+			c.mu.Lock()
+			more := c.dirty > c.cfg.DirtyLimit/4 && !c.down
+			c.mu.Unlock()
+			if !more {
+				break
 			}
-		case idle:
-			for _, ls := range c.sortedLUNs() {
-				if err := c.destageLUN(ls); err != nil {
-					break
-				}
+			if n, err := c.destageOldest(256); n == 0 || err != nil {
+				break
+			}
+		}
+	case idle:
+		for _, ls := range c.sortedLUNs() {
+			if err := c.destageLUN(ls); err != nil {
+				break
 			}
 		}
 	}
 }
+
+// DestageSome writes up to n of the oldest dirty pages to media and
+// reports how many it wrote: a slice of background destage, for the
+// simulation to interleave with other events.
+func (c *Cache) DestageSome(n int) (int, error) { return c.destageOldest(n) }

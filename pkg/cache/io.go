@@ -309,12 +309,29 @@ func (c *Cache) Flush(id uint64) error {
 	if err != nil {
 		return err
 	}
+	c.mu.Lock()
+	down, gen := c.down, c.gen
+	c.mu.Unlock()
+	if down {
+		// A crashed cache has lost what it held: nothing of it can reach
+		// media now, so "flushed" would be a lie (a move would then drop
+		// the mirror copies, the only ones left).
+		return ErrDown
+	}
 	if c.cfg.Mode != None {
 		if err := c.destageLUN(ls); err != nil {
 			return err
 		}
 	}
-	return ls.store.Sync()
+	if err := ls.store.Sync(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen != gen {
+		return ErrDown // crashed while it flushed: what it held is gone
+	}
+	return nil
 }
 
 // destageLUN writes every page of the LUN that is dirty now.

@@ -145,6 +145,14 @@ func (c *Cache) Crash() []DirtyPage {
 	return lost
 }
 
+// Incarnation counts the cache's crashes: work begun in one incarnation
+// (a move's flush) is void in the next.
+func (c *Cache) Incarnation() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gen
+}
+
 // Restart brings a crashed node's cache back, empty.
 func (c *Cache) Restart() {
 	c.mu.Lock()
@@ -187,6 +195,9 @@ func (c *Cache) Install(id uint64, pages []MirrorPage) error {
 	gen := c.gen
 	idxs := make([]int64, 0, len(pages))
 	for _, mp := range pages {
+		if pg := ls.pages[mp.Idx]; pg != nil && pg.ver >= mp.Ver {
+			continue // this cache already holds that write or a newer one
+		}
 		c.drop(ls, mp.Idx)
 		pg := &page{lun: ls, idx: mp.Idx, data: append([]byte(nil), mp.Data...), ver: mp.Ver}
 		ls.pages[mp.Idx] = pg
