@@ -26,6 +26,12 @@ func (c *Core) emit(moves []move) {
 		if m.l.owner == m.to {
 			continue
 		}
+		if c.now < m.l.retryAt && c.nodes[m.l.owner].up {
+			continue // backing off after a rollback (a takeover off a down owner never waits)
+		}
+		if m.l.failures > 0 && c.now-m.l.retryAt > 2*maxRetryTicks {
+			m.l.failures = 0 // long enough without a rollback
+		}
 		c.setOwner(m.l, m.to, m.cause)
 		k := key{m.cause, m.to, m.l.class()}
 		if groups[k] == nil {

@@ -72,7 +72,15 @@ type lun struct {
 	// since when.
 	shipTo    string
 	shipSince int
+	// failures counts the LUN's moves rolled back in a row; no move of it
+	// is decided before retryAt (a doubling back-off, so a move the array
+	// cannot carry out is not asked for again in a loop).
+	failures int
+	retryAt  int
 }
+
+// maxRetryTicks caps the back-off after rolled-back moves.
+const maxRetryTicks = 32
 
 const never = -1 << 30
 
@@ -173,6 +181,10 @@ func (c *Core) Step(e Event) error {
 		}
 		if l.owner != e.Owner {
 			c.setOwner(l, e.Owner, e.Cause)
+		}
+		if e.Cause == CauseRollback {
+			l.failures++
+			l.retryAt = c.now + min(1<<min(l.failures-1, 5), maxRetryTicks)
 		}
 		c.reconcile(nil)
 	default:

@@ -40,6 +40,10 @@ Usage:
   aluad abuse [--attackers 48] [--duration 1m]
                                              in-process attack: malformed PDUs, floods, half-open and
                                              stalled connections; what well-behaved sessions saw
+  aluad sim [--seeds 100] [--seed 1] [--steps 400] [--script FILE]
+                                             the deterministic whole-array simulation: crashes, faults
+                                             and hosts at any moment, invariants after every event;
+                                             a failing seed is shrunk to a replayable script
   aluad help                                 this text
 
 The client commands reach the running daemon on its control socket
@@ -84,6 +88,8 @@ func main() {
 		err = soakCmd(os.Args[2:])
 	case "abuse":
 		err = abuseCmd(os.Args[2:])
+	case "sim":
+		err = simCmd(os.Args[2:])
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return

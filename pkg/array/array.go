@@ -91,7 +91,7 @@ type Array struct {
 	LUNs     []*LUN
 	portByID map[uint16]*Port
 	lunByID  map[uint64]*LUN
-	penalty  time.Duration
+	penalty  atomic.Int64 // the interlink penalty (time.Duration)
 	sleep    func(time.Duration)
 	now      func() time.Time
 	// hosts maps a lower-cased initiator name to its declared host.
@@ -188,8 +188,9 @@ func New(cfg Config, opt Options) (*Array, error) {
 			return media.OpenFile(filepath.Join(cfg.Data, fmt.Sprintf("lun%d.img", id)), size)
 		}
 	}
-	a := &Array{opt: opt, log: opt.Logger, cfg: cfg, portByID: map[uint16]*Port{}, lunByID: map[uint64]*LUN{}, penalty: cfg.Interlink.Penalty, sleep: opt.Sleep,
+	a := &Array{opt: opt, log: opt.Logger, cfg: cfg, portByID: map[uint16]*Port{}, lunByID: map[uint64]*LUN{}, sleep: opt.Sleep,
 		now: opt.Now, hosts: map[string]Host{}}
+	a.penalty.Store(int64(cfg.Interlink.Penalty))
 	for _, hc := range cfg.Hosts {
 		h := Host{Name: hc.Name, Type: HostTypes[hc.Type], Initiators: hc.Initiators}
 		for _, in := range hc.Initiators {
@@ -247,7 +248,7 @@ func New(cfg Config, opt Options) (*Array, error) {
 func (a *Array) wireCaches() {
 	bw := float64(a.cfg.Interlink.Bandwidth)
 	link := func(n int) {
-		a.sleep(a.penalty + time.Duration(float64(n)/bw*float64(time.Second)))
+		a.sleep(time.Duration(a.penalty.Load()) + time.Duration(float64(n)/bw*float64(time.Second)))
 	}
 	for _, n := range a.Nodes {
 		for _, l := range a.LUNs {
@@ -288,6 +289,10 @@ func (a *Array) Config() Config {
 	c.Mappings = a.Mappings()
 	return c
 }
+
+// SetInterlinkPenalty changes the delay added to every forwarded command
+// and mirror copy (a slow or congested inter-node link).
+func (a *Array) SetInterlinkPenalty(d time.Duration) { a.penalty.Store(int64(max(d, 0))) }
 
 // Port returns a port by relative id.
 func (a *Array) Port(id uint16) *Port { return a.portByID[id] }
@@ -355,8 +360,8 @@ func (l *LUN) route(via uint16, n int) (*Node, error) {
 	if owner != p.Node {
 		st.Forwarded.Add(1)
 		st.ForwardedBytes.Add(uint64(n))
-		if l.arr.penalty > 0 && n > 0 {
-			l.arr.sleep(l.arr.penalty)
+		if p := time.Duration(l.arr.penalty.Load()); p > 0 && n > 0 {
+			l.arr.sleep(p)
 		}
 	}
 	return owner, nil

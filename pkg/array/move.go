@@ -135,7 +135,7 @@ func (a *Array) Move(ids []uint64, to string, cause Cause) (Change, error) {
 	pt := MovePoint{LUNs: c.LUNs, From: from.Name, To: dst.Name}
 	if !from.Up() {
 		err = a.takeover(batch, from, dst, &c, pt)
-		return a.finishMove(c, err)
+		return c, err
 	}
 	inc := from.Cache.Incarnation()
 	olds := make([]*aluaSnap, len(batch))
@@ -181,10 +181,13 @@ func (a *Array) Move(ids []uint64, to string, cause Cause) (Change, error) {
 		l.alua.Store(olds[i].switched(from, dst, cause))
 	}
 	a.topo.Unlock()
+	c.Stop = a.now().Sub(stop)
+	// Announced before the held commands go: none of them completes on
+	// the new owner before its nexus has the unit attention queued.
+	c, err = a.finishMove(c, err)
 	for _, l := range batch {
 		l.io.Unlock()
 	}
-	c.Stop = a.now().Sub(stop)
 	if err == nil {
 		// The old owner's clean pages are no longer read; drop them
 		// before the move ends (and before the LUN can move back).
@@ -192,7 +195,7 @@ func (a *Array) Move(ids []uint64, to string, cause Cause) (Change, error) {
 			from.Cache.Invalidate(l.ID)
 		}
 	}
-	return a.finishMove(c, err)
+	return c, err
 }
 
 // ErrMoveAbandoned: the destination went down during the move; the LUNs
@@ -326,16 +329,21 @@ func (s *aluaSnap) switched(from, dst *Node, cause Cause) *aluaSnap {
 // copies untouched) for the next failover, and the move fails.
 func (a *Array) takeover(batch []*LUN, from, dst *Node, c *Change, pt MovePoint) error {
 	start := a.now()
-	defer func() { c.Stop = a.now().Sub(start) }()
+	for _, l := range batch {
+		l.io.Lock() // in-flight commands drain; later ones wait for the switch
+	}
+	defer func() {
+		for _, l := range batch {
+			l.io.Unlock()
+		}
+	}()
 	var done []*LUN
 	var err error
 	for _, l := range batch {
 		a.hook(MovePoint{Phase: PhaseTakeover, LUNs: pt.LUNs, From: pt.From, To: pt.To, LUN: l.ID})
-		l.io.Lock()
 		a.topo.Lock()
 		if !dst.Up() {
 			a.topo.Unlock()
-			l.io.Unlock()
 			err = fmt.Errorf("%w: node %s went down", ErrMoveAbandoned, dst.Name)
 			break
 		}
@@ -344,21 +352,20 @@ func (a *Array) takeover(batch []*LUN, from, dst *Node, c *Change, pt MovePoint)
 		s := l.alua.Load()
 		l.alua.Store(s.switched(from, dst, CauseFailover))
 		a.topo.Unlock()
-		l.io.Unlock()
 		done = append(done, l)
 	}
-	if err != nil {
+	c.Stop = a.now().Sub(start)
+	if err != nil && len(done) > 0 {
 		// Only what moved is announced as moved; the rest failed.
 		var ids []uint64
 		for _, l := range done {
 			ids = append(ids, l.ID)
 		}
-		if len(ids) > 0 {
-			a.notify(Change{LUNs: ids, From: from.Name, To: dst.Name, Cause: c.Cause, Replayed: c.Replayed, Stop: a.now().Sub(start)})
-		}
+		a.notify(Change{LUNs: ids, From: from.Name, To: dst.Name, Cause: c.Cause, Replayed: c.Replayed, Stop: c.Stop})
 		c.LUNs = c.LUNs[len(ids):]
 		c.Replayed = 0
 	}
+	*c, err = a.finishMove(*c, err) // announced before the held commands go
 	return err
 }
 
@@ -452,7 +459,14 @@ func (a *Array) CrashNode(name string) (Change, error) {
 	}
 	n.up.Store(false)
 	a.topo.Unlock()
-	lost := n.Cache.Crash()
+	lost, held := n.Cache.CrashMirror()
+	// The mirror copies it held for LUNs whose owner is down too (their
+	// takeover not done yet) were the last copies.
+	for _, d := range held {
+		if l := a.LUN(d.LUN); l != nil && !l.Owner().Up() {
+			lost = append(lost, d)
+		}
+	}
 	c := Change{Cause: CauseNodeDown, From: name, Lost: a.unmirrored(lost)}
 	for _, l := range a.LUNs {
 		c.LUNs = append(c.LUNs, l.ID)
@@ -495,6 +509,12 @@ func (a *Array) destageAsync(n *Node, ids []uint64) {
 // unmirrored counts, per LUN, the crashed cache's dirty pages that no up
 // node's mirror holds at that version or newer.
 func (a *Array) unmirrored(lost []cache.DirtyPage) []Loss {
+	sort.Slice(lost, func(i, j int) bool {
+		if lost[i].LUN != lost[j].LUN {
+			return lost[i].LUN < lost[j].LUN
+		}
+		return lost[i].Idx < lost[j].Idx
+	})
 	var out []Loss
 	for _, d := range lost {
 		held := false

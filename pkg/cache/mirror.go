@@ -112,6 +112,14 @@ type DirtyPage struct {
 // which of them a mirror still holds. Destages already issued to media
 // complete first (they must not land after a takeover's newer data).
 func (c *Cache) Crash() []DirtyPage {
+	lost, _ := c.CrashMirror()
+	return lost
+}
+
+// CrashMirror is Crash that also returns the mirror copies the node held
+// for others (LUN, page, version), sorted: for a LUN whose owner is down
+// too, they were the only copy.
+func (c *Cache) CrashMirror() ([]DirtyPage, []DirtyPage) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for c.writing > 0 { // writes already issued to media land first
@@ -134,15 +142,34 @@ func (c *Cache) Crash() []DirtyPage {
 	c.bytes, c.dirty = 0, 0
 	c.gen++
 	c.down = true
+	held := c.mirror.list()
 	c.mirror.wipe()
 	c.cond.Broadcast()
-	sort.Slice(lost, func(i, j int) bool {
-		if lost[i].LUN != lost[j].LUN {
-			return lost[i].LUN < lost[j].LUN
+	sortPages(lost)
+	return lost, held
+}
+
+func sortPages(ps []DirtyPage) {
+	sort.Slice(ps, func(i, j int) bool {
+		if ps[i].LUN != ps[j].LUN {
+			return ps[i].LUN < ps[j].LUN
 		}
-		return lost[i].Idx < lost[j].Idx
+		return ps[i].Idx < ps[j].Idx
 	})
-	return lost
+}
+
+// list returns every copy held, sorted.
+func (m *mirrorStore) list() []DirtyPage {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []DirtyPage
+	for id, l := range m.pages {
+		for idx, p := range l {
+			out = append(out, DirtyPage{LUN: id, Idx: idx, Ver: p.Ver})
+		}
+	}
+	sortPages(out)
+	return out
 }
 
 // Incarnation counts the cache's crashes: work begun in one incarnation

@@ -236,6 +236,14 @@ func (b *brain) executor() {
 			ids := byOwner[o]
 			_, err := b.d.Array.Move(ids, batch.To, array.Cause(batch.Cause))
 			if err == nil || errors.Is(err, array.ErrNoChange) {
+				// Confirm where they are: if the core's view moved on
+				// while this ran (an operator's move), it learns the
+				// truth instead of keeping a LUN it thinks is elsewhere.
+				var evs []ownership.Event
+				for _, id := range ids {
+					evs = append(evs, ownership.OwnerChanged{LUN: id, Owner: b.d.Array.LUN(id).Owner().Name, Cause: batch.Cause})
+				}
+				b.post(evs...)
 				continue
 			}
 			b.d.log.Warn("ownership move failed", "luns", ids, "to", batch.To, "cause", batch.Cause, "err", err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/aluad/aluad/ownership"
 	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/arrayview"
 	"github.com/aluad/aluad/pkg/iscsi"
 	"github.com/aluad/aluad/pkg/media"
 	"github.com/aluad/aluad/pkg/scsi"
@@ -142,11 +143,11 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 			opt.OnEvent(e)
 		}
 	})
-	srv.SetALUA(aluaView{arr: arr, srv: srv, hostBlind: cfg.Fabric.TCMU()})
+	srv.SetALUA(arrayview.View{Arr: arr, Srv: srv, HostBlind: cfg.Fabric.TCMU()})
 	srv.SetObserver(d)
 	srv.SetLUNMapper(lunMapper{arr})
 	arr.OnChange(func(c array.Change) {
-		announce(srv, c)
+		arrayview.Announce(srv, c)
 		d.stateDirty()
 		if h := d.aluaHook.Load(); h != nil {
 			h.fn(c.LUNs)

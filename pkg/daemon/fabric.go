@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/arrayview"
 	"github.com/aluad/aluad/pkg/iscsi"
 	"github.com/aluad/aluad/pkg/scsi"
 	tcmu "github.com/aluad/aluad/tcmu-handler"
@@ -58,7 +59,7 @@ func tcmuLayout(cfg array.Config, arr *array.Array) tcmu.Layout {
 // startTCMU serves the array through LIO: kernel ALUA states follow the
 // array's (for a host it cannot tell apart), logins come from configfs.
 func (d *Daemon) startTCMU(cfg array.Config, opt Options) error {
-	view := aluaView{arr: d.Array, srv: d.SCSI, hostBlind: true}
+	view := arrayview.View{Arr: d.Array, Srv: d.SCSI, HostBlind: true}
 	to := tcmu.Options{
 		Layout:  tcmuLayout(cfg, d.Array),
 		Handler: d.SCSI,

@@ -1,4 +1,10 @@
-package daemon
+// Package arrayview presents the array's ALUA state to the SCSI device
+// server: it implements scsi.ALUA over pkg/array (which must not import
+// pkg/scsi) and turns the array's changes into unit attentions (2A/06, or
+// 2A/07 for a failed transition, SPC-4 5.15.2.3). The daemon and the
+// whole-array simulation both wire the array to the device server through
+// it. It imports pkg/array and pkg/scsi only.
+package arrayview
 
 import (
 	"errors"
@@ -7,38 +13,38 @@ import (
 	"github.com/aluad/aluad/pkg/scsi"
 )
 
-// aluaView presents the array's ALUA state to the device server
+// View presents the array's ALUA state to the device server
 // (scsi.ALUA). The array owns the states; this only translates.
-type aluaView struct {
-	arr *array.Array
-	srv *scsi.Server
-	// hostBlind: the fabric cannot tell hosts apart on a device (TCMU),
+type View struct {
+	Arr *array.Array
+	Srv *scsi.Server
+	// HostBlind: the fabric cannot tell hosts apart on a device (TCMU),
 	// so every host sees the states of a host of the default type, the
 	// same states LIO's own gate is given.
-	hostBlind bool
+	HostBlind bool
 }
 
-func (v aluaView) initiator(n scsi.Nexus) string {
-	if v.hostBlind {
+func (v View) initiator(n scsi.Nexus) string {
+	if v.HostBlind {
 		return ""
 	}
 	return n.InitiatorName
 }
 
-func (v aluaView) TPGS() byte { return v.arr.TPGS() }
+func (v View) TPGS() byte { return v.Arr.TPGS() }
 
-func (v aluaView) TransitionTime() byte { return v.arr.TransitionTime() }
+func (v View) TransitionTime() byte { return v.Arr.TransitionTime() }
 
-func (v aluaView) PortGroup(port uint16) (uint16, bool) {
-	p := v.arr.Port(port)
+func (v View) PortGroup(port uint16) (uint16, bool) {
+	p := v.Arr.Port(port)
 	if p == nil {
 		return 0, false
 	}
 	return p.Node.GroupID, true
 }
 
-func (v aluaView) Groups(n scsi.Nexus, lun uint64) []scsi.PortGroupState {
-	l := v.arr.LUN(lun)
+func (v View) Groups(n scsi.Nexus, lun uint64) []scsi.PortGroupState {
+	l := v.Arr.LUN(lun)
 	if l == nil {
 		return nil
 	}
@@ -51,8 +57,8 @@ func (v aluaView) Groups(n scsi.Nexus, lun uint64) []scsi.PortGroupState {
 	return out
 }
 
-func (v aluaView) State(n scsi.Nexus, lun uint64) scsi.AccessState {
-	l, p := v.arr.LUN(lun), v.arr.Port(n.TargetPort)
+func (v View) State(n scsi.Nexus, lun uint64) scsi.AccessState {
+	l, p := v.Arr.LUN(lun), v.Arr.Port(n.TargetPort)
 	if l == nil || p == nil {
 		return scsi.StateActiveOptimized // nothing to gate: the LU check answers
 	}
@@ -61,15 +67,15 @@ func (v aluaView) State(n scsi.Nexus, lun uint64) scsi.AccessState {
 
 // SetTargetPortGroups passes an STPG to the array, which owns the
 // decision, and maps the outcome to sense data.
-func (v aluaView) SetTargetPortGroups(n scsi.Nexus, lun uint64, reqs []scsi.TPGRequest) error {
-	if v.arr.LUN(lun) == nil {
+func (v View) SetTargetPortGroups(n scsi.Nexus, lun uint64, reqs []scsi.TPGRequest) error {
+	if v.Arr.LUN(lun) == nil {
 		return scsi.Sense(scsi.ReasonLUNotSupported)
 	}
 	greqs := make([]array.GroupRequest, len(reqs))
 	for i, r := range reqs {
 		greqs[i] = array.GroupRequest{Group: r.Group, State: array.AccessState(r.State)}
 	}
-	moved, err := v.arr.SetGroups(lun, greqs)
+	moved, err := v.Arr.SetGroups(lun, greqs)
 	switch {
 	case errors.Is(err, array.ErrBadRequest):
 		return scsi.Sense(scsi.ReasonInvalidFieldInParam)
@@ -79,15 +85,15 @@ func (v aluaView) SetTargetPortGroups(n scsi.Nexus, lun uint64, reqs []scsi.TPGR
 	if moved {
 		// SPC-4 5.15.2.2: the change is announced to every I_T nexus
 		// other than the one that asked for it.
-		v.srv.ClearUA(n, lun, scsi.ReasonUAAsymmetricChanged)
+		v.Srv.ClearUA(n, lun, scsi.ReasonUAAsymmetricChanged)
 	}
 	return nil
 }
 
-// announce turns an array change into unit attentions: 2A/06 on every
+// Announce turns an array change into unit attentions: 2A/06 on every
 // I_T nexus of every LUN in it, or 2A/07 when the transition failed
 // (SPC-4 5.15.2.3).
-func announce(srv *scsi.Server, c array.Change) {
+func Announce(srv *scsi.Server, c array.Change) {
 	r := scsi.ReasonUAAsymmetricChanged
 	if c.Failed {
 		if c.Cause == array.CauseSTPG {

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/aluad/aluad/pkg/sim"
+)
+
+// simCmd runs the deterministic whole-array simulation: seeds, or one
+// script (a shrunk failure, a regression script).
+func simCmd(args []string) error {
+	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
+	seeds := fs.Int("seeds", 100, "how many seeds to run")
+	seed := fs.Uint64("seed", 1, "the first seed")
+	steps := fs.Int("steps", 400, "events per seed (besides the topology and the final read-back)")
+	script := fs.String("script", "", "run this script file instead of seeds")
+	logOut := fs.Bool("log", false, "print the event log (with --script, or of each failing seed)")
+	shrink := fs.Duration("shrink", time.Minute, "time to spend shrinking each failing seed (0: do not shrink)")
+	out := fs.String("out", "", "write each failing seed's shrunk script to this directory")
+	jobs := fs.Int("jobs", runtime.GOMAXPROCS(0), "seeds run in parallel")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *script != "" {
+		return simScript(*script, *logOut)
+	}
+	if *seeds < 1 || *steps < 1 || *steps > 1_000_000 || *jobs < 1 {
+		return errors.New("--seeds, --steps (up to 1000000) and --jobs must be positive")
+	}
+	start := time.Now()
+	results := make([]sim.SeedResult, *seeds)
+	errs := make([]error, *seeds)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range *jobs {
+		wg.Go(func() {
+			for i := range next {
+				results[i], errs[i] = sim.RunSeed(*seed+uint64(i), *steps)
+			}
+		})
+	}
+	for i := range *seeds {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	elapsed := time.Since(start)
+	events := 0
+	var failed []sim.SeedResult
+	for i, r := range results {
+		if errs[i] != nil {
+			return errs[i]
+		}
+		events += r.Events
+		if r.Result.Violation != nil {
+			failed = append(failed, r)
+		}
+	}
+	fmt.Printf("sim: %d seeds (%d-%d), %d events in %s: %.0f events/s, %d failed\n", *seeds, *seed, *seed+uint64(*seeds)-1,
+		events, elapsed.Round(time.Millisecond), float64(events)/elapsed.Seconds(), len(failed))
+	byName := map[string]int{}
+	for _, r := range failed {
+		byName[r.Result.Violation.Name]++
+	}
+	names := make([]string, 0, len(byName))
+	for n := range byName {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Printf("  %-22s %d seeds\n", n, byName[n])
+	}
+	for _, r := range failed {
+		v := r.Result.Violation
+		fmt.Printf("\nseed %d: %v\n", r.Seed, v)
+		s := r.Script
+		if *shrink > 0 {
+			s = sim.Shrink(s, v.Name, 100000, time.Now().Add(*shrink))
+			fmt.Printf("shrunk from %d to %d lines:\n", len(r.Script), len(s))
+		}
+		fmt.Print(s.String())
+		if *logOut {
+			rr, _ := sim.Run(s)
+			fmt.Printf("--- log\n%s", rr.Log)
+		}
+		if *out != "" {
+			if err := os.MkdirAll(*out, 0o755); err != nil {
+				return err
+			}
+			body := fmt.Sprintf("# seed %d: %v\n%s", r.Seed, v, s.String())
+			if err := os.WriteFile(filepath.Join(*out, fmt.Sprintf("seed-%d.txt", r.Seed)), []byte(body), 0o644); err != nil {
+				return err
+			}
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%d of %d seeds broke an invariant", len(failed), *seeds)
+	}
+	return nil
+}
+
+func simScript(path string, logOut bool) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	s, err := sim.ParseScript(string(raw))
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	r, err := sim.Run(s)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if logOut {
+		fmt.Print(r.Log)
+	}
+	fmt.Printf("sim: %s: %d events, %d commands, %d blocks verified, %d moves, %d crashes\n", path, r.Stats.Events,
+		r.Stats.Commands, r.Stats.Verified, r.Stats.Moves, r.Stats.Crashes)
+	if r.Violation != nil {
+		return r.Violation
+	}
+	return nil
+}

@@ -1,0 +1,215 @@
+package sim
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+)
+
+// Generate makes the script of a seed: a topology of 2-4 nodes with 1-4
+// ports each, 1-64 LUNs of mixed media, groups and block sizes, 1-16
+// hosts of mixed types on random subsets of the ports and LUNs, then
+// steps events drawn by weight, with events tagged to run in the middle of
+// the next move after every event that may start one.
+func Generate(seed uint64, steps int) Script {
+	g := &gen{r: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))}
+	g.topology()
+	for _, h := range g.hosts {
+		g.add(Event{Verb: "login", Args: []string{h.name}})
+	}
+	for len(g.s) < steps+g.top {
+		e := g.event(false)
+		g.add(e)
+		if movesMaybe(e.Verb) && g.r.Float64() < 0.4 {
+			for range 1 + g.r.IntN(3) {
+				t := g.event(true)
+				t.At = phases[g.r.IntN(len(phases))]
+				if g.r.Float64() < 0.2 {
+					t.AtLUN = int64(g.luns[g.r.IntN(len(g.luns))].id)
+				}
+				g.add(t)
+			}
+		}
+	}
+	return g.s
+}
+
+var phases = []string{"flush", "hold", "destage", "switch", "takeover"}
+
+func movesMaybe(verb string) bool {
+	switch verb {
+	case "move", "tick", "crash", "restart", "port", "cut", "mend", "reboot", "logout", "login":
+		return true
+	}
+	return false
+}
+
+type gen struct {
+	r     *rand.Rand
+	s     Script
+	top   int
+	nodes []nodeSpec
+	ports []uint16
+	luns  []lunSpec
+	hosts []hostSpec
+}
+
+func (g *gen) add(e Event) {
+	if e.AtLUN == 0 && e.At == "" {
+		e.AtLUN = -1
+	}
+	g.s = append(g.s, e)
+}
+
+func (g *gen) pick(n int) int { return g.r.IntN(n) }
+
+func (g *gen) topology() {
+	nn := 2 + g.pick(3)
+	var spec []string
+	rel := uint16(1)
+	for i := range nn {
+		n := nodeSpec{name: string(rune('a' + i)), ports: 1 + g.pick(4)}
+		g.nodes = append(g.nodes, n)
+		spec = append(spec, fmt.Sprintf("%s:%d", n.name, n.ports))
+		for range n.ports {
+			g.ports = append(g.ports, rel)
+			rel++
+		}
+	}
+	g.add(Event{Verb: "nodes", Args: []string{strings.Join(spec, ",")}})
+	if g.r.Float64() < 0.15 {
+		g.add(Event{Verb: "mirror", Args: []string{"off"}})
+	}
+	nl := 1 + g.pick(16)
+	if g.r.Float64() < 0.2 {
+		nl = 1 + g.pick(64)
+	}
+	media := []string{"ram", "ram", "ssd", "hdd"}
+	for i := range nl {
+		l := lunSpec{id: uint64(i), pref: g.nodes[g.pick(nn)].name, pages: 2 + g.pick(15), bs: []int{512, 4096}[g.pick(2)],
+			media: media[g.pick(len(media))], group: fmt.Sprintf("dg%d", g.pick(2))}
+		g.luns = append(g.luns, l)
+		g.add(Event{Verb: "lun", Args: []string{strconv.FormatUint(l.id, 10)}, Opts: map[string]string{
+			"pref": l.pref, "pages": strconv.Itoa(l.pages), "bs": strconv.Itoa(l.bs), "media": l.media, "group": l.group}})
+	}
+	types := []string{"default", "linux", "linux-dmmp", "linux-standby", "windows", "vmware", "legacy"}
+	for i := range 1 + g.pick(16) {
+		h := hostSpec{name: fmt.Sprintf("h%d", i+1), typ: types[g.pick(len(types))]}
+		for _, p := range g.ports {
+			if g.r.Float64() < 0.8 {
+				h.paths = append(h.paths, p)
+			}
+		}
+		if len(h.paths) == 0 {
+			h.paths = []uint16{g.ports[g.pick(len(g.ports))]}
+		}
+		for _, l := range g.luns {
+			if g.r.Float64() < 0.5 {
+				h.luns = append(h.luns, l.id)
+			}
+		}
+		if len(h.luns) == 0 {
+			h.luns = []uint64{g.luns[g.pick(len(g.luns))].id}
+		}
+		g.hosts = append(g.hosts, h)
+		g.add(Event{Verb: "host", Args: []string{h.name}, Opts: map[string]string{"type": h.typ,
+			"paths": joinNums(h.paths), "luns": joinNums(h.luns)}})
+	}
+	g.top = len(g.s) + len(g.hosts)
+}
+
+func joinNums[T uint16 | uint64](xs []T) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.FormatUint(uint64(x), 10)
+	}
+	return strings.Join(s, ",")
+}
+
+// weights of the event kinds (the tagged ones leave out the slow kinds).
+var weights = []struct {
+	verb   string
+	w      float64
+	tagged bool
+}{
+	{"read", 25, true}, {"write", 25, true}, {"ws", 3, true}, {"unmap", 3, true}, {"caw", 3, true},
+	{"sync", 4, true}, {"rtpg", 2, true}, {"tick", 8, true}, {"destage", 4, true}, {"destager", 2, false},
+	{"bg", 3, true}, {"crash", 1.5, true}, {"restart", 2, true}, {"port", 2, true}, {"cut", 1.5, true},
+	{"mend", 1.5, true}, {"logout", 0.5, false}, {"login", 1, false}, {"reboot", 0.5, true}, {"scan", 1, false},
+	{"move", 2, true}, {"capacity", 0.3, false}, {"media", 0.5, true}, {"link", 0.3, false},
+}
+
+func (g *gen) event(tagged bool) Event {
+	total := 0.0
+	for _, w := range weights {
+		if !tagged || w.tagged {
+			total += w.w
+		}
+	}
+	x := g.r.Float64() * total
+	verb := "tick"
+	for _, w := range weights {
+		if tagged && !w.tagged {
+			continue
+		}
+		if x < w.w {
+			verb = w.verb
+			break
+		}
+		x -= w.w
+	}
+	e := Event{Verb: verb, AtLUN: -1}
+	h := g.hosts[g.pick(len(g.hosts))]
+	node := g.nodes[g.pick(len(g.nodes))].name
+	set := func(k, v string) {
+		if e.Opts == nil {
+			e.Opts = map[string]string{}
+		}
+		e.Opts[k] = v
+	}
+	switch verb {
+	case "read", "write", "ws", "unmap", "caw", "sync", "rtpg":
+		lun := h.luns[g.pick(len(h.luns))]
+		e.Args = []string{h.name, strconv.FormatUint(lun, 10)}
+		if verb != "sync" && verb != "rtpg" {
+			set("lba", strconv.Itoa(g.pick(48)))
+			if verb != "caw" {
+				set("n", strconv.Itoa(1+g.pick(16)))
+			}
+		}
+		if verb == "write" && g.r.Float64() < 0.15 {
+			set("fua", "1")
+		}
+	case "tick":
+		if g.r.Float64() < 0.2 {
+			set("n", strconv.Itoa(2+g.pick(12)))
+		}
+	case "destage":
+		e.Args = []string{node}
+		set("pages", strconv.Itoa(1+g.pick(32)))
+	case "destager", "crash", "restart":
+		e.Args = []string{node}
+	case "port":
+		e.Args = []string{strconv.Itoa(int(g.ports[g.pick(len(g.ports))])), []string{"down", "up", "up"}[g.pick(3)]}
+	case "cut", "mend":
+		e.Args = []string{h.name, strconv.Itoa(int(h.paths[g.pick(len(h.paths))]))}
+	case "logout", "login", "reboot", "scan":
+		e.Args = []string{h.name}
+	case "move":
+		var ids []string
+		for range 1 + g.pick(3) {
+			ids = append(ids, strconv.FormatUint(g.luns[g.pick(len(g.luns))].id, 10))
+		}
+		e.Args = []string{strings.Join(ids, ","), node}
+	case "capacity":
+		e.Args = []string{node, strconv.Itoa(5 + g.pick(2000))}
+	case "media":
+		e.Args = []string{strconv.FormatUint(g.luns[g.pick(len(g.luns))].id, 10)}
+		set("fail", []string{"none", "none", "write", "read", "sync"}[g.pick(5)])
+		set("delay", []string{"0s", "0s", "200us", "5ms"}[g.pick(4)])
+	case "link":
+		e.Args = []string{[]string{"0s", "50us", "2ms"}[g.pick(3)]}
+	}
+	return e
+}
