@@ -53,19 +53,30 @@ func simCmd(args []string) error {
 	close(next)
 	wg.Wait()
 	elapsed := time.Since(start)
-	events := 0
+	events, cmds, verified, moves, takeovers, abandoned, crashes := 0, 0, 0, 0, 0, 0, 0
+	mid := map[string]int{}
 	var failed []sim.SeedResult
 	for i, r := range results {
 		if errs[i] != nil {
 			return errs[i]
 		}
+		st := r.Result.Stats
 		events += r.Events
+		cmds, verified, moves, takeovers, abandoned, crashes = cmds+st.Commands, verified+st.Verified, moves+st.Moves,
+			takeovers+st.Takeovers, abandoned+st.Abandoned, crashes+st.Crashes
+		for k, v := range st.MidMove {
+			mid[k] += v
+		}
 		if r.Result.Violation != nil {
 			failed = append(failed, r)
 		}
 	}
 	fmt.Printf("sim: %d seeds (%d-%d), %d events in %s: %.0f events/s, %d failed\n", *seeds, *seed, *seed+uint64(*seeds)-1,
 		events, elapsed.Round(time.Millisecond), float64(events)/elapsed.Seconds(), len(failed))
+	fmt.Printf("  %d commands, %d blocks verified, %d crashes, %d moves (%d takeovers, %d abandoned)\n",
+		cmds, verified, crashes, moves, takeovers, abandoned)
+	fmt.Printf("  events inside moves: flush %d, hold %d, destage %d, switch %d, takeover %d\n",
+		mid["flush"], mid["hold"], mid["destage"], mid["switch"], mid["takeover"])
 	byName := map[string]int{}
 	for _, r := range failed {
 		byName[r.Result.Violation.Name]++

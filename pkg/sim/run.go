@@ -28,10 +28,16 @@ func Run(s Script) (Result, error) {
 // breaks the same invariant (delta debugging: halves, then smaller chunks,
 // down to single lines), within budget runs, and returns the shortest.
 func Shrink(s Script, name string, budget int, deadline time.Time) Script {
-	fails := func(c Script) bool {
-		budget--
+	return shrinkWith(s, name, budget, deadline, func(c Script) bool {
 		r, err := Run(c)
 		return err == nil && r.Violation != nil && r.Violation.Name == name
+	})
+}
+
+func shrinkWith(s Script, name string, budget int, deadline time.Time, failsRun func(Script) bool) Script {
+	fails := func(c Script) bool {
+		budget--
+		return failsRun(c)
 	}
 	var top, evs Script
 	for _, e := range s {

@@ -63,6 +63,8 @@ type World struct {
 	ioPrev    map[ioKey]scsi.NexusIO
 	viol      *Violation
 	stats     Stats
+	// seen is each node's destager state between passes.
+	seen []uint64
 }
 
 // Stats counts what a run did.
@@ -70,6 +72,8 @@ type Stats struct {
 	Events, Commands, Good, Moves, Takeovers, Abandoned, Crashes, Faults int
 	// Verified counts blocks read back and checked against the model.
 	Verified int
+	// MidMove counts the events run inside a move, by phase point.
+	MidMove map[string]int
 }
 
 type ioKey struct {
@@ -79,7 +83,11 @@ type ioKey struct {
 
 // newWorld builds the array, device server, core and hosts of a script's
 // topology lines.
-func newWorld(s Script) (*World, error) {
+func newWorld(s Script) (*World, error) { return newWorldWrapped(s, nil) }
+
+// newWorldWrapped is newWorld with each LUN's media wrapped (tests plant
+// defects there to see the invariants catch them).
+func newWorldWrapped(s Script, wrap func(lun uint64, st media.Store) media.Store) (*World, error) {
 	top, err := parseTopology(s)
 	if err != nil {
 		return nil, err
@@ -95,7 +103,11 @@ func newWorld(s Script) (*World, error) {
 		OpenStore: func(id uint64, size int64) (media.Store, error) {
 			sw := &media.Switch{}
 			w.sw[id] = sw
-			return media.WithFaults(media.NewMem(size), sw, w.advance), nil
+			var st media.Store = media.NewMem(size)
+			if wrap != nil {
+				st = wrap(id, st)
+			}
+			return media.WithFaults(st, sw, w.advance), nil
 		},
 		Background:    func(f func()) { w.bg = append(w.bg, f) },
 		ManualDestage: true,
@@ -105,6 +117,7 @@ func newWorld(s Script) (*World, error) {
 	if err != nil {
 		return nil, err
 	}
+	w.seen = make([]uint64, len(w.arr.Nodes))
 	w.srv = scsi.NewServer()
 	w.srv.SetClock(func() time.Time { return w.clock })
 	for _, p := range w.arr.Ports {
@@ -253,8 +266,7 @@ func (w *World) exec(e Event) string {
 			return "no such node"
 		}
 		if e.Verb == "destager" {
-			var seen uint64
-			n.Cache.DestagePass(&seen)
+			n.Cache.DestagePass(&w.seen[n.Index])
 			return fmt.Sprintf("dirty %d", n.Cache.Stats().Dirty)
 		}
 		k, err := n.Cache.DestageSome(int(max(e.optInt("pages", 16), 1)))
@@ -338,8 +350,8 @@ func (w *World) drain() {
 		var order []string
 		for _, id := range b.LUNs {
 			l := w.arr.LUN(id)
-			if l == nil || w.core.Owner(id) != b.To {
-				continue // the core changed its mind since (an operator's move)
+			if l == nil || w.core.Owner(id) != b.To || l.Owner().Name == b.To {
+				continue // the core changed its mind since, or it is there already
 			}
 			o := l.Owner().Name
 			if _, ok := byOwner[o]; !ok {
@@ -451,6 +463,10 @@ func (w *World) hook(p array.MovePoint) {
 		}
 		w.line = w.next
 		w.next++
+		if w.stats.MidMove == nil {
+			w.stats.MidMove = map[string]int{}
+		}
+		w.stats.MidMove[string(p.Phase)]++
 		w.logf("at %s of %v %s->%s (LUN %d):", p.Phase, p.LUNs, p.From, p.To, p.LUN)
 		w.do(e)
 		w.check()
