@@ -21,10 +21,13 @@ func Generate(seed uint64, steps int) Script {
 	for len(g.s) < steps+g.top {
 		e := g.event(false)
 		g.add(e)
-		if movesMaybe(e.Verb) && g.r.Float64() < 0.4 {
+		if g.r.Float64() < tagChance(e.Verb) {
 			for range 1 + g.r.IntN(3) {
 				t := g.event(true)
 				t.At = phases[g.r.IntN(len(phases))]
+				if e.Verb == "crash" && g.r.Float64() < 0.7 {
+					t.At = "takeover" // the failover that follows a crash
+				}
 				if g.r.Float64() < 0.2 {
 					t.AtLUN = int64(g.luns[g.r.IntN(len(g.luns))].id)
 				}
@@ -37,12 +40,18 @@ func Generate(seed uint64, steps int) Script {
 
 var phases = []string{"flush", "hold", "destage", "switch", "takeover"}
 
-func movesMaybe(verb string) bool {
+// tagChance is how often events tagged for the middle of a move follow
+// an event of this kind (the more likely it starts a move, the more often).
+func tagChance(verb string) float64 {
 	switch verb {
-	case "move", "tick", "crash", "restart", "port", "cut", "mend", "reboot", "logout", "login":
-		return true
+	case "move":
+		return 0.8
+	case "crash":
+		return 0.6
+	case "tick", "restart", "port", "cut", "mend", "reboot", "logout", "login":
+		return 0.25
 	}
-	return false
+	return 0
 }
 
 type gen struct {
@@ -137,7 +146,7 @@ var weights = []struct {
 	{"sync", 4, true}, {"rtpg", 2, true}, {"tick", 8, true}, {"destage", 4, true}, {"destager", 2, false},
 	{"bg", 3, true}, {"crash", 1.5, true}, {"restart", 2, true}, {"port", 2, true}, {"cut", 1.5, true},
 	{"mend", 1.5, true}, {"logout", 0.5, false}, {"login", 1, false}, {"reboot", 0.5, true}, {"scan", 1, false},
-	{"move", 2, true}, {"capacity", 0.3, false}, {"media", 0.5, true}, {"link", 0.3, false},
+	{"move", 3, true}, {"capacity", 0.3, false}, {"media", 0.5, true}, {"link", 0.3, false},
 }
 
 func (g *gen) event(tagged bool) Event {
@@ -182,7 +191,9 @@ func (g *gen) event(tagged bool) Event {
 			set("fua", "1")
 		}
 	case "tick":
-		if g.r.Float64() < 0.2 {
+		// Long stretches of time only between moves: a move held for
+		// seconds would itself keep other takeovers waiting.
+		if !tagged && g.r.Float64() < 0.2 {
 			set("n", strconv.Itoa(2+g.pick(12)))
 		}
 	case "destage":

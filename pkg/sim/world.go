@@ -399,9 +399,6 @@ func (w *World) move(ids []uint64, to string, cause array.Cause) (array.Change, 
 	w.depth++
 	c, err := w.arr.Move(ids, to, cause)
 	w.depth--
-	for _, id := range ids {
-		delete(w.held, id)
-	}
 	if err == nil {
 		w.stats.Moves++
 	} else if errors.Is(err, array.ErrMoveAbandoned) {
@@ -410,17 +407,17 @@ func (w *World) move(ids []uint64, to string, cause array.Cause) (array.Change, 
 	if c.Replayed > 0 || (c.From != "" && !nodeUp(w.arr, c.From)) {
 		w.stats.Takeovers++
 	}
-	var keep []Event
-	parked := w.parked
-	w.parked = nil
-	for _, e := range parked {
-		if w.held[w.lunArg(e)] {
-			keep = append(keep, e)
-			continue
-		}
+	if w.depth > 0 {
+		// A move inside another's hook: the outer one still holds its
+		// LUNs; commands parked meanwhile wait for it to end.
+		return c, err
+	}
+	clear(w.held)
+	for len(w.parked) > 0 {
+		e := w.parked[0]
+		w.parked = w.parked[1:]
 		w.logf("%s: delivered after the hold: %s", e, w.exec(e))
 	}
-	w.parked = append(keep, w.parked...)
 	return c, err
 }
 
