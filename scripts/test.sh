@@ -14,6 +14,10 @@ echo "== go vet"; go vet ./...
 echo "== gofmt"; test -z "$(gofmt -l cmd pkg test ownership cluster-tests tcmu-handler)" || { gofmt -l cmd pkg test ownership cluster-tests tcmu-handler; exit 1; }
 echo "== go test -race"
 go test -race -count=1 ./... 2>&1 | tee results/go-test.txt
+# The deterministic whole-array simulation, a fixed budget of seeds
+# (README: how to run 10,000); a failing seed is shrunk and saved.
+echo "== simulation: ${SIM_SEEDS:-300} seeds"
+go run ./cmd/aluad sim --seeds "${SIM_SEEDS:-300}" --steps 400 --shrink 60s --out results/sim-failures | tee results/sim.txt
 echo "== fuzz (every target, ${FUZZTIME:-10s} each)"
 scripts/fuzz.sh
 echo "== CHAP, login ACL and LUN mapping, checked with libiscsi's tools"

@@ -38,7 +38,7 @@ func TestRegressions(t *testing.T) {
 // TestSeeds runs a fixed budget of generated seeds (ALUAD_SIM_SEEDS
 // overrides the count; aluad sim runs any number).
 func TestSeeds(t *testing.T) {
-	n := 24
+	n := 12
 	if v, err := strconv.Atoi(os.Getenv("ALUAD_SIM_SEEDS")); err == nil && v > 0 {
 		n = v
 	}
