@@ -72,7 +72,9 @@ func joinIDs(ids []uint64) string {
 }
 
 // OnChange registers f to be called after every ALUA change, in order, from
-// the goroutine that made it. Register before serving.
+// the goroutine that made it. Register before serving. A move announces
+// its change while it still holds the batch (and keeps crashes waiting),
+// so f must not call back into Move, CrashNode or RestartNode.
 func (a *Array) OnChange(f func(Change)) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -161,7 +163,9 @@ func (a *Array) Move(ids []uint64, to string, cause Cause) (Change, error) {
 	if err == nil && crashed {
 		c.Replayed, err = a.replayAll(batch, from, dst)
 	}
-	a.topo.Lock() // a crash of dst now waits: the owner published is up
+	// A crash of dst now waits until the change is announced: a move is
+	// never reported done onto a node that is down.
+	a.topo.Lock()
 	if err == nil && !dst.Up() {
 		err = fmt.Errorf("%w: node %s went down", ErrMoveAbandoned, dst.Name)
 	}
@@ -180,11 +184,11 @@ func (a *Array) Move(ids []uint64, to string, cause Cause) (Change, error) {
 		}
 		l.alua.Store(olds[i].switched(from, dst, cause))
 	}
-	a.topo.Unlock()
 	c.Stop = a.now().Sub(stop)
 	// Announced before the held commands go: none of them completes on
 	// the new owner before its nexus has the unit attention queued.
 	c, err = a.finishMove(c, err)
+	a.topo.Unlock()
 	for _, l := range batch {
 		l.io.Unlock()
 	}
@@ -326,7 +330,8 @@ func (s *aluaSnap) switched(from, dst *Node, cause Cause) *aluaSnap {
 // pages before it serves; without a partner to mirror them to, it
 // destages them in the background. A LUN is taken over only while dst is
 // up; if dst goes down part-way, the rest stay on from (their mirror
-// copies untouched) for the next failover, and the move fails.
+// copies untouched), and the move fails whole: the next failover moves
+// both kinds on.
 func (a *Array) takeover(batch []*LUN, from, dst *Node, c *Change, pt MovePoint) error {
 	start := a.now()
 	for _, l := range batch {
@@ -337,7 +342,6 @@ func (a *Array) takeover(batch []*LUN, from, dst *Node, c *Change, pt MovePoint)
 			l.io.Unlock()
 		}
 	}()
-	var done []*LUN
 	var err error
 	for _, l := range batch {
 		a.hook(MovePoint{Phase: PhaseTakeover, LUNs: pt.LUNs, From: pt.From, To: pt.To, LUN: l.ID})
@@ -352,20 +356,18 @@ func (a *Array) takeover(batch []*LUN, from, dst *Node, c *Change, pt MovePoint)
 		s := l.alua.Load()
 		l.alua.Store(s.switched(from, dst, CauseFailover))
 		a.topo.Unlock()
-		done = append(done, l)
 	}
 	c.Stop = a.now().Sub(start)
-	if err != nil && len(done) > 0 {
-		// Only what moved is announced as moved; the rest failed.
-		var ids []uint64
-		for _, l := range done {
-			ids = append(ids, l.ID)
-		}
-		a.notify(Change{LUNs: ids, From: from.Name, To: dst.Name, Cause: c.Cause, Replayed: c.Replayed, Stop: c.Stop})
-		c.LUNs = c.LUNs[len(ids):]
-		c.Replayed = 0
+	// Announced under topo (a crash of dst waits) and before the held
+	// commands go. If dst went down part-way, the whole batch failed:
+	// the LUNs it took are on a down node now, like any of its own, and
+	// the next failover takes them on from its partner's mirror.
+	a.topo.Lock()
+	if err == nil && !dst.Up() {
+		err = fmt.Errorf("%w: node %s went down", ErrMoveAbandoned, dst.Name)
 	}
-	*c, err = a.finishMove(*c, err) // announced before the held commands go
+	*c, err = a.finishMove(*c, err)
+	a.topo.Unlock()
 	return err
 }
 

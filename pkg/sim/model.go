@@ -271,8 +271,11 @@ func (m *model) check(h *host, l *array.LUN, lba int64, data []byte) {
 				h.name, l.ID, at, got, b.acked)
 			return
 		}
+		// Resynchronised on the older value. Its acknowledgement came no
+		// later than the lost one's, so ackAt stays (a bound that errs on
+		// the strict side).
 		b.hist = append(b.hist, b.acked)
-		b.acked, b.ackAt, b.maybe = got, m.w.crashes, nil
+		b.acked, b.maybe = got, nil
 	}
 }
 
