@@ -64,9 +64,13 @@ type LUN struct {
 	// move, which thereby drains in-flight commands before the hand-over.
 	io     sync.RWMutex
 	moveMu sync.Mutex
-	store  media.Store
-	arr    *Array
-	stats  []NodeStats // per node the command arrived on
+	// replayMu orders the hand-overs of the LUN's mirrored pages (a
+	// restart replaying them onto its node, a takeover onto a new owner):
+	// the copies go to one node, and the owner is read under it.
+	replayMu sync.Mutex
+	store    media.Store
+	arr      *Array
+	stats    []NodeStats // per node the command arrived on
 }
 
 // NodeStats counts commands that arrived at one node for one LUN.

@@ -121,6 +121,10 @@ func (a *Array) Move(ids []uint64, to string, cause Cause) (Change, error) {
 	if !dst.Up() {
 		return Change{}, fmt.Errorf("node %s is down", to)
 	}
+	incs := make([]uint64, len(a.Nodes)) // before the owner is read: a crash and restart from here on is seen
+	for i, n := range a.Nodes {
+		incs[i] = n.Cache.Incarnation()
+	}
 	batch, from, err := a.batchOf(ids, dst)
 	if err != nil {
 		return Change{}, err
@@ -139,7 +143,7 @@ func (a *Array) Move(ids []uint64, to string, cause Cause) (Change, error) {
 		err = a.takeover(batch, from, dst, &c, pt)
 		return c, err
 	}
-	inc := from.Cache.Incarnation()
+	inc := incs[from.Index]
 	olds := make([]*aluaSnap, len(batch))
 	for i, l := range batch {
 		olds[i] = l.alua.Load()
@@ -160,14 +164,14 @@ func (a *Array) Move(ids []uint64, to string, cause Cause) (Change, error) {
 	}
 	a.hook(MovePoint{Phase: PhaseHold, LUNs: pt.LUNs, From: pt.From, To: pt.To})
 	crashed, err := a.settle(batch, from, dst, inc, err, pt)
-	if err == nil && crashed {
-		c.Replayed, err = a.replayAll(batch, from, dst)
-	}
 	// A crash of dst now waits until the change is announced: a move is
 	// never reported done onto a node that is down.
 	a.topo.Lock()
 	if err == nil && !dst.Up() {
 		err = fmt.Errorf("%w: node %s went down", ErrMoveAbandoned, dst.Name)
+	}
+	if err == nil && crashed {
+		c.Replayed, err = a.replayAll(batch, from, dst)
 	}
 	for i, l := range batch {
 		if !crashed {
@@ -351,7 +355,12 @@ func (a *Array) takeover(batch []*LUN, from, dst *Node, c *Change, pt MovePoint)
 			err = fmt.Errorf("%w: node %s went down", ErrMoveAbandoned, dst.Name)
 			break
 		}
-		n, _ := a.replay(l, dst)
+		n, herr := a.handOver(l, from, dst)
+		if herr != nil {
+			a.topo.Unlock()
+			err = fmt.Errorf("LUN %d: %w", l.ID, herr)
+			break
+		}
 		c.Replayed += n
 		s := l.alua.Load()
 		l.alua.Store(s.switched(from, dst, CauseFailover))
@@ -371,23 +380,41 @@ func (a *Array) takeover(batch []*LUN, from, dst *Node, c *Change, pt MovePoint)
 	return err
 }
 
-// replayAll replays the mirror of a batch held by a move whose old owner
-// crashed during it (its I/O locks are held); see replay.
+// replayAll hands a held batch over to dst after its old owner crashed
+// during the move (see handOver); topo and the I/O locks are held.
 func (a *Array) replayAll(batch []*LUN, from, dst *Node) (int, error) {
 	total := 0
 	for _, l := range batch {
-		if from.Up() {
-			// It came back: what it took since is flushed (settle), and
-			// its clean pages must not be served later.
-			from.Cache.Invalidate(l.ID)
-		}
-		n, err := a.replay(l, dst)
+		n, err := a.handOver(l, from, dst)
 		if err != nil {
-			return total, err
+			return total, fmt.Errorf("LUN %d: %w", l.ID, err)
 		}
 		total += n
 	}
 	return total, nil
+}
+
+// handOver moves a LUN's data from a crashed owner to dst, with I/O to it
+// held: if the old owner is back (a restart replayed the mirror onto it,
+// and it may have taken writes since), its cache is flushed first; then
+// what only the mirror holds is replayed on dst; then the old owner's
+// pages are dropped, so none of them can be destaged over dst's newer
+// data later. The caller holds topo (dst is up) and the LUN's I/O lock.
+func (a *Array) handOver(l *LUN, from, dst *Node) (int, error) {
+	l.replayMu.Lock()
+	defer l.replayMu.Unlock()
+	if from.Up() {
+		if err := from.Cache.Flush(l.ID); err != nil {
+			return 0, err
+		}
+	}
+	dst.Cache.Invalidate(l.ID)
+	n, err := a.replay(l, dst)
+	if err != nil {
+		return n, err
+	}
+	from.Cache.Invalidate(l.ID)
+	return n, nil
 }
 
 // replay installs the newest mirrored copies of the LUN's dirty pages, from
@@ -454,13 +481,14 @@ func (a *Array) CrashNode(name string) (Change, error) {
 	if n == nil {
 		return Change{}, fmt.Errorf("no node %q", name)
 	}
+	// topo is held until the loss is counted: no move or takeover
+	// switches an owner, or takes mirror copies, in between.
 	a.topo.Lock()
 	if !n.Up() {
 		a.topo.Unlock()
 		return Change{}, fmt.Errorf("node %s is already down", name)
 	}
 	n.up.Store(false)
-	a.topo.Unlock()
 	lost, held := n.Cache.CrashMirror()
 	// The mirror copies it held for LUNs whose owner is down too (their
 	// takeover not done yet) were the last copies.
@@ -470,6 +498,7 @@ func (a *Array) CrashNode(name string) (Change, error) {
 		}
 	}
 	c := Change{Cause: CauseNodeDown, From: name, Lost: a.unmirrored(lost)}
+	a.topo.Unlock()
 	for _, l := range a.LUNs {
 		c.LUNs = append(c.LUNs, l.ID)
 	}
@@ -541,10 +570,11 @@ func (a *Array) unmirrored(lost []cache.DirtyPage) []Loss {
 }
 
 // RestartNode brings a crashed node back with an empty cache. LUNs it
-// still owns (no takeover moved them while it was down) first get their
-// mirrored dirty pages back from the partner's mirror, so the restart
-// serves every acknowledged write; a LUN in a move is left to the move.
-// It owns nothing else until the ownership core fails its LUNs back.
+// still owns (no takeover moved them while it was down, or one is under
+// way) first get their mirrored dirty pages back from the partner's
+// mirror, before the node serves, so the restart serves every
+// acknowledged write. It owns nothing else until the ownership core fails
+// its LUNs back.
 func (a *Array) RestartNode(name string) error {
 	n := a.Node(name)
 	if n == nil {
@@ -555,13 +585,15 @@ func (a *Array) RestartNode(name string) error {
 	}
 	n.Cache.Restart()
 	for _, l := range a.LUNs {
-		if l.Owner() != n || !l.moveMu.TryLock() {
-			continue
+		l.replayMu.Lock()
+		if l.Owner() == n {
+			// Also for a LUN in a move: the move then finds its old
+			// owner back, flushes it and replays what is left.
+			if _, err := a.replay(l, n); err != nil {
+				a.logf("node %s: LUN %d: %v", n.Name, l.ID, err)
+			}
 		}
-		if _, err := a.replay(l, n); err != nil {
-			a.logf("node %s: LUN %d: %v", n.Name, l.ID, err)
-		}
-		l.moveMu.Unlock()
+		l.replayMu.Unlock()
 	}
 	a.topo.Lock()
 	n.up.Store(true)

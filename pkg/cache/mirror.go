@@ -221,10 +221,12 @@ func (c *Cache) Install(id uint64, pages []MirrorPage) error {
 	}
 	gen := c.gen
 	idxs := make([]int64, 0, len(pages))
+	installed := make([]MirrorPage, 0, len(pages))
 	for _, mp := range pages {
 		if pg := ls.pages[mp.Idx]; pg != nil && pg.ver >= mp.Ver {
 			continue // this cache already holds that write or a newer one
 		}
+		installed = append(installed, mp)
 		c.drop(ls, mp.Idx)
 		pg := &page{lun: ls, idx: mp.Idx, data: append([]byte(nil), mp.Data...), ver: mp.Ver}
 		ls.pages[mp.Idx] = pg
@@ -236,8 +238,8 @@ func (c *Cache) Install(id uint64, pages []MirrorPage) error {
 	}
 	ls.epoch++
 	partner := c.partnerUp()
-	if partner != nil {
-		partner.mirror.put(id, pages)
+	if partner != nil && len(installed) > 0 {
+		partner.mirror.put(id, installed)
 	}
 	c.mu.Unlock()
 	if c.cfg.Mode != WriteBack {
