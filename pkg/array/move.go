@@ -256,6 +256,29 @@ func (a *Array) settle(batch []*LUN, from, dst *Node, inc uint64, flushErr error
 	}
 }
 
+// ByOwner splits LUN ids into groups of one current owner each, in the
+// order the owners first appear (unknown ids are left out): a decision's
+// batch becomes one Move per owner.
+func (a *Array) ByOwner(ids []uint64) [][]uint64 {
+	var out [][]uint64
+	at := map[*Node]int{}
+	for _, id := range ids {
+		l := a.LUN(id)
+		if l == nil {
+			continue
+		}
+		o := l.Owner()
+		i, ok := at[o]
+		if !ok {
+			i = len(out)
+			at[o] = i
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], id)
+	}
+	return out
+}
+
 // batchOf resolves and locks a batch: the LUNs not already on dst, all
 // with one owner.
 func (a *Array) batchOf(ids []uint64, dst *Node) ([]*LUN, *Node, error) {

@@ -219,38 +219,19 @@ func (b *brain) apply(r ownership.Ready) {
 func (b *brain) executor() {
 	defer b.wg.Done()
 	for batch := range b.exec {
-		byOwner := map[string][]uint64{}
-		var order []string
-		for _, id := range batch.LUNs {
-			l := b.d.Array.LUN(id)
-			if l == nil {
-				continue
-			}
-			o := l.Owner().Name
-			if _, ok := byOwner[o]; !ok {
-				order = append(order, o)
-			}
-			byOwner[o] = append(byOwner[o], id)
-		}
-		for _, o := range order {
-			ids := byOwner[o]
+		for _, ids := range b.d.Array.ByOwner(batch.LUNs) {
 			_, err := b.d.Array.Move(ids, batch.To, array.Cause(batch.Cause))
-			if err == nil || errors.Is(err, array.ErrNoChange) {
-				// Confirm where they are: if the core's view moved on
-				// while this ran (an operator's move), it learns the
-				// truth instead of keeping a LUN it thinks is elsewhere.
-				var evs []ownership.Event
-				for _, id := range ids {
-					evs = append(evs, ownership.OwnerChanged{LUN: id, Owner: b.d.Array.LUN(id).Owner().Name, Cause: batch.Cause})
-				}
-				b.post(evs...)
-				continue
+			// Tell the core where they are now: a rollback if the move
+			// failed; otherwise a confirmation, which corrects the core's
+			// view if it moved on while this ran (an operator's move).
+			cause := batch.Cause
+			if err != nil && !errors.Is(err, array.ErrNoChange) {
+				b.d.log.Warn("ownership move failed", "luns", ids, "to", batch.To, "cause", batch.Cause, "err", err)
+				cause = ownership.CauseRollback
 			}
-			b.d.log.Warn("ownership move failed", "luns", ids, "to", batch.To, "cause", batch.Cause, "err", err)
-			var evs []ownership.Event
+			evs := make([]ownership.Event, 0, len(ids))
 			for _, id := range ids {
-				evs = append(evs, ownership.OwnerChanged{LUN: id, Owner: b.d.Array.LUN(id).Owner().Name,
-					Cause: ownership.CauseRollback})
+				evs = append(evs, ownership.OwnerChanged{LUN: id, Owner: b.d.Array.LUN(id).Owner().Name, Cause: cause})
 			}
 			b.post(evs...)
 		}

@@ -346,21 +346,15 @@ func (w *World) drain() {
 		}
 		b := w.batches[0]
 		w.batches = w.batches[1:]
-		byOwner := map[string][]uint64{}
-		var order []string
+		var live []uint64
 		for _, id := range b.LUNs {
 			l := w.arr.LUN(id)
-			if l == nil || w.core.Owner(id) != b.To || l.Owner().Name == b.To {
-				continue // the core changed its mind since, or it is there already
+			if l != nil && w.core.Owner(id) == b.To && l.Owner().Name != b.To {
+				live = append(live, id) // else the core changed its mind since, or it is there already
 			}
-			o := l.Owner().Name
-			if _, ok := byOwner[o]; !ok {
-				order = append(order, o)
-			}
-			byOwner[o] = append(byOwner[o], id)
 		}
-		for _, o := range order {
-			ids := byOwner[o]
+		for _, ids := range w.arr.ByOwner(live) {
+			o := w.arr.LUN(ids[0]).Owner().Name
 			c, err := w.move(ids, b.To, array.Cause(b.Cause))
 			w.logf("core %s %v %s->%s: %s", b.Cause, ids, o, b.To, moveString(c, err))
 			cause := b.Cause
