@@ -153,12 +153,10 @@ func (h *host) exec(e Event) string {
 		h.reconnect()
 		return fmt.Sprintf("%d sessions", h.sessions())
 	case "logout":
+		// The core cannot yet tell a Logout from a lost connection: both
+		// end the session the same way here.
 		for _, p := range h.paths {
-			if h.sess[p] {
-				h.sess[p] = false
-				h.w.srv.NexusLost(h.nexus(p))
-				h.w.step(ownership.Logout{Nexus: h.coreNexus(p)})
-			}
+			h.drop(p)
 		}
 		return "0 sessions"
 	case "reboot":
