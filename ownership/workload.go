@@ -1,6 +1,9 @@
 package ownership
 
-import "fmt"
+import (
+	"fmt"
+	"sort"
+)
 
 // Workload analysis (reference 002 "Automatic Load Balancing", reference
 // 004 on expansion factors): rolling averages of the work arriving for
@@ -82,11 +85,19 @@ func (c *Core) foldWorkload() {
 	}
 }
 
-// load is a LUN's rolling work per tick, wherever it arrives.
+// load is a LUN's rolling work per tick, wherever it arrives, summed in
+// node order: a float sum in map order differs in its last bits from run
+// to run, and the planner's comparisons then do too (found by the
+// whole-array simulation, whose seeds must replay exactly).
 func (l *lun) load() float64 {
+	nodes := make([]string, 0, len(l.arrive))
+	for n := range l.arrive {
+		nodes = append(nodes, n)
+	}
+	sort.Strings(nodes)
 	s := 0.0
-	for _, w := range l.arrive {
-		s += w
+	for _, n := range nodes {
+		s += l.arrive[n]
 	}
 	return s
 }
