@@ -10,8 +10,10 @@ import (
 // time: summed in map order its last bits changed from run to run, and so
 // did the planner's decisions (the simulation's seeds did not replay).
 func TestLoadSumsInNodeOrder(t *testing.T) {
-	l := &lun{arrive: map[string]float64{"c": 0.3, "a": 0.1, "b": 0.2, "d": 1e-17}}
-	want := ((0.1 + 0.2) + 0.3) + 1e-17
+	a, b, c, d := 0.1, 0.2, 0.3, 1e-17 // variables: Go folds constant sums exactly
+	l := &lun{arrive: map[string]float64{"c": c, "a": a, "b": b, "d": d}}
+	want := ((a + b) + c) + d
+	require.NotEqual(t, want, ((c+b)+a)+d, "the order must matter for this test to mean anything")
 	for range 200 {
 		require.Equal(t, want, l.load())
 	}
