@@ -3,6 +3,7 @@ package sim
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/aluad/aluad/ownership"
@@ -127,14 +128,7 @@ func (h *host) setCut(port uint16, cut bool) string {
 	return "ok"
 }
 
-func (h *host) hasPath(port uint16) bool {
-	for _, p := range h.paths {
-		if p == port {
-			return true
-		}
-	}
-	return false
-}
+func (h *host) hasPath(port uint16) bool { return slices.Contains(h.paths, port) }
 
 func (h *host) sessions() int {
 	n := 0
@@ -181,14 +175,7 @@ func (h *host) exec(e Event) string {
 	return h.w.m.io(h, l, e)
 }
 
-func (h *host) uses(lun uint64) bool {
-	for _, l := range h.luns {
-		if l == lun {
-			return true
-		}
-	}
-	return false
-}
+func (h *host) uses(lun uint64) bool { return slices.Contains(h.luns, lun) }
 
 // scan is a disk probe on every path: INQUIRY, TEST UNIT READY and READ
 // CAPACITY, which every OS sends with or without multipath.
