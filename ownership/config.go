@@ -13,24 +13,51 @@ type Config struct {
 	// DiscoveryWindow: a nexus logged in this long with no RTPG and no I/O
 	// on it means the host's multipath driver is not discovering the path.
 	DiscoveryWindow int
-	// Settle: a host's connectivity constrains owners only once this long
-	// has passed since its first login, so a host still logging in to its
-	// paths one by one does not trigger failovers. (Until then its I/O on
-	// a non-owner path is forwarded, not lost.)
+	// Settle: a new host's connectivity constrains owners only once its
+	// logins and path discovery have not changed for this long, so a host
+	// still logging in to its paths one by one does not trigger
+	// failovers. (Until then its I/O on a non-owner path is forwarded,
+	// not lost.) A host that comes back after it had no session at all
+	// (a reboot) waits the longer DiscoveryWindow the same way.
 	Settle int
+	// MediaTicks: media I/O on a nexus counts as discovery once it has
+	// arrived in this many distinct ticks (an RTPG counts at once). A
+	// disk scan reads a few blocks once on every path; a multipath
+	// driver that uses a path keeps using it.
+	MediaTicks int
 	// FailbackWindow: every host using a failed-over LUN must reach its
 	// preferred owner for this long before it fails back.
 	FailbackWindow int
-	// Cooldown: a LUN that moved is not moved again for balance, shipping
-	// or failback for this long (failover is never held back).
+	// Cooldown: a LUN that moved is not moved again for balance or
+	// shipping for this long (failover is never held back). An operator's
+	// move also holds back balance moves of other LUNs for this long,
+	// unless a node is at StressUtil.
 	Cooldown int
+	// FailbackCooldown: no failback within this long of the LUN's last
+	// move.
+	FailbackCooldown int
+	// DampCount failovers of one LUN within DampWindow damp it: it stays
+	// on its reachable owner (no failback) and Path Flapping is raised,
+	// until no failover for DampClear or the operator clears the report.
+	DampCount  int
+	DampWindow int
+	DampClear  int
+	// FollowWindow: after a planned move, a host's I/O to the LUN must
+	// arrive mostly (ShipShare) at the new owner within this long, or
+	// the host is observed not to follow.
+	FollowWindow int
 	// PlanInterval: how often the balancer and the shipping check run.
 	PlanInterval int
 	// StressUtil and StressExpansion: the array is stressed, and a
-	// rebalance worth considering, when a node's utilisation or its
-	// expansion factor reaches these.
+	// rebalance worth considering, when a node's utilisation reaches
+	// StressUtil, or its expansion factor reaches StressExpansion while its
+	// utilisation is at least StressFloor and it served at least
+	// MinExpansionOps a tick (expansion on a near-idle node is noise).
+	// The stress must hold for StressWindow before a balance move.
 	StressUtil      float64
 	StressExpansion float64
+	StressFloor     float64
+	StressWindow    int
 	// MinExpansionOps: intervals with fewer operations do not set a node's
 	// best response time.
 	MinExpansionOps float64
@@ -81,8 +108,9 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		TickMicros: 1e6, Alpha: 0.7,
-		DiscoveryWindow: 30, Settle: 5, FailbackWindow: 30, Cooldown: 300, PlanInterval: 10,
-		StressUtil: 0.5, StressExpansion: 2.0, MinExpansionOps: 50,
+		DiscoveryWindow: 30, Settle: 5, MediaTicks: 3, FailbackWindow: 30, Cooldown: 300, PlanInterval: 10,
+		FailbackCooldown: 60, DampCount: 3, DampWindow: 1800, DampClear: 3600, FollowWindow: 30,
+		StressUtil: 0.5, StressExpansion: 2.0, StressFloor: 0.25, StressWindow: 30, MinExpansionOps: 50,
 		Tolerance: 0.10, ROIHorizon: 600, ROIFactor: 2, MoveCost: 100,
 		ShipShare: 0.75, ShipMinWork: 10, ShipWindow: 30, BytesPerWork: 65536,
 		StopMicros: map[string]float64{"ram": 500, "ssd": 2000, "hdd": 30000},
@@ -111,6 +139,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("ownership: PathDegradedFactor must be above 1")
 	case c.ThrashCount < 2:
 		return fmt.Errorf("ownership: ThrashCount must be at least 2")
+	case c.DampCount < 1 || c.MediaTicks < 1:
+		return fmt.Errorf("ownership: DampCount and MediaTicks must be at least 1")
+	case c.StressFloor < 0 || c.StressFloor > c.StressUtil:
+		return fmt.Errorf("ownership: StressFloor must be in [0, StressUtil]")
+	case c.FailbackCooldown < 0 || c.DampWindow < 1 || c.DampClear < 0 || c.FollowWindow < 1 || c.StressWindow < 0:
+		return fmt.Errorf("ownership: damping, follow and stress windows must not be negative")
 	case c.DiscoveryWindow < 0 || c.Settle < 0 || c.ShipWindow < 0 || c.FailbackWindow < 0 || c.Cooldown < 0 || c.Debounce < 0 || c.ThrashWindow < 1 || c.PathMinOps < 0:
 		return fmt.Errorf("ownership: windows must not be negative")
 	}

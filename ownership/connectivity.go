@@ -2,6 +2,7 @@ package ownership
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 )
 
@@ -17,10 +18,33 @@ type host struct {
 	nexuses map[nexusKey]*nexusState
 	// everReached: nodes this host has reached (for "redundancy lost").
 	everReached map[string]bool
-	// firstSeen: the tick of its first login (for Settle).
-	firstSeen int
-	// uses: the LUNs it sent RTPG or I/O for.
+	// joining: the host logged in after it had no session at all (for
+	// the first time, or back from a reboot). Until its logins and their
+	// discovery have been unchanged for joinWindow ticks (since
+	// joinChanged) its connectivity constrains no failover: a host
+	// logging in path by path must not pull LUNs after it.
+	joining     bool
+	joinWindow  int
+	joinChanged int
+	everJoined  bool
+	// departed: nodes the host logged out of (an orderly Logout of its
+	// last nexus there), with the tick: a departure, not a fault, so
+	// they still count as reached for failover.
+	departed map[string]int
+	// away: it has no nexus and the last one ended by Logout (a host
+	// shut down or rebooting, not a host that lost its paths).
+	away bool
+	// lostPorts: per node, the target ports whose nexus ended in a fault
+	// most recently (for the Path Flapping report).
+	lostPorts map[string][]uint16
+	// mediaTicks/mediaLast: per node, the distinct ticks in which media
+	// commands completed GOOD there (discovery evidence, MediaTicks).
+	mediaTicks map[string]int
+	mediaLast  map[string]int
+	// uses: the LUNs it sent RTPG or sustained media I/O for.
 	uses map[uint64]bool
+	// What the host was seen to do (behaviour.go).
+	obs hostObs
 }
 
 type nexusKey struct {
@@ -45,7 +69,9 @@ func (c *Core) hostOf(name string) *host {
 	h := c.hosts[name]
 	if h == nil {
 		h = &host{name: name, typ: HostType{Name: "default", TPGS: true}, nexuses: map[nexusKey]*nexusState{},
-			everReached: map[string]bool{}, firstSeen: c.now, uses: map[uint64]bool{}}
+			everReached: map[string]bool{}, departed: map[string]int{}, lostPorts: map[string][]uint16{},
+			mediaTicks: map[string]int{}, mediaLast: map[string]int{}, uses: map[uint64]bool{},
+			obs: hostObs{mediaSince: -1, lastFollow: -1, notFollowAt: -1}}
 		c.hosts[name] = h
 		c.hostNames = append(c.hostNames, name)
 		sort.Strings(c.hostNames)
@@ -55,19 +81,82 @@ func (c *Core) hostOf(name string) *host {
 
 func keyOf(n Nexus) nexusKey { return nexusKey{n.Initiator, n.ISID, n.Port} }
 
-func (c *Core) login(n Nexus) {
-	h := c.hostOf(n.Host)
-	if len(h.nexuses) == 0 && len(h.everReached) == 0 {
-		h.firstSeen = c.now
-	}
-	h.nexuses[keyOf(n)] = &nexusState{n: n, since: c.now}
-	c.gen++
+// settling: the host is joining and its window has not passed.
+func (c *Core) settling(h *host) bool {
+	return h.joining && c.now-h.joinChanged < h.joinWindow
 }
 
-func (c *Core) logout(n Nexus) {
-	if h := c.hosts[n.Host]; h != nil {
-		delete(h.nexuses, keyOf(n))
-		c.gen++
+// joinChange notes a change of a joining host's paths (a login, a
+// logout, a path discovered): its window starts again.
+func (c *Core) joinChange(h *host) {
+	if c.settling(h) {
+		h.joinChanged = c.now
+	}
+}
+
+func (c *Core) login(n Nexus) {
+	h := c.hostOf(n.Host)
+	c.addNexus(h, n)
+}
+
+// addNexus records a nexus (a login, or a command on a nexus whose login
+// was missed). A host with no session before is joining: a new host
+// waits Settle, a host coming back (a reboot) the discovery window.
+func (c *Core) addNexus(h *host, n Nexus) *nexusState {
+	if len(h.nexuses) == 0 {
+		h.joining, h.joinChanged = true, c.now
+		h.joinWindow = c.cfg.Settle
+		if h.everJoined {
+			h.joinWindow = max(c.cfg.Settle, c.cfg.DiscoveryWindow)
+		}
+		h.everJoined = true
+	} else {
+		c.joinChange(h)
+	}
+	delete(h.departed, n.Node)
+	h.away = false
+	h.obs.initiator = n.Initiator
+	s := &nexusState{n: n, since: c.now}
+	h.nexuses[keyOf(n)] = s
+	c.gen++
+	return s
+}
+
+func (c *Core) logout(e Logout) {
+	n := e.Nexus
+	h := c.hosts[n.Host]
+	if h == nil || h.nexuses[keyOf(n)] == nil {
+		return
+	}
+	delete(h.nexuses, keyOf(n))
+	c.gen++
+	c.joinChange(h)
+	still := false
+	for _, s := range h.nexuses {
+		if s.n.Node == n.Node {
+			still = true
+		}
+	}
+	if !still {
+		// Media evidence is per node: a path that comes back proves
+		// itself again.
+		delete(h.mediaTicks, n.Node)
+		delete(h.mediaLast, n.Node)
+	}
+	if e.Orderly {
+		if !still {
+			h.departed[n.Node] = c.now
+		}
+		h.away = len(h.nexuses) == 0
+		return
+	}
+	h.away = false
+	ports := h.lostPorts[n.Node]
+	if !slices.Contains(ports, n.Port) {
+		if len(ports) >= 8 {
+			ports = ports[1:]
+		}
+		h.lostPorts[n.Node] = append(ports, n.Port)
 	}
 }
 
@@ -77,12 +166,12 @@ func (c *Core) discovered(n Nexus) {
 	h := c.hostOf(n.Host)
 	s := h.nexuses[keyOf(n)]
 	if s == nil {
-		s = &nexusState{n: n, since: c.now}
-		h.nexuses[keyOf(n)] = s
+		s = c.addNexus(h, n)
 	}
 	if !s.discovered {
 		s.discovered = true
 		c.gen++
+		c.joinChange(h)
 	}
 }
 
@@ -317,11 +406,21 @@ func (c *Core) HostStates() []HostState {
 }
 
 // allowed returns the up nodes every connected user of l reaches: the
-// owners that strand no host. Users that reach no node at all do not
-// constrain (nothing can help them), nor do hosts still settling. When no node suits everyone, it
-// returns the nodes reached by the most users (ties: all of them) and
-// false.
-func (c *Core) allowed(l *lun) ([]string, bool) {
+// owners that strand no host (for failover). Users that reach no node at
+// all do not constrain (nothing can help them), nor do hosts still
+// joining. A node a host logged out of (orderly) still counts as reached:
+// a host leaving, or an admin removing its paths, is not a fault; only
+// when that host is the one user of the LUN still doing I/O does the LUN
+// follow it. When no node suits everyone, it returns the nodes reached by
+// the most users (ties: all of them) and false.
+func (c *Core) allowed(l *lun) ([]string, bool) { return c.allowedFor(l, false) }
+
+// allowedStrict is allowed for planned moves (failback, balance,
+// shipping): a host still joining constrains too, so a move never goes
+// where a host that is coming back cannot follow.
+func (c *Core) allowedStrict(l *lun) ([]string, bool) { return c.allowedFor(l, true) }
+
+func (c *Core) allowedFor(l *lun, strict bool) ([]string, bool) {
 	if cap(c.scratch) < len(c.nodeNames) {
 		c.scratch = make([]int, len(c.nodeNames))
 	}
@@ -330,7 +429,7 @@ func (c *Core) allowed(l *lun) ([]string, bool) {
 	users := 0
 	for name := range l.users { // counting: the order does not matter
 		h := c.hosts[name]
-		if c.now-h.firstSeen < c.cfg.Settle {
+		if !strict && c.settling(h) {
 			continue
 		}
 		r := c.reachableIdx(h)
@@ -340,6 +439,13 @@ func (c *Core) allowed(l *lun) ([]string, bool) {
 		users++
 		for _, i := range r {
 			count[i]++
+		}
+		if len(h.departed) > 0 && !c.soleActiveUser(l, h) {
+			for i, n := range c.nodeNames {
+				if _, ok := h.departed[n]; ok && !slices.Contains(r, i) {
+					count[i]++
+				}
+			}
 		}
 	}
 	up := c.upNodes()
@@ -369,6 +475,22 @@ func (c *Core) allowed(l *lun) ([]string, bool) {
 	}
 	return out, best == users
 }
+
+// soleActiveUser: h is the only user of l with a session (a host that is
+// away, rebooting or shut down, still counts as a user: its departure
+// must not move the LUN), and its I/O to l is still arriving.
+func (c *Core) soleActiveUser(l *lun, h *host) bool {
+	for name := range l.users {
+		if o := c.hosts[name]; o != h && (len(o.nexuses) > 0 || o.away) {
+			return false
+		}
+	}
+	return l.hostLoad(h.name) >= activeWork
+}
+
+// activeWork is the rolling work per tick above which a host counts as
+// doing I/O to a LUN.
+const activeWork = 0.5
 
 // upNodes lists the up nodes in name order (cached until connectivity
 // next changes; callers must not modify it).

@@ -21,6 +21,11 @@ type Core struct {
 	ready    Ready
 	conds    map[condKey]*condState
 	lastPlan int
+	// lastOperator: the tick of the last operator's move (balance holds
+	// back for the cooldown after it); stressSince: since when the array
+	// has been stressed (-1: not now).
+	lastOperator int
+	stressSince  int
 	// gen counts connectivity changes; reachable() caches per host by it.
 	gen   uint64
 	reach map[string]reachEntry
@@ -45,8 +50,10 @@ type node struct {
 	// rt is the rolling mean response time of I/O served here (µs);
 	// bestRT the best rolling value seen with enough operations.
 	rt, bestRT float64
-	// this tick's operations and their summed response times
+	// this tick's operations and their summed response times; ops is
+	// their rolling count
 	pendOps, pendRT float64
+	ops             float64
 }
 
 type lun struct {
@@ -56,8 +63,23 @@ type lun struct {
 	// arrive is the rolling work per tick arriving at each node; pending
 	// collects the current tick's samples.
 	arrive, pending map[string]float64
-	// users: hosts that sent RTPG or I/O for this LUN.
+	// users: hosts that sent RTPG or sustained media I/O for this LUN.
 	users map[string]bool
+	// hostArrive is each user's rolling media work per tick at each node
+	// (hostPending: this tick's); mediaTicks/mediaLast count the distinct
+	// ticks a host's media I/O to the LUN arrived in (mediaLast is the
+	// tick + 1).
+	hostArrive, hostPending map[string]map[string]float64
+	mediaTicks, mediaLast   map[string]int
+	// follow: the check of who followed the LUN's last planned move
+	// (behaviour.go); nil when none is running.
+	follow *followCheck
+	// failovers: ticks of recent failovers (damping); damped: since when
+	// the LUN is held on its reachable owner (-1: not); flapHosts: the
+	// hosts whose lost paths caused its failovers.
+	failovers []int
+	damped    int
+	flapHosts []string
 	// lastMove is the tick of the last ownership change (-inf: never).
 	lastMove int
 	// displaced: moved off its preferred owner by a failover; failback
@@ -91,7 +113,8 @@ func New(cfg Config) (*Core, error) {
 		return nil, err
 	}
 	return &Core{cfg: cfg, nodes: map[string]*node{}, hosts: map[string]*host{}, luns: map[uint64]*lun{},
-		conds: map[condKey]*condState{}, lastPlan: never, reach: map[string]reachEntry{}}, nil
+		conds: map[condKey]*condState{}, lastPlan: never, lastOperator: never, stressSince: -1,
+		reach: map[string]reachEntry{}}, nil
 }
 
 // Now is the current logical time in ticks.
@@ -128,7 +151,11 @@ func (c *Core) Step(e Event) error {
 	case NodeDecl:
 		return c.declareNode(e)
 	case HostDecl:
-		c.hostOf(e.Host).typ = e.Type
+		h := c.hostOf(e.Host)
+		if h.typ != e.Type {
+			h.typ = e.Type
+			h.obs.resetFollow() // a new type is judged afresh
+		}
 	case LUNDecl:
 		return c.declareLUN(e)
 	case NodeState:
@@ -154,7 +181,7 @@ func (c *Core) Step(e Event) error {
 		c.login(e.Nexus)
 		c.reconcile(c.hosts[e.Nexus.Host])
 	case Logout:
-		c.logout(e.Nexus)
+		c.logout(e)
 		if h := c.hosts[e.Nexus.Host]; h != nil {
 			c.reconcile(h)
 		}
@@ -164,7 +191,10 @@ func (c *Core) Step(e Event) error {
 			return fmt.Errorf("ownership: RTPG for unknown LUN %d or node %q", e.LUN, e.Nexus.Node)
 		}
 		c.discovered(e.Nexus)
-		c.use(l, c.hosts[e.Nexus.Host])
+		h := c.hosts[e.Nexus.Host]
+		c.use(l, h)
+		h.obs.rtpg = true
+		h.obs.extended = h.obs.extended || e.Extended
 		c.reconcile(c.hosts[e.Nexus.Host])
 	case IO:
 		if err := c.io(e); err != nil {
@@ -174,6 +204,8 @@ func (c *Core) Step(e Event) error {
 		return c.pathLatency(e)
 	case Rebalance:
 		c.rebalanceNow()
+	case ClearReport:
+		return c.clearReport(e)
 	case OwnerChanged:
 		l := c.luns[e.LUN]
 		if l == nil || c.nodes[e.Owner] == nil {
@@ -181,6 +213,9 @@ func (c *Core) Step(e Event) error {
 		}
 		if l.owner != e.Owner {
 			c.setOwner(l, e.Owner, e.Cause)
+		}
+		if e.Cause == CauseManual {
+			c.lastOperator = c.now
 		}
 		if e.Cause == CauseRollback {
 			l.failures++
@@ -214,7 +249,8 @@ func (c *Core) declareLUN(e LUNDecl) error {
 	}
 	l := c.luns[e.LUN]
 	if l == nil {
-		l = &lun{id: e.LUN, arrive: map[string]float64{}, users: map[string]bool{}, lastMove: never, prefOKSince: -1}
+		l = &lun{id: e.LUN, arrive: map[string]float64{}, users: map[string]bool{}, lastMove: never, prefOKSince: -1,
+			damped: -1}
 		c.luns[e.LUN] = l
 		c.lunIDs = append(c.lunIDs, e.LUN)
 		sort.Slice(c.lunIDs, func(i, j int) bool { return c.lunIDs[i] < c.lunIDs[j] })
@@ -233,8 +269,17 @@ func (c *Core) setOwner(l *lun, to string, cause Cause) {
 	switch cause {
 	case CauseFailover:
 		l.displaced = to != l.preferred
+		l.failovers = append(l.failovers, c.now)
 	default:
 		l.displaced = false
+	}
+	switch cause {
+	case CauseFailback, CauseBalance, CauseShipping, CauseManual:
+		l.follow = nil
+		c.startFollow(l)
+	case CauseRollback:
+	default:
+		l.follow = nil
 	}
 }
 
@@ -244,8 +289,11 @@ func (c *Core) tick() {
 	c.foldWorkload()
 	c.foldPaths()
 	c.trackShipping()
+	c.trackFollow()
 	c.reconcile(nil)
+	c.trackDamping()
 	c.emit(c.failbacks())
+	c.trackStress()
 	if c.now-c.lastPlan >= c.cfg.PlanInterval && !c.failbackPending() {
 		c.lastPlan = c.now
 		c.plan()

@@ -1,6 +1,9 @@
 package ownership
 
-import "sort"
+import (
+	"slices"
+	"sort"
+)
 
 // Failover, failback and I/O shipping (reference 002 "Automatic Recovery /
 // Fail-Back"; DESIGN "The control path" 6).
@@ -10,9 +13,14 @@ import "sort"
 //     other node would serve them all, it moves to such a node (the
 //     preferred owner when it qualifies, else the least loaded).
 //   - Failback waits until every host using a failed-over LUN reaches the
-//     preferred owner again, continuously for FailbackWindow ticks; a
-//     partial recovery does not fail back (that would strand a host). The
-//     window, not the balance cooldown, is what guards it against flaps.
+//     preferred owner again (hosts still joining included), continuously
+//     for FailbackWindow ticks, and FailbackCooldown after the LUN's last
+//     move; a partial recovery does not fail back (that would strand a
+//     host), nor does a LUN whose users would not follow (their I/O
+//     would be forwarded).
+//   - Damping: a LUN that failed over DampCount times within DampWindow
+//     stays on its reachable owner, with Path Flapping raised, until it
+//     has had no failover for DampClear or the operator clears it.
 //   - I/O shipping: a LUN whose I/O mostly arrives at one non-owner node
 //     (hosts that do not follow ALUA changes) moves there.
 
@@ -64,10 +72,61 @@ func (c *Core) reconcile(only *host) {
 			loads[l.owner] -= l.load()
 			loads[to] += l.load()
 			moves = append(moves, move{l, to, CauseFailover})
+			if owner.up {
+				c.noteFlap(l)
+			}
+		}
+		if l.displaced {
+			ok, all = c.allowedStrict(l)
 		}
 		c.trackFailback(l, ok, all)
 	}
 	c.emit(moves)
+}
+
+// noteFlap records the hosts whose lost paths fail l over (for the Path
+// Flapping report).
+func (c *Core) noteFlap(l *lun) {
+	for _, name := range c.sortedUsers(l) {
+		h := c.hosts[name]
+		if len(h.nexuses) > 0 && !c.reaches(h, l.owner) && !slices.Contains(l.flapHosts, name) {
+			l.flapHosts = append(l.flapHosts, name)
+		}
+	}
+}
+
+// sortedUsers lists l's users in name order.
+func (c *Core) sortedUsers(l *lun) []string {
+	out := make([]string, 0, len(l.users))
+	for name := range l.users {
+		out = append(out, name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// trackDamping damps a LUN that keeps failing over, and releases it once
+// its users have reached its preferred owner again without a break for
+// DampClear (the paths are stable, not merely up between two flaps).
+func (c *Core) trackDamping() {
+	for _, id := range c.lunIDs {
+		l := c.luns[id]
+		recent := l.failovers[:0]
+		for _, t := range l.failovers {
+			if c.now-t < c.cfg.DampWindow {
+				recent = append(recent, t)
+			}
+		}
+		l.failovers = recent
+		switch {
+		case l.damped < 0 && len(l.failovers) >= c.cfg.DampCount:
+			l.damped = c.now
+		case l.damped >= 0 && (!l.displaced || l.prefOKSince >= 0 && c.now-l.prefOKSince >= c.cfg.DampClear):
+			l.damped, l.failovers, l.flapHosts = -1, nil, nil
+		case l.damped < 0 && len(l.failovers) == 0:
+			l.flapHosts = nil
+		}
+	}
 }
 
 // pickOwner chooses among candidates: the preferred owner if it is one,
@@ -108,7 +167,8 @@ func (c *Core) failbacks() []move {
 	var out []move
 	for _, id := range c.lunIDs {
 		l := c.luns[id]
-		if l.displaced && l.prefOKSince >= 0 && c.now-l.prefOKSince >= c.cfg.FailbackWindow {
+		if l.displaced && l.prefOKSince >= 0 && c.now-l.prefOKSince >= c.cfg.FailbackWindow &&
+			c.failbackAllowed(l) {
 			out = append(out, move{l, l.preferred, CauseFailback})
 		}
 	}
@@ -121,11 +181,18 @@ func (c *Core) failbacks() []move {
 // balance move planned meanwhile would only be undone.
 func (c *Core) failbackPending() bool {
 	for _, id := range c.lunIDs {
-		if l := c.luns[id]; l.displaced && l.prefOKSince >= 0 {
+		if l := c.luns[id]; l.displaced && l.prefOKSince >= 0 && c.failbackAllowed(l) {
 			return true
 		}
 	}
 	return false
+}
+
+// failbackAllowed: the LUN is not damped, its last move is
+// FailbackCooldown ago, and no user that will not follow would have its
+// I/O forwarded by the failback.
+func (c *Core) failbackAllowed(l *lun) bool {
+	return l.damped < 0 && c.now-l.lastMove >= c.cfg.FailbackCooldown && c.forwardDelta(l, l.preferred) <= 0
 }
 
 // trackShipping notes, each tick, which non-owner node (if any) receives
@@ -153,14 +220,30 @@ func (c *Core) shipping() []move {
 	var out []move
 	for _, id := range c.lunIDs {
 		l := c.luns[id]
-		if l.shipTo == "" || c.now-l.shipSince < c.cfg.ShipWindow || !c.cooled(l) {
+		if l.shipTo == "" || c.now-l.shipSince < c.cfg.ShipWindow || !(c.cooled(l) || c.shippedForNonFollowers(l)) {
 			continue
 		}
-		if ok, all := c.allowed(l); all && contains(ok, l.shipTo) {
+		if ok, all := c.allowedStrict(l); all && contains(ok, l.shipTo) {
 			out = append(out, move{l, l.shipTo, CauseShipping})
 		}
 	}
 	return out
+}
+
+// shippedForNonFollowers: most of the media I/O arriving where l would be
+// shipped comes from hosts seen not to follow moves. The cooldown does
+// not hold such a shipment back: the hosts will not come to the LUN, so
+// the LUN goes to them.
+func (c *Core) shippedForNonFollowers(l *lun) bool {
+	nf, all := 0.0, 0.0
+	for _, name := range c.sortedUsers(l) {
+		v := l.hostArrive[name][l.shipTo]
+		all += v
+		if h := c.hosts[name]; h != nil && !c.follows(h) {
+			nf += v
+		}
+	}
+	return all > 0 && nf >= c.cfg.ShipShare*all
 }
 
 // cooled: the LUN has not moved within the cooldown.

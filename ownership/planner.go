@@ -94,7 +94,7 @@ func (c *Core) balancePlan(exclude map[*lun]bool) ([]move, string) {
 		if exclude[l] || !c.cooled(l) || !c.lunTPGS(l) || l.load() <= 0 {
 			continue
 		}
-		ok, all := c.allowed(l)
+		ok, all := c.allowedStrict(l)
 		if !all || len(ok) < 2 {
 			continue
 		}
@@ -210,12 +210,14 @@ func (c *Core) worthIt(moves []move, before, after float64) bool {
 	return ok
 }
 
-// roi is worthIt with its gain and cost.
+// roi is worthIt with its gain and cost. The cost counts the I/O the
+// moves would leave forwarded over the horizon: users that do not follow
+// moves (by type, or as seen) keep sending where they send now.
 func (c *Core) roi(moves []move, before, after float64) (ok bool, gain, cost float64) {
 	gain = (before - after) / 2 * c.cfg.ROIHorizon
 	for _, m := range moves {
 		stopTicks := c.cfg.stopMicros(m.l.media) / c.cfg.TickMicros
-		cost += m.l.load()*stopTicks + c.cfg.MoveCost
+		cost += m.l.load()*stopTicks + c.cfg.MoveCost + c.forwardDelta(m.l, m.to)*c.cfg.ROIHorizon
 	}
 	return gain > c.cfg.ROIFactor*cost, gain, cost
 }

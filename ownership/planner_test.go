@@ -176,7 +176,7 @@ func BenchmarkPlan(b *testing.B) {
 // one tick (failover check, failback, reports) at that scale.
 func BenchmarkStepIO(b *testing.B) {
 	c := benchCore(b, 4096, 8, 256)
-	e := IO{Host: "h1", Node: "n1", LUN: 17, Ops: 100, RespTime: 150, Ticks: 1}
+	e := IO{Host: "h1", Node: "n1", LUN: 17, Ops: 100, Media: 100, RespTime: 150, Ticks: 1}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		if err := c.Step(e); err != nil {
@@ -203,7 +203,7 @@ func BenchmarkStepLogin(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		c.Step(Login{nx})
-		c.Step(Logout{nx})
+		c.Step(Logout{Nexus: nx})
 		c.Advance()
 	}
 }

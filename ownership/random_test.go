@@ -26,6 +26,31 @@ type model struct {
 	owner    map[uint64]string
 	lastMove map[uint64]int
 	now      int
+	// joining hosts (a host that had no path logs in): they constrain
+	// nothing until their paths have not changed for their window.
+	joinAt, joinWin map[string]int
+	everJoined      map[string]bool
+	settle, window  int
+}
+
+// pathChange notes a login, logout or discovery of h's, before it is
+// applied (hadNone: h had no path before it).
+func (m *model) pathChange(h string, hadNone bool) {
+	switch {
+	case hadNone:
+		m.joinAt[h], m.joinWin[h] = m.now, m.settle
+		if m.everJoined[h] {
+			m.joinWin[h] = max(m.settle, m.window)
+		}
+		m.everJoined[h] = true
+	case m.settling(h):
+		m.joinAt[h] = m.now
+	}
+}
+
+func (m *model) settling(h string) bool {
+	at, ok := m.joinAt[h]
+	return ok && m.now-at < m.joinWin[h]
 }
 
 func (m *model) reaches(h, n string) bool {
@@ -45,6 +70,9 @@ func (m *model) reaches(h, n string) bool {
 func (m *model) violation(id uint64) string {
 	var users []string
 	for h := range m.users[id] {
+		if m.settling(h) {
+			continue
+		}
 		for _, n := range m.nodes {
 			if m.reaches(h, n) {
 				users = append(users, h)
@@ -89,7 +117,8 @@ func newSim(t *testing.T, seed int64, nNodes, nHosts, nLUNs int, cfg Config) *si
 	s := &sim{t: t, c: c, r: rand.New(rand.NewSource(seed)), load: map[string]map[uint64]float64{},
 		m: &model{nodeUp: map[string]bool{}, portDown: map[uint16]bool{}, paths: map[string]map[uint16]bool{},
 			portNode: map[uint16]string{}, users: map[uint64]map[string]bool{}, owner: map[uint64]string{},
-			lastMove: map[uint64]int{}}}
+			lastMove: map[uint64]int{}, joinAt: map[string]int{}, joinWin: map[string]int{}, everJoined: map[string]bool{},
+			settle: cfg.Settle, window: cfg.DiscoveryWindow}}
 	for i := 0; i < nNodes; i++ {
 		n := string(rune('a' + i))
 		s.m.nodes = append(s.m.nodes, n)
@@ -133,6 +162,7 @@ func (s *sim) nexus(h string, node int) Nexus {
 func (s *sim) pathUp(h string, node int) {
 	n := s.nexus(h, node)
 	s.m.portNode[n.Port] = n.Node
+	s.m.pathChange(h, len(s.m.paths[h]) == 0)
 	s.m.paths[h][n.Port] = false
 	s.step(Login{n})
 	for id := range s.load[h] {
@@ -196,7 +226,7 @@ func (s *sim) tick() {
 			if !contains(reach, to) {
 				to = reach[0]
 			}
-			s.step(IO{Host: h, Node: to, LUN: id, Ops: s.load[h][id], RespTime: 200, Ticks: 1})
+			s.step(IO{Host: h, Node: to, LUN: id, Ops: s.load[h][id], Media: s.load[h][id], RespTime: 200, Ticks: 1})
 		}
 	}
 	s.m.now++
@@ -230,8 +260,9 @@ func (s *sim) randomFault() {
 		s.step(PortState{Node: n, Port: p, Up: !s.m.portDown[p]})
 	case 2, 3: // a host loses its path to a node
 		if _, ok := s.m.paths[h][s.port(ni)]; ok {
+			s.m.pathChange(h, false)
 			delete(s.m.paths[h], s.port(ni))
-			s.step(Logout{s.nexus(h, ni)})
+			s.step(Logout{Nexus: s.nexus(h, ni)})
 		}
 	case 4: // ... and gets it back
 		if _, ok := s.m.paths[h][s.port(ni)]; !ok {
@@ -240,6 +271,7 @@ func (s *sim) randomFault() {
 	case 5: // a login the multipath driver does not discover (no RTPG)
 		if _, ok := s.m.paths[h][s.port(ni)]; !ok {
 			nx := s.nexus(h, ni)
+			s.m.pathChange(h, len(s.m.paths[h]) == 0)
 			s.m.paths[h][nx.Port] = false
 			s.step(Login{nx})
 		}
@@ -301,7 +333,7 @@ func TestBalanceSettles(t *testing.T) {
 		scale := float64(nodes) * 10000 * (0.6 + 0.3*r.Float64()) / total
 		for i := 0; i < 200; i++ {
 			for id := uint64(0); id < 40; id++ {
-				require.NoError(t, c.Step(IO{Host: "h", Node: c.Owner(id), LUN: id, Ops: loads[id] * scale, RespTime: 100, Ticks: 1}))
+				require.NoError(t, c.Step(IO{Host: "h", Node: c.Owner(id), LUN: id, Ops: loads[id] * scale, Media: loads[id] * scale, RespTime: 100, Ticks: 1}))
 			}
 			require.NoError(t, c.Step(Tick{}))
 			c.Advance()

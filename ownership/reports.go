@@ -23,11 +23,17 @@ const (
 	OwnershipThrash         Condition = "ownership-thrash-detected"
 	NodeOffline             Condition = "node-offline"
 	PathDegraded            Condition = "path-degraded"
+	// PathFlapping: a LUN failed over DampCount times within DampWindow
+	// and is held on its reachable owner (excessive failovers).
+	PathFlapping Condition = "path-flapping"
+	// HostTypeIncorrect: a host does not behave as its declared type
+	// says (it does not follow moves, or never reads RTPG).
+	HostTypeIncorrect Condition = "host-type-incorrect"
 )
 
 // Conditions lists every condition the core raises.
 var Conditions = []Condition{HostRedundancyLost, NodeOffline, VolumeNotOnPreferred, MultipathNotDiscovering,
-	ConnectedToOneNodeOnly, PathDegraded, OwnershipThrash}
+	ConnectedToOneNodeOnly, PathDegraded, OwnershipThrash, PathFlapping, HostTypeIncorrect}
 
 // Dependencies: a node that is offline explains everything else about it,
 // so while Node Offline holds for a node, Host Redundancy Lost, Path
@@ -87,13 +93,23 @@ func (c *Core) evaluateReports() {
 	for _, name := range c.hostNames {
 		h := c.hosts[name]
 		reached := c.reachable(h)
+		if why := c.hostTypeIncorrect(h); why != "" {
+			holds[condKey{cond: HostTypeIncorrect, host: name}] = why
+		}
 		for _, n := range c.nodeNames {
 			if !c.nodes[n].up {
 				continue // Node Offline explains it
 			}
-			if h.everReached[n] && !contains(reached, n) {
-				holds[condKey{cond: HostRedundancyLost, host: name, node: n}] = fmt.Sprintf(
-					"host %s lost every path to node %s (no usable path)", name, n)
+			// A host that logged out of everything is away (shut down,
+			// rebooting), and one still joining has not settled: neither
+			// has lost redundancy.
+			if h.everReached[n] && !contains(reached, n) && !h.away && !c.settling(h) {
+				cause := fmt.Sprintf("host %s lost every path to node %s (no usable path)", name, n)
+				if t, ok := h.departed[n]; ok {
+					cause = fmt.Sprintf("host %s logged out of every path to node %s at tick %d (an orderly logout: "+
+						"its paths were removed, not lost); its I/O to LUNs owned there is forwarded", name, n, t)
+				}
+				holds[condKey{cond: HostRedundancyLost, host: name, node: n}] = cause
 			}
 			if c.notDiscovering(h, n) {
 				holds[condKey{cond: MultipathNotDiscovering, host: name, node: n}] = fmt.Sprintf(
@@ -122,6 +138,9 @@ func (c *Core) evaluateReports() {
 			holds[condKey{cond: VolumeNotOnPreferred, lun: id}] = fmt.Sprintf(
 				"LUN %d is owned by node %s, not its preferred owner %s, after a failover", id, l.owner, l.preferred)
 		}
+		if l.damped >= 0 {
+			holds[condKey{cond: PathFlapping, lun: id}] = c.flapCause(l)
+		}
 		recent := l.changes[:0]
 		for _, t := range l.changes {
 			if c.now-t < c.cfg.ThrashWindow {
@@ -135,6 +154,28 @@ func (c *Core) evaluateReports() {
 		}
 	}
 	c.debounce(holds)
+}
+
+// flapCause says why a LUN is damped and whose paths flapped.
+func (c *Core) flapCause(l *lun) string {
+	cause := fmt.Sprintf("LUN %d failed over %d times within %d ticks (excessive failovers); it stays on node %s, "+
+		"its reachable owner, until its users have reached node %s without a break for %d ticks or the report is cleared",
+		l.id, len(l.failovers), c.cfg.DampWindow, l.owner, l.preferred, c.cfg.DampClear)
+	var who []string
+	for _, name := range l.flapHosts {
+		h := c.hosts[name]
+		var ports []string
+		for _, n := range c.nodeNames {
+			for _, p := range h.lostPorts[n] {
+				ports = append(ports, fmt.Sprintf("%s port %d", n, p))
+			}
+		}
+		who = append(who, fmt.Sprintf("%s (%s)", name, strings.Join(ports, ", ")))
+	}
+	if len(who) > 0 {
+		cause += "; the paths that flapped: " + strings.Join(who, "; ")
+	}
+	return cause
 }
 
 // offlineCause says what a node being offline does: where its LUNs went

@@ -14,11 +14,12 @@ import (
 // go test ./ownership -run TestScenarios -rewrite. Commands:
 //
 //	init [nodes=(a,b)] [capacity=N] [passive] [cooldown=N] [plan=N] [debounce=N] [failback=N] [discovery=N]
-//	     [horizon=T] [movecost=W]
+//	     [horizon=T] [movecost=W] [stresswindow=N] [floor=U] [failbackcooldown=N] [damp=N] [dampwindow=N]
+//	     [dampclear=N] [follow=N] [ship=N] [settle=N]
 //	lun id=N preferred=X [owner=X] [media=M] [group=G]
 //	luns n=N [media=M] [group=G]            LUNs 0..N-1, preferred alternating over the nodes
 //	host name=H [type=legacy]
-//	path host=H node=X [port=P]             login + RTPG: a discovered path
+//	path host=H node=X [port=P] [extended]  login + RTPG: a discovered path
 //	login / logout / rtpg host=H node=X [port=P] [lun=N]
 //	node-down X / node-up X / port-down node=X port=P / port-up ...
 //	workload host=H luns=(..) ops=N [rt=US] [via=X]  standing I/O, sent every tick by an
@@ -26,6 +27,13 @@ import (
 //	                                        reaches it, else to the first node it reaches
 //	exchange host=H node=X [port=P] ops=N us=U  standing exchanges on one path, sent
 //	                                        every tick (ops=0 stops them)
+//	workload ... sticky                     the host keeps sending where it sent last
+//	                                        while it reaches it (does not follow moves)
+//	io host=H node=X lun=N ops=N [media=M]  one interval of I/O (media=0: a disk scan)
+//	logout ... [orderly]                    a Logout Request (else a lost connection)
+//	operator-move lun=N to=X                an operator's move
+//	clear cond=C [lun=N] [host=H]           the operator clears a latched report
+//	behaviour                               what each host was seen to do
 //	rebalance                               "rebalance now": prints what it decided
 //	tick [n=N]                              prints decisions and reports as they happen
 //	owners / hosts / stats / active / paths
@@ -44,6 +52,10 @@ type harness struct {
 type wl struct {
 	ops, rt float64
 	via     string // the node the host sends to ("" = the owner, as ALUA says)
+	// sticky: the host keeps sending where it sent last while it reaches
+	// that node (dm-multipath with failback manual on ANO paths).
+	sticky bool
+	last   string
 }
 
 func TestScenarios(t *testing.T) {
@@ -80,22 +92,50 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			step(LUNDecl{LUN: uint64(i), Preferred: p, Owner: p, Media: arg(d, "media", "ram"), Group: arg(d, "group", "dg0")})
 		}
 	case "host":
-		typ := HostType{Name: arg(d, "type", "linux"), TPGS: arg(d, "type", "linux") != "legacy"}
+		tn := arg(d, "type", "linux")
+		typ := HostType{Name: tn, TPGS: tn != "legacy", Standby: tn == "linux-dmmp"}
 		step(HostDecl{Host: arg(d, "name", ""), Type: typ})
+	case "operator-move":
+		var id uint64
+		d.ScanArgs(t, "lun", &id)
+		step(OwnerChanged{LUN: id, Owner: arg(d, "to", ""), Cause: CauseManual})
+	case "clear":
+		var id uint64
+		if d.HasArg("lun") {
+			d.ScanArgs(t, "lun", &id)
+		}
+		step(ClearReport{Condition: Condition(arg(d, "cond", "")), LUN: id, Host: arg(d, "host", "")})
+	case "io":
+		// one interval of I/O: ops commands, media of them media commands
+		// that completed GOOD (a disk scan: media=0)
+		var id uint64
+		var ops, media float64
+		d.ScanArgs(t, "lun", &id)
+		d.ScanArgs(t, "ops", &ops)
+		if d.HasArg("media") {
+			d.ScanArgs(t, "media", &media)
+		}
+		step(IO{Host: arg(d, "host", ""), Node: arg(d, "node", ""), LUN: id, Ops: ops, Media: media, RespTime: 200, Ticks: 1})
+	case "behaviour":
+		for _, hb := range h.c.HostBehaviours() {
+			fmt.Fprintf(&b, "%s type=%s follows=%s last-follow=%d rtpg=%v extended=%v suggest=%q\n", hb.Host, hb.Type,
+				hb.Follows, hb.LastFollow, hb.RTPG, hb.Extended, hb.Suggest)
+		}
+		return b.String()
 	case "path":
 		n := h.nexus(t, d)
 		step(Login{n})
 		for _, id := range h.c.LUNs() {
-			step(RTPG{Nexus: n, LUN: id})
+			step(RTPG{Nexus: n, LUN: id, Extended: d.HasArg("extended")})
 		}
 	case "login":
 		step(Login{h.nexus(t, d)})
 	case "logout":
-		step(Logout{h.nexus(t, d)})
+		step(Logout{Nexus: h.nexus(t, d), Orderly: d.HasArg("orderly")})
 	case "rtpg":
 		var id uint64
 		d.ScanArgs(t, "lun", &id)
-		step(RTPG{Nexus: h.nexus(t, d), LUN: id})
+		step(RTPG{Nexus: h.nexus(t, d), LUN: id, Extended: d.HasArg("extended")})
 	case "node-down", "node-up":
 		step(NodeState{Node: d.CmdArgs[0].Key, Up: d.Cmd == "node-up"})
 	case "port-down", "port-up":
@@ -115,7 +155,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			if ops == 0 {
 				delete(h.work[host], id)
 			} else {
-				h.work[host][id] = wl{ops, rt, arg(d, "via", "")}
+				h.work[host][id] = wl{ops: ops, rt: rt, via: arg(d, "via", ""), sticky: d.HasArg("sticky")}
 			}
 		}
 	case "exchange":
@@ -204,6 +244,24 @@ func (h *harness) init(t *testing.T, d *datadriven.TestData) {
 			cfg.DiscoveryWindow = v
 		case "passive":
 			cfg.Passive = true
+		case "stresswindow":
+			cfg.StressWindow = v
+		case "floor":
+			cfg.StressFloor = f
+		case "failbackcooldown":
+			cfg.FailbackCooldown = v
+		case "damp":
+			cfg.DampCount = v
+		case "dampwindow":
+			cfg.DampWindow = v
+		case "dampclear":
+			cfg.DampClear = v
+		case "follow":
+			cfg.FollowWindow = v
+		case "ship":
+			cfg.ShipWindow = v
+		case "settle":
+			cfg.Settle = v
 		case "nodes", "capacity":
 		default:
 			t.Fatalf("%s: unknown init argument %s", d.Pos, a.Key)
@@ -240,6 +298,8 @@ func (h *harness) nexus(t *testing.T, d *datadriven.TestData) Nexus {
 
 // sendIO sends one tick of the standing workload the way an ALUA host
 // routes it: to the owner when it reaches it, else to a node it reaches.
+func (h *harness) connected(hs *host, node string) bool { return h.c.connected(hs, node) }
+
 func (h *harness) sendIO(step func(Event)) {
 	nexuses := make([]Nexus, 0, len(h.exch))
 	for n := range h.exch {
@@ -262,9 +322,6 @@ func (h *harness) sendIO(step func(Event)) {
 			continue
 		}
 		r := h.c.reachable(hs)
-		if len(r) == 0 {
-			continue
-		}
 		ids := make([]uint64, 0, len(h.work[name]))
 		for id := range h.work[name] {
 			ids = append(ids, id)
@@ -272,14 +329,23 @@ func (h *harness) sendIO(step func(Event)) {
 		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 		for _, id := range ids {
 			w := h.work[name][id]
+			if len(r) == 0 && w.via == "" {
+				continue // no path it knows: nowhere to send
+			}
 			to := h.c.Owner(id)
-			if w.via != "" {
+			if w.via != "" && (len(r) == 0 || contains(r, w.via) || h.connected(hs, w.via)) {
+				r = append(r[:len(r):len(r)], w.via) // a fixed path, discovered or not
 				to = w.via
+			}
+			if w.sticky && w.last != "" && contains(r, w.last) {
+				to = w.last
 			}
 			if !contains(r, to) {
 				to = r[0]
 			}
-			step(IO{Host: name, Node: to, LUN: id, Ops: w.ops, RespTime: w.rt, Ticks: 1})
+			w.last = to
+			h.work[name][id] = w
+			step(IO{Host: name, Node: to, LUN: id, Ops: w.ops, Media: w.ops, RespTime: w.rt, Ticks: 1})
 		}
 	}
 }

@@ -30,21 +30,36 @@ type (
 		Port uint16
 		Up   bool
 	}
-	// Login and Logout of one nexus.
-	Login  struct{ Nexus Nexus }
-	Logout struct{ Nexus Nexus }
+	// Login of one nexus.
+	Login struct{ Nexus Nexus }
+	// Logout: one nexus ended. Orderly says the host ended it with a
+	// Logout Request (a reboot, a shutdown, an admin removing a path):
+	// a departure, not a fault. Anything else (connection lost, a ping
+	// unanswered, a port down, a reset) is a fault.
+	Logout struct {
+		Nexus   Nexus
+		Orderly bool
+	}
 	// RTPG: a REPORT TARGET PORT GROUPS for LUN arrived on a nexus: the
 	// host's multipath driver has discovered that path and uses the LUN.
+	// Extended: it asked for the extended header (scsi_dh_alua does).
 	RTPG struct {
-		Nexus Nexus
-		LUN   uint64
+		Nexus    Nexus
+		LUN      uint64
+		Extended bool
 	}
 	// IO is one interval of I/O from Host to LUN that arrived at Node.
 	IO struct {
-		Host  string
-		Node  string
-		LUN   uint64
-		Ops   float64 // commands in the interval
+		Host string
+		Node string
+		LUN  uint64
+		Ops  float64 // commands in the interval
+		// Media counts the media commands (READ, WRITE, WRITE SAME, UNMAP,
+		// COMPARE AND WRITE, SYNCHRONIZE CACHE...) that completed GOOD:
+		// the only I/O that shows the host's driver uses the path. A disk
+		// probe (INQUIRY, TEST UNIT READY, READ CAPACITY) and commands
+		// that failed are in Ops but not here.
+		Media float64
 		Bytes float64
 		// RespTime is the mean response time in the array, in
 		// microseconds.
@@ -79,6 +94,14 @@ type (
 		Ops      float64
 		Exchange float64
 	}
+	// ClearReport is the operator clearing a latched condition: Path
+	// Flapping for LUN (damping ends; failback may follow) or Host Type
+	// Incorrect for Host (the observations start again).
+	ClearReport struct {
+		Condition Condition
+		LUN       uint64
+		Host      string
+	}
 	// Rebalance asks for a balance plan now ("rebalance now"): the plan
 	// interval and the stress gate are skipped, the ROI check is not.
 	// Ready.Rebalance says what came of it.
@@ -106,6 +129,7 @@ func (NodeDecl) event()     {}
 func (OwnerChanged) event() {}
 func (PathLatency) event()  {}
 func (Rebalance) event()    {}
+func (ClearReport) event()  {}
 
 // HostType is what the core needs to know about a host's multipath stack.
 type HostType struct {
@@ -113,6 +137,9 @@ type HostType struct {
 	// TPGS: the stack follows ALUA (reads RTPG, follows UA 2A/06), so the
 	// array may move the host's LUNs for balance.
 	TPGS bool
+	// Standby: non-owner paths report STANDBY to it, so its I/O must
+	// leave them after a move (it cannot stay on the old owner).
+	Standby bool
 }
 
 // Cause says why a batch moves.

@@ -17,34 +17,72 @@ func ewma(a, old, new float64) float64 { return a*old + (1-a)*new }
 
 // io records one interval's I/O; Tick folds what arrived into the rolling
 // averages, so a node that received nothing in a tick decays toward zero.
+// Only media commands that completed GOOD are evidence that the host's
+// driver uses the path and the LUN, and only once they have arrived in
+// MediaTicks distinct ticks: a disk scan reads a block or two once on
+// every path, with or without multipath.
 func (c *Core) io(e IO) error {
 	l, nd := c.luns[e.LUN], c.nodes[e.Node]
 	if l == nil || nd == nil {
 		return fmt.Errorf("ownership: I/O for unknown LUN %d or node %q", e.LUN, e.Node)
 	}
-	if e.Ticks < 1 || e.Ops < 0 || e.Bytes < 0 || e.RespTime < 0 {
-		return fmt.Errorf("ownership: I/O sample for LUN %d has a bad interval or negative counts", e.LUN)
+	if e.Ticks < 1 || e.Ops < 0 || e.Bytes < 0 || e.RespTime < 0 || e.Media < 0 || e.Media > e.Ops {
+		return fmt.Errorf("ownership: I/O sample for LUN %d has a bad interval or counts", e.LUN)
 	}
 	if l.pending == nil {
 		l.pending = map[string]float64{}
 	}
-	l.pending[e.Node] += (e.Ops + e.Bytes/c.cfg.BytesPerWork) / float64(e.Ticks)
+	w := (e.Ops + e.Bytes/c.cfg.BytesPerWork) / float64(e.Ticks)
+	l.pending[e.Node] += w
 	if e.Ops == 0 {
 		return nil
 	}
 	h := c.hostOf(e.Host)
-	c.use(l, h)
-	// I/O on a node proves the host's driver uses a path there.
-	for _, s := range h.nexuses {
-		if s.n.Node == e.Node && c.pathUp(s) && !s.discovered {
-			s.discovered = true
-			c.gen++
-		}
-	}
 	// The owner serves every command, forwarded or not.
 	if own := c.nodes[l.owner]; own != nil {
 		own.pendOps += e.Ops
 		own.pendRT += e.Ops * e.RespTime
+	}
+	if e.Media == 0 {
+		return nil
+	}
+	hp := l.hostPending[e.Host]
+	if hp == nil {
+		if l.hostPending == nil {
+			l.hostPending = map[string]map[string]float64{}
+		}
+		hp = map[string]float64{}
+		l.hostPending[e.Host] = hp
+	}
+	hp[e.Node] += w
+	if h.obs.mediaSince < 0 {
+		h.obs.mediaSince = c.now
+	}
+	// Sustained media I/O to the LUN makes the host one of its users.
+	if l.mediaLast[e.Host] != c.now+1 {
+		if l.mediaLast == nil {
+			l.mediaLast, l.mediaTicks = map[string]int{}, map[string]int{}
+		}
+		l.mediaLast[e.Host] = c.now + 1 // +1: the zero value means never
+		l.mediaTicks[e.Host]++
+	}
+	if l.mediaTicks[e.Host] >= c.cfg.MediaTicks {
+		c.use(l, h)
+	}
+	// Sustained media I/O on a node proves the host's driver uses a path
+	// there.
+	if h.mediaLast[e.Node] != c.now+1 {
+		h.mediaLast[e.Node] = c.now + 1
+		h.mediaTicks[e.Node]++
+	}
+	if h.mediaTicks[e.Node] >= c.cfg.MediaTicks {
+		for _, s := range h.nexuses {
+			if s.n.Node == e.Node && c.pathUp(s) && !s.discovered {
+				s.discovered = true
+				c.gen++
+				c.joinChange(h)
+			}
+		}
 	}
 	return nil
 }
@@ -67,9 +105,11 @@ func (c *Core) foldWorkload() {
 			}
 		}
 		clear(l.pending)
+		l.foldHosts(a)
 	}
 	for _, n := range c.nodeNames {
 		nd := c.nodes[n]
+		nd.ops = ewma(a, nd.ops, nd.pendOps)
 		if nd.pendOps > 0 {
 			rt := nd.pendRT / nd.pendOps
 			if nd.rt == 0 {
@@ -98,6 +138,58 @@ func (l *lun) load() float64 {
 	s := 0.0
 	for _, n := range nodes {
 		s += l.arrive[n]
+	}
+	return s
+}
+
+// foldHosts folds this tick's media work per host and node into the
+// rolling per-host arrivals (where each user's I/O really arrives).
+func (l *lun) foldHosts(a float64) {
+	for host, arr := range l.hostArrive { // each entry on its own: order does not matter
+		p := l.hostPending[host]
+		for n, v := range arr {
+			if nv := ewma(a, v, p[n]); nv > 1e-9 {
+				arr[n] = nv
+			} else {
+				delete(arr, n)
+			}
+		}
+		for n, w := range p {
+			if _, ok := arr[n]; !ok {
+				arr[n] = ewma(a, 0, w)
+			}
+		}
+		if len(arr) == 0 {
+			delete(l.hostArrive, host)
+		}
+	}
+	for host, p := range l.hostPending {
+		if l.hostArrive[host] == nil && len(p) > 0 {
+			if l.hostArrive == nil {
+				l.hostArrive = map[string]map[string]float64{}
+			}
+			arr := map[string]float64{}
+			for n, w := range p {
+				arr[n] = ewma(a, 0, w)
+			}
+			l.hostArrive[host] = arr
+		}
+	}
+	clear(l.hostPending)
+}
+
+// hostLoad is host's rolling media work to l, wherever it arrives (summed
+// in node order, for determinism).
+func (l *lun) hostLoad(host string) float64 {
+	arr := l.hostArrive[host]
+	nodes := make([]string, 0, len(arr))
+	for n := range arr {
+		nodes = append(nodes, n)
+	}
+	sort.Strings(nodes)
+	s := 0.0
+	for _, n := range nodes {
+		s += arr[n]
 	}
 	return s
 }
@@ -135,16 +227,52 @@ func (c *Core) NodeStats() []NodeStat {
 	return out
 }
 
-// stressed: some up node is busy enough, or slow enough relative to its
-// best, that balancing could help. At low load a rebalance only costs.
-func (c *Core) stressed() bool {
+// stressedNow: some up node is busy enough, or slow enough relative to its
+// best with enough load behind it, that balancing could help. At low load
+// a rebalance only costs, and the expansion of a near-idle node (a cache
+// miss among few commands) is noise, not stress.
+func (c *Core) stressedNow() bool {
 	for _, st := range c.NodeStats() {
-		if !c.nodes[st.Node].up {
+		nd := c.nodes[st.Node]
+		if !nd.up {
 			continue
 		}
-		if st.Utilisation >= c.cfg.StressUtil || st.Expansion >= c.cfg.StressExpansion {
+		if st.Utilisation >= c.cfg.StressUtil {
+			return true
+		}
+		if st.Utilisation >= c.cfg.StressFloor && st.Expansion >= c.cfg.StressExpansion && nd.ops >= c.cfg.MinExpansionOps {
 			return true
 		}
 	}
 	return false
+}
+
+// busy: some up node is at StressUtil (genuine stress, which an
+// operator's recent move does not hold back).
+func (c *Core) busy() bool {
+	for _, st := range c.NodeStats() {
+		if c.nodes[st.Node].up && st.Utilisation >= c.cfg.StressUtil {
+			return true
+		}
+	}
+	return false
+}
+
+// trackStress notes since when the array has been stressed.
+func (c *Core) trackStress() {
+	switch {
+	case !c.stressedNow():
+		c.stressSince = -1
+	case c.stressSince < 0:
+		c.stressSince = c.now
+	}
+}
+
+// stressed: the array has been stressed for StressWindow, and no
+// operator has moved a LUN within the cooldown unless a node is busy.
+func (c *Core) stressed() bool {
+	if c.stressSince < 0 || c.now-c.stressSince < c.cfg.StressWindow {
+		return false
+	}
+	return c.now-c.lastOperator >= c.cfg.Cooldown || c.busy()
 }

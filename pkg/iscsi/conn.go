@@ -71,6 +71,9 @@ type conn struct {
 	pingTTT    atomic.Uint32
 	pingSentAt atomic.Int64
 	stopRead   atomic.Bool
+	// loggedOut: the initiator asked to close the session or connection
+	// with a Logout Request, which was answered: an orderly end.
+	loggedOut atomic.Bool
 
 	textPending []byte // accumulating a Text Request with the C bit
 	textOut     []byte // remaining Text Response data after a C bit
@@ -133,7 +136,11 @@ func (c *conn) serve() {
 	detached := c.detached
 	c.mu.Unlock()
 	if !detached {
-		sess.close("connection closed")
+		reason := "connection closed"
+		if c.loggedOut.Load() {
+			reason = ReasonLogout
+		}
+		sess.close(reason)
 	}
 }
 
@@ -533,6 +540,7 @@ func (c *conn) onLogout(p *PDU) {
 		return
 	}
 	c.stopRead.Store(true)
+	c.loggedOut.Store(true)
 	c.send(&outPDU{pdu: PDU{BHS: r}, advance: true, closeConn: true})
 }
 

@@ -29,8 +29,15 @@ type Event struct {
 	Kind   string // "login", "logout"
 	Nexus  scsi.Nexus
 	Portal Portal
+	// Reason says why a session ended: ReasonLogout when the initiator
+	// logged out (an orderly departure); anything else is a fault (the
+	// connection was lost, a ping went unanswered, the port went down, a
+	// reset or a reinstatement ended it).
 	Reason string
 }
+
+// ReasonLogout is the Reason of a session ended by a Logout Request.
+const ReasonLogout = "logout"
 
 // Config configures a Target.
 type Config struct {

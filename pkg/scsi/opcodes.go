@@ -151,11 +151,11 @@ func buildOpTable() [256]opEntry {
 	t[OpWrite10] = opEntry{io: ioWrite, name: "WRITE(10)", cdbLen: 10, handler: writeN, needsMedium: true, pr: prWrite, usage: rw10(OpWrite10)}
 	t[OpWriteVerify10] = opEntry{io: ioWrite, name: "WRITE AND VERIFY(10)", cdbLen: 10, handler: writeVerify, needsMedium: true,
 		pr: prWrite, usage: u(0x2e, 0xf2, 0xff, 0xff, 0xff, 0xff, 0x1f, 0xff, 0xff, 0)}
-	t[OpVerify10] = opEntry{name: "VERIFY(10)", cdbLen: 10, handler: verify, needsMedium: true, pr: prRead,
+	t[OpVerify10] = opEntry{io: ioMediaOther, name: "VERIFY(10)", cdbLen: 10, handler: verify, needsMedium: true, pr: prRead,
 		usage: u(0x2f, 0xf6, 0xff, 0xff, 0xff, 0xff, 0x1f, 0xff, 0xff, 0)}
 	t[OpPrefetch10] = opEntry{name: "PRE-FETCH(10)", cdbLen: 10, handler: prefetch, needsMedium: true, pr: prRead,
 		usage: u(0x34, 0x02, 0xff, 0xff, 0xff, 0xff, 0x1f, 0xff, 0xff, 0)}
-	t[OpSyncCache10] = opEntry{name: "SYNCHRONIZE CACHE(10)", cdbLen: 10, handler: syncCache, needsMedium: true,
+	t[OpSyncCache10] = opEntry{io: ioMediaOther, name: "SYNCHRONIZE CACHE(10)", cdbLen: 10, handler: syncCache, needsMedium: true,
 		pr: prWrite, usage: u(0x35, 0x02, 0xff, 0xff, 0xff, 0xff, 0x1f, 0xff, 0xff, 0)}
 	t[OpReadDefect10] = opEntry{name: "READ DEFECT DATA(10)", cdbLen: 10, handler: readDefect, pr: prRead,
 		usage: u(0x37, 0, 0x1f, 0, 0, 0, 0, 0xff, 0xff, 0)}
@@ -183,11 +183,11 @@ func buildOpTable() [256]opEntry {
 	t[OpOrWrite16] = opEntry{io: ioWrite, name: "ORWRITE(16)", cdbLen: 16, handler: orWrite, needsMedium: true, pr: prWrite, usage: rw16(OpOrWrite16)}
 	t[OpWriteVerify16] = opEntry{io: ioWrite, name: "WRITE AND VERIFY(16)", cdbLen: 16, handler: writeVerify, needsMedium: true,
 		pr: prWrite, usage: u(0x8e, 0xf2, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x1f, 0)}
-	t[OpVerify16] = opEntry{name: "VERIFY(16)", cdbLen: 16, handler: verify, needsMedium: true, pr: prRead,
+	t[OpVerify16] = opEntry{io: ioMediaOther, name: "VERIFY(16)", cdbLen: 16, handler: verify, needsMedium: true, pr: prRead,
 		usage: u(0x8f, 0xf6, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x1f, 0)}
 	t[OpPrefetch16] = opEntry{name: "PRE-FETCH(16)", cdbLen: 16, handler: prefetch, needsMedium: true, pr: prRead,
 		usage: u(0x90, 0x02, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x1f, 0)}
-	t[OpSyncCache16] = opEntry{name: "SYNCHRONIZE CACHE(16)", cdbLen: 16, handler: syncCache, needsMedium: true,
+	t[OpSyncCache16] = opEntry{io: ioMediaOther, name: "SYNCHRONIZE CACHE(16)", cdbLen: 16, handler: syncCache, needsMedium: true,
 		pr: prWrite, usage: u(0x91, 0x02, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x1f, 0)}
 	t[OpWriteSame16] = opEntry{io: ioWrite, name: "WRITE SAME(16)", cdbLen: 16, handler: writeSame, needsMedium: true, pr: prWrite,
 		usage: u(0x93, 0xe9, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x1f, 0)}
@@ -216,7 +216,7 @@ func buildOpTable() [256]opEntry {
 	t[OpWrite12] = opEntry{io: ioWrite, name: "WRITE(12)", cdbLen: 12, handler: writeN, needsMedium: true, pr: prWrite, usage: rw12(OpWrite12)}
 	t[OpWriteVerify12] = opEntry{io: ioWrite, name: "WRITE AND VERIFY(12)", cdbLen: 12, handler: writeVerify, needsMedium: true,
 		pr: prWrite, usage: u(0xae, 0xf2, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x1f, 0)}
-	t[OpVerify12] = opEntry{name: "VERIFY(12)", cdbLen: 12, handler: verify, needsMedium: true, pr: prRead,
+	t[OpVerify12] = opEntry{io: ioMediaOther, name: "VERIFY(12)", cdbLen: 12, handler: verify, needsMedium: true, pr: prRead,
 		usage: u(0xaf, 0xf6, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x1f, 0)}
 	t[OpReadDefect12] = opEntry{name: "READ DEFECT DATA(12)", cdbLen: 12, handler: readDefect, pr: prRead,
 		usage: u(0xb7, 0x1f, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 0)}

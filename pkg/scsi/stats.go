@@ -14,6 +14,9 @@ const (
 	ioOther ioClass = iota
 	ioRead
 	ioWrite
+	// ioMediaOther: a media command that moves no data (SYNCHRONIZE
+	// CACHE, VERIFY): counted in Other, and in Syncs when GOOD.
+	ioMediaOther
 )
 
 // NexusIO is the cumulative I/O of one I_T nexus to one LU since the nexus
@@ -26,6 +29,11 @@ type NexusIO struct {
 	// counts everything else that reached the LU (including errors).
 	Reads, Writes, Other    uint64
 	BytesRead, BytesWritten uint64
+	// Syncs counts the media commands that move no data (SYNCHRONIZE
+	// CACHE, VERIFY) and completed GOOD; they are in Other too.
+	// Reads+Writes+Syncs is the evidence that a host's driver uses the
+	// path: a disk probe (INQUIRY, TUR, READ CAPACITY) is not.
+	Syncs uint64
 	// NonOptimized counts the commands (of any kind) that arrived through
 	// an active/non-optimized port: the I/O the array forwards.
 	NonOptimized uint64
@@ -44,6 +52,7 @@ type NexusIO struct {
 
 type ioCounters struct {
 	reads, writes, other    atomic.Uint64
+	syncs                   atomic.Uint64
 	bytesRead, bytesWritten atomic.Uint64
 	nonOpt                  atomic.Uint64
 	busy                    atomic.Int64
@@ -69,7 +78,7 @@ func (st *ioStats) record(n Nexus, class ioClass, r *Response, nonOpt bool, arri
 	if nonOpt {
 		c.nonOpt.Add(1)
 	}
-	if class != ioOther {
+	if class == ioRead || class == ioWrite {
 		c.media.Add(1)
 		c.lastMedia.Store(arrived.UnixNano())
 	}
@@ -81,6 +90,9 @@ func (st *ioStats) record(n Nexus, class ioClass, r *Response, nonOpt bool, arri
 	case class == ioWrite && good:
 		c.writes.Add(1)
 		c.bytesWritten.Add(uint64(r.DataOutLen))
+	case class == ioMediaOther && good:
+		c.syncs.Add(1)
+		c.other.Add(1)
 	default:
 		c.other.Add(1)
 	}
@@ -103,7 +115,7 @@ func (s *Server) IOStats() []NexusIO {
 				last = time.Unix(0, ns)
 			}
 			out = append(out, NexusIO{Media: c.media.Load(), LastMedia: last, Nexus: k.(Nexus), LUN: lun,
-				Reads: c.reads.Load(), Writes: c.writes.Load(), Other: c.other.Load(),
+				Reads: c.reads.Load(), Writes: c.writes.Load(), Other: c.other.Load(), Syncs: c.syncs.Load(),
 				BytesRead: c.bytesRead.Load(), BytesWritten: c.bytesWritten.Load(), NonOptimized: c.nonOpt.Load(),
 				Busy: time.Duration(c.busy.Load()), Gone: c.gone.Load()})
 			return true

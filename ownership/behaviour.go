@@ -1,0 +1,269 @@
+package ownership
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Observed host behaviour: whether a host's multipath stack follows the
+// array's moves, judged from where its media I/O arrives after each
+// planned move (failback, balance, shipping, an operator's move), not
+// from the flag of its declared type. A host that keeps its I/O on the
+// old owner is "not following": moves of its LUNs are then not worth
+// their cost (its I/O would be forwarded), its LUNs are shipped to where
+// its I/O arrives even within the cooldown, and Host Type Incorrect is
+// raised with the type that would fit.
+
+// follow states
+const (
+	followUnknown = iota
+	followYes
+	followNo
+)
+
+type hostObs struct {
+	state int
+	// lastFollow: the tick it last followed a move; notFollowAt: when it
+	// was last judged not to (-1: never).
+	lastFollow, notFollowAt int
+	// notFollowLUN/notFollowFrom/notFollowTo: the move it did not follow.
+	notFollowLUN               uint64
+	notFollowFrom, notFollowTo string
+	// rtpg: it has sent RTPG; extended: with the extended header (the
+	// mark of Linux scsi_dh_alua).
+	rtpg, extended bool
+	// mediaSince: the first tick its media I/O arrived (-1: never).
+	mediaSince int
+	// initiator: its initiator name, for the IQN naming authority.
+	initiator string
+}
+
+func (o *hostObs) resetFollow() { o.state, o.notFollowAt = followUnknown, -1 }
+
+// followCheck watches who follows one planned move: the users whose I/O
+// did not already arrive mostly at the new owner when it moved (a LUN
+// shipped to where a host sends says nothing of whether it follows).
+type followCheck struct {
+	at       int
+	to       string
+	judge    map[string]bool
+	followed map[string]bool
+}
+
+func (c *Core) startFollow(l *lun) {
+	f := &followCheck{at: c.now, to: l.owner, judge: map[string]bool{}, followed: map[string]bool{}}
+	for name, arr := range l.hostArrive { // a set: the order does not matter
+		if load := l.hostLoad(name); load >= activeWork && arr[l.owner] < c.cfg.ShipShare*load {
+			f.judge[name] = true
+		}
+	}
+	if len(f.judge) == 0 {
+		return
+	}
+	l.follow = f
+}
+
+// follows: the array may count on h moving its I/O after a move of its
+// LUNs: its type follows ALUA and it has not been seen not to.
+func (c *Core) follows(h *host) bool { return h.typ.TPGS && h.obs.state != followNo }
+
+// trackFollow judges, each tick, the hosts using LUNs whose planned move
+// is being watched: a host whose media I/O arrives mostly (ShipShare) at
+// the new owner follows; one whose I/O still arrives elsewhere when
+// FollowWindow has passed does not. Only hosts that reach the new owner
+// are judged (one that cannot reach it is a connectivity matter).
+func (c *Core) trackFollow() {
+	for _, id := range c.lunIDs {
+		l := c.luns[id]
+		f := l.follow
+		if f == nil {
+			continue
+		}
+		if l.owner != f.to {
+			l.follow = nil
+			continue
+		}
+		hosts := make([]string, 0, len(f.judge))
+		for name := range f.judge {
+			hosts = append(hosts, name)
+		}
+		sort.Strings(hosts)
+		done := c.now-f.at >= c.cfg.FollowWindow
+		for _, name := range hosts {
+			h := c.hosts[name]
+			load := l.hostLoad(name)
+			if h == nil || load < activeWork || f.followed[name] || !c.reaches(h, f.to) {
+				continue
+			}
+			if l.hostArrive[name][f.to] >= c.cfg.ShipShare*load {
+				f.followed[name] = true
+				h.obs.state, h.obs.lastFollow = followYes, c.now
+				continue
+			}
+			if done {
+				from, best := "", 0.0
+				for _, n := range c.nodeNames {
+					if v := l.hostArrive[name][n]; n != f.to && v > best {
+						from, best = n, v
+					}
+				}
+				h.obs.state, h.obs.notFollowAt = followNo, c.now
+				h.obs.notFollowLUN, h.obs.notFollowFrom, h.obs.notFollowTo = l.id, from, f.to
+			}
+		}
+		if done {
+			l.follow = nil
+		}
+	}
+}
+
+// forwardDelta is how much more of l's work per tick would be forwarded
+// (arrive at a node that does not own it) if l moved to dest, counting
+// only the users that will not follow a move: followers move their I/O
+// with the LUN. Negative: the move forwards less.
+func (c *Core) forwardDelta(l *lun, dest string) float64 {
+	names := make([]string, 0, len(l.hostArrive))
+	for name := range l.hostArrive {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	d := 0.0
+	for _, name := range names {
+		h := c.hosts[name]
+		if h == nil || c.follows(h) {
+			continue
+		}
+		arr := l.hostArrive[name]
+		d += arr[l.owner] - arr[dest] // forwarded after minus before
+	}
+	return d
+}
+
+// IQN naming authorities of the initiators that ship with common stacks.
+var iqnAuthorities = []struct{ prefix, stack, typ string }{
+	{"iqn.1993-08.org.debian", "open-iscsi (Debian, Ubuntu)", "linux-dmmp"},
+	{"iqn.2004-10.com.ubuntu", "open-iscsi (Ubuntu)", "linux-dmmp"},
+	{"iqn.1994-05.com.redhat", "open-iscsi (Red Hat)", "linux-dmmp"},
+	{"iqn.1996-04.de.suse", "open-iscsi (SUSE)", "linux-dmmp"},
+	{"iqn.2005-03.org.open-iscsi", "open-iscsi", "linux-dmmp"},
+	{"iqn.1991-05.com.microsoft", "the Microsoft iSCSI initiator (MSDSM)", "windows"},
+	{"iqn.1998-01.com.vmware", "the VMware software iSCSI adapter (NMP)", "vmware"},
+}
+
+// suggestType says which host type fits what the host was seen to do,
+// and why: its IQN's naming authority, its RTPG pattern (scsi_dh_alua asks
+// for the extended header), and whether it follows moves.
+func (c *Core) suggestType(h *host) (typ, why string) {
+	for _, a := range iqnAuthorities {
+		if strings.HasPrefix(strings.ToLower(h.obs.initiator), a.prefix) {
+			typ = a.typ
+			why = fmt.Sprintf("its initiator name is %s's", a.stack)
+			break
+		}
+	}
+	if h.obs.extended && (typ == "" || typ == "linux-dmmp") {
+		typ = "linux-dmmp"
+		if why != "" {
+			why += " and "
+		}
+		why += "it reads RTPG with the extended header as Linux scsi_dh_alua does"
+	}
+	switch {
+	case h.obs.mediaSince >= 0 && !h.obs.rtpg && c.now-h.obs.mediaSince >= c.cfg.DiscoveryWindow:
+		typ, why = "legacy", "it has never read RTPG: its multipath stack ignores ALUA"
+	case h.obs.state == followNo && typ == "":
+		typ, why = "legacy", "it does not follow moves: the array then never moves its LUNs for balance"
+	case h.obs.state == followNo && typ == "linux-dmmp":
+		why += "; dm-multipath at its defaults (failback manual) keeps I/O on active/non-optimized paths, and " +
+			"the DM-MP type's standby non-owner paths make it leave them at once"
+	}
+	return typ, why
+}
+
+// HostBehaviour is what a host was seen to do beside its declared type.
+type HostBehaviour struct {
+	Host, Type string
+	// Follows: "yes", "no" or "unknown" (no planned move of its LUNs
+	// has been watched yet); LastFollow the tick it last followed (-1).
+	Follows    string
+	LastFollow int
+	// RTPG: it has read RTPG; Extended: with the extended header.
+	RTPG, Extended bool
+	// Suggest is the type its behaviour fits ("": nothing to say), Why
+	// the evidence.
+	Suggest, Why string
+}
+
+// HostBehaviours reports every host's observed behaviour, in host order.
+func (c *Core) HostBehaviours() []HostBehaviour {
+	out := make([]HostBehaviour, 0, len(c.hostNames))
+	for _, name := range c.hostNames {
+		h := c.hosts[name]
+		b := HostBehaviour{Host: name, Type: h.typ.Name, Follows: "unknown", LastFollow: h.obs.lastFollow,
+			RTPG: h.obs.rtpg, Extended: h.obs.extended}
+		switch h.obs.state {
+		case followYes:
+			b.Follows = "yes"
+		case followNo:
+			b.Follows = "no"
+		}
+		if t, why := c.suggestType(h); t != "" && t != h.typ.Name && !(t == "linux-dmmp" && h.typ.Standby) {
+			b.Suggest, b.Why = t, why
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// hostTypeIncorrect says why h's declared type does not fit what it was
+// seen to do ("" when it fits): a type that follows ALUA whose host kept
+// its I/O on the old owner after a planned move, or never read RTPG.
+func (c *Core) hostTypeIncorrect(h *host) string {
+	if !h.typ.TPGS || len(h.nexuses) == 0 {
+		return ""
+	}
+	typ, why := c.suggestType(h)
+	fit := ""
+	if typ != "" {
+		fit = fmt.Sprintf("; the type that fits is %s (%s)", typ, why)
+	}
+	switch {
+	case h.obs.state == followNo:
+		return fmt.Sprintf("host %s is declared %s, which follows ALUA changes, but its I/O to LUN %d still arrived "+
+			"through node %s %d ticks after the LUN moved to node %s (judged at tick %d)%s",
+			h.name, h.typ.Name, h.obs.notFollowLUN, h.obs.notFollowFrom, c.cfg.FollowWindow, h.obs.notFollowTo,
+			h.obs.notFollowAt, fit)
+	case h.obs.mediaSince >= 0 && !h.obs.rtpg && c.now-h.obs.mediaSince >= c.cfg.DiscoveryWindow:
+		return fmt.Sprintf("host %s is declared %s, which reads REPORT TARGET PORT GROUPS, but it has sent media I/O "+
+			"since tick %d and never an RTPG%s", h.name, h.typ.Name, h.obs.mediaSince, fit)
+	}
+	return ""
+}
+
+// clearReport is the operator clearing a latched condition.
+func (c *Core) clearReport(e ClearReport) error {
+	switch e.Condition {
+	case PathFlapping:
+		l := c.luns[e.LUN]
+		if l == nil {
+			return fmt.Errorf("ownership: no LUN %d", e.LUN)
+		}
+		if l.damped < 0 {
+			return fmt.Errorf("ownership: LUN %d is not damped", e.LUN)
+		}
+		l.damped, l.failovers, l.flapHosts = -1, nil, nil
+		c.reconcile(nil)
+	case HostTypeIncorrect:
+		h := c.hosts[e.Host]
+		if h == nil {
+			return fmt.Errorf("ownership: no host %q", e.Host)
+		}
+		h.obs.resetFollow()
+		h.obs.mediaSince = -1
+	default:
+		return fmt.Errorf("ownership: %s clears by itself; only %s and %s are cleared by the operator",
+			e.Condition, PathFlapping, HostTypeIncorrect)
+	}
+	return nil
+}
