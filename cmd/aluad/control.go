@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/ownership"
 	"github.com/aluad/aluad/pkg/daemon"
 	"github.com/aluad/aluad/pkg/reports"
 )
@@ -174,6 +175,9 @@ func events(args []string) error {
 }
 
 func report(args []string) error {
+	if len(args) > 0 && args[0] == "clear" {
+		return reportClear(args[1:])
+	}
 	cl, js, err := viewCmd("report", args)
 	if err != nil {
 		return err
@@ -189,6 +193,45 @@ func report(args []string) error {
 		return printJSON(rs)
 	}
 	return reports.Render(os.Stdout, rs, time.Now())
+}
+
+// reportClear is "aluad report clear": the operator clears a latched
+// report (Path Flapping of a LUN, Host Type Incorrect of a host).
+func reportClear(args []string) error {
+	fs := flag.NewFlagSet("report clear", flag.ContinueOnError)
+	cond := fs.String("condition", "", "path-flapping (with --lun) or host-type-incorrect (with --host)")
+	lun := fs.Int64("lun", -1, "the LUN (path-flapping)")
+	host := fs.String("host", "", "the host (host-type-incorrect)")
+	client := controlFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	req := daemon.ClearRequest{Condition: *cond, Host: *host}
+	switch *cond {
+	case string(ownership.PathFlapping):
+		if *lun < 0 {
+			return fmt.Errorf("report clear --condition path-flapping needs --lun")
+		}
+		req.LUN = uint64(*lun)
+	case string(ownership.HostTypeIncorrect):
+		if *host == "" {
+			return fmt.Errorf("report clear --condition host-type-incorrect needs --host")
+		}
+	default:
+		return fmt.Errorf("usage: aluad report clear --condition path-flapping --lun N | --condition host-type-incorrect --host H")
+	}
+	cl, err := client()
+	if err != nil {
+		return err
+	}
+	if err := cl.ClearReport(req); err != nil {
+		return err
+	}
+	fmt.Printf("cleared %s\n", *cond)
+	return nil
 }
 
 func printJSON(v any) error {

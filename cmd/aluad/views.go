@@ -144,7 +144,7 @@ func renderHosts(w io.Writer, hs []daemon.HostInfo) error {
 	}
 	sort.Strings(nodes)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	head := []string{"HOST", "TYPE", "DECLARED", "NON-OWNER", "FOLLOWS ALUA", "SESSIONS"}
+	head := []string{"HOST", "TYPE", "DECLARED", "NON-OWNER", "TYPE FOLLOWS", "OBSERVED", "SESSIONS"}
 	for _, n := range nodes {
 		head = append(head, "NODE "+strings.ToUpper(n))
 	}
@@ -155,14 +155,34 @@ func renderHosts(w io.Writer, hs []daemon.HostInfo) error {
 		if !h.Declared {
 			decl = "UNKNOWN INITIATOR"
 		}
-		row := []string{h.Name, h.Type, decl, h.NonOwner, yesNo(h.FollowsALUA), fmt.Sprint(h.Sessions)}
+		row := []string{h.Name, h.Type, decl, h.NonOwner, yesNo(h.FollowsALUA), observed(h), fmt.Sprint(h.Sessions)}
 		for _, n := range nodes {
 			row = append(row, h.Nodes[n])
 		}
 		row = append(row, strings.Join(h.Initiators, ", "))
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, h := range hs {
+		if h.SuggestedType != "" {
+			fmt.Fprintf(w, "%s: its behaviour fits host type %s: %s\n", h.Name, h.SuggestedType, h.SuggestWhy)
+		}
+	}
+	return nil
+}
+
+// observed is what a host was seen to do after planned moves, with the
+// last time it followed one.
+func observed(h daemon.HostInfo) string {
+	if h.LastFollow != nil && h.Observed == "follows" {
+		return "follows (" + h.LastFollow.Local().Format("15:04:05") + ")"
+	}
+	if h.Observed == "" {
+		return "unknown"
+	}
+	return h.Observed
 }
 
 func yesNo(b bool) string {

@@ -117,7 +117,7 @@ func TestViewCommands(t *testing.T) {
 
 	out, err = capture(t, func() error { return hosts(sock) })
 	require.NoError(t, err)
-	require.Regexp(t, `h1\s+linux-dmmp\s+yes\s+STANDBY\s+yes\s+2\s+lost\s+reaches`, out)
+	require.Regexp(t, `h1\s+linux-dmmp\s+yes\s+STANDBY\s+yes\s+unknown\s+2\s+lost\s+reaches`, out)
 	out, err = capture(t, func() error { return hosts(append([]string{"-o", "json"}, api...)) })
 	require.NoError(t, err)
 	var hs []daemon.HostInfo

@@ -151,6 +151,26 @@ type OwnershipConfig struct {
 	// time expands this many times over its best, and that many times
 	// more than its node's and its peer paths' (default 3).
 	PathDegradedFactor float64 `yaml:"path_degraded_factor"`
+	// StressFloor: a node's latency expansion counts as stress only at
+	// this utilisation or more (default 0.25; expansion on a near-idle
+	// node is noise). StressWindow: how long the stress must hold before
+	// a balance move (default 30 ticks).
+	StressFloor  float64       `yaml:"stress_floor"`
+	StressWindow time.Duration `yaml:"stress_window"`
+	// FailbackCooldown: no failback within this long of a LUN's last move
+	// (default 60 ticks).
+	FailbackCooldown time.Duration `yaml:"failback_cooldown"`
+	// DampCount failovers of one LUN within DampWindow hold it on its
+	// reachable owner and raise Path Flapping, until its hosts have
+	// reached its preferred owner for DampClear or an operator clears the
+	// report (defaults 3, 30 min, 60 min).
+	DampCount  int           `yaml:"damp_count"`
+	DampWindow time.Duration `yaml:"damp_window"`
+	DampClear  time.Duration `yaml:"damp_clear"`
+	// FollowWindow: after a planned move, how long a host has to move its
+	// I/O to the new owner before it is seen not to follow (default 30
+	// ticks).
+	FollowWindow time.Duration `yaml:"follow_window"`
 	// Off disables the core: ownership then moves only by operator or STPG.
 	Off bool `yaml:"off"`
 }

@@ -1,7 +1,9 @@
 package daemon
 
 import (
+	"errors"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/aluad/aluad/ownership"
@@ -75,6 +77,20 @@ type HostInfo struct {
 	// NonOwner is the ALUA state the host sees on a non-owner group.
 	NonOwner    string   `json:"non_owner_state"`
 	FollowsALUA bool     `json:"follows_alua"`
+	// Observed is what the host was seen to do after the array's planned
+	// moves of its LUNs: "follows", "does not follow" or "unknown" (no
+	// move watched yet); LastFollow when it last followed one.
+	Observed   string     `json:"observed"`
+	LastFollow *time.Time `json:"last_follow,omitempty"`
+	// RTPG: it has read REPORT TARGET PORT GROUPS (ExtendedRTPG: with the
+	// extended header, as Linux scsi_dh_alua does).
+	RTPG         bool `json:"rtpg"`
+	ExtendedRTPG bool `json:"extended_rtpg"`
+	// SuggestedType is the host type its behaviour, IQN naming authority
+	// and command pattern fit, when that is not its type; SuggestWhy the
+	// evidence. The array never changes a declared type by itself.
+	SuggestedType string `json:"suggested_type,omitempty"`
+	SuggestWhy    string `json:"suggest_why,omitempty"`
 	Initiators  []string `json:"initiators"`
 	Sessions    int      `json:"sessions"`
 	// Group is the host group; Auth how it logs in (none, chap,
@@ -154,10 +170,17 @@ type BatchInfo struct {
 
 // coreView is what the API reads from the ownership core in one visit.
 type coreView struct {
-	nodes map[string]ownership.NodeStat
-	hosts map[string]ownership.HostState
-	paths map[pathKey]ownership.PathState
+	nodes     map[string]ownership.NodeStat
+	hosts     map[string]ownership.HostState
+	paths     map[pathKey]ownership.PathState
+	behaviour map[string]ownership.HostBehaviour
+	// tick and start turn the core's ticks into times.
+	tick  time.Duration
+	start time.Time
 }
+
+// at is the time of core tick t.
+func (v *coreView) at(t int) time.Time { return v.start.Add(time.Duration(t) * v.tick) }
 
 type pathKey struct {
 	initiator, isid string
@@ -171,8 +194,12 @@ func (d *Daemon) view() *coreView {
 		return nil
 	}
 	v := &coreView{nodes: map[string]ownership.NodeStat{}, hosts: map[string]ownership.HostState{},
-		paths: map[pathKey]ownership.PathState{}}
+		paths: map[pathKey]ownership.PathState{}, behaviour: map[string]ownership.HostBehaviour{}, tick: b.tick,
+		start: b.started}
 	err := b.do(func(c *ownership.Core) {
+		for _, hb := range c.HostBehaviours() {
+			v.behaviour[hb.Host] = hb
+		}
 		for _, s := range c.NodeStats() {
 			v.nodes[s.Node] = s
 		}
@@ -306,8 +333,23 @@ func (d *Daemon) hosts(v *coreView, sess []iscsi.PathStat) []HostInfo {
 	for _, name := range order {
 		hi := byName[name]
 		var st ownership.HostState
+		hi.Observed = "unknown"
 		if v != nil {
 			st = v.hosts[name]
+			if hb, ok := v.behaviour[name]; ok {
+				switch hb.Follows {
+				case "yes":
+					hi.Observed = "follows"
+				case "no":
+					hi.Observed = "does not follow"
+				}
+				if hb.LastFollow >= 0 {
+					t := v.at(hb.LastFollow)
+					hi.LastFollow = &t
+				}
+				hi.RTPG, hi.ExtendedRTPG = hb.RTPG, hb.Extended
+				hi.SuggestedType, hi.SuggestWhy = hb.Suggest, hb.Why
+			}
 		}
 		for _, n := range d.Array.Nodes {
 			state := "none"
@@ -478,6 +520,34 @@ func (d *Daemon) Latency() []PortLatency {
 }
 
 // Rebalance asks the ownership core for a balance plan now.
+// ClearRequest names a latched report to clear: path-flapping with its
+// LUN, or host-type-incorrect with its host.
+type ClearRequest struct {
+	Condition string `json:"condition"`
+	LUN       uint64 `json:"lun"`
+	Host      string `json:"host"`
+}
+
+// ClearReport is the operator clearing a latched report.
+func (d *Daemon) ClearReport(req ClearRequest) error {
+	b := d.brain.Load()
+	if b == nil {
+		return errNoCore
+	}
+	var err error
+	if derr := b.do(func(c *ownership.Core) {
+		err = c.Step(ownership.ClearReport{Condition: ownership.Condition(req.Condition), LUN: req.LUN, Host: req.Host})
+		b.apply(c.Ready())
+		c.Advance()
+	}); derr != nil {
+		return derr
+	}
+	if err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), "ownership: "))
+	}
+	return nil
+}
+
 func (d *Daemon) Rebalance() (RebalanceReply, error) {
 	b := d.brain.Load()
 	if b == nil {

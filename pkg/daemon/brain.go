@@ -8,6 +8,7 @@ import (
 
 	"github.com/aluad/aluad/ownership"
 	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/iscsi"
 )
 
 // brain runs the ownership core in the running array (CONVENTIONS 1): one
@@ -21,6 +22,8 @@ type brain struct {
 	d    *Daemon
 	core *ownership.Core
 	tick time.Duration
+	// started: when tick 0 was (the core's ticks as times).
+	started time.Time
 
 	mu    sync.Mutex
 	inbox []ownership.Event
@@ -63,6 +66,17 @@ func coreConfig(cfg array.Config) (ownership.Config, time.Duration) {
 	oc.PlanInterval = ticks(o.PlanInterval, oc.PlanInterval)
 	oc.ShipWindow = ticks(o.ShipWindow, oc.ShipWindow)
 	oc.Debounce = ticks(o.AlertDelay, oc.Debounce)
+	oc.StressWindow = ticks(o.StressWindow, oc.StressWindow)
+	oc.FailbackCooldown = ticks(o.FailbackCooldown, oc.FailbackCooldown)
+	oc.DampWindow = ticks(o.DampWindow, oc.DampWindow)
+	oc.DampClear = ticks(o.DampClear, oc.DampClear)
+	oc.FollowWindow = ticks(o.FollowWindow, oc.FollowWindow)
+	if o.StressFloor > 0 {
+		oc.StressFloor = o.StressFloor
+	}
+	if o.DampCount > 0 {
+		oc.DampCount = o.DampCount
+	}
 	if o.PathDegradedFactor > 0 {
 		oc.PathDegradedFactor = o.PathDegradedFactor
 	}
@@ -87,7 +101,7 @@ func newBrain(d *Daemon) (*brain, error) {
 		}
 	}
 	for _, h := range d.Array.Hosts() {
-		core.Step(ownership.HostDecl{Host: h.Name, Type: ownership.HostType{Name: h.Type.Name, TPGS: h.Type.TPGS}})
+		core.Step(ownership.HostDecl{Host: h.Name, Type: coreHostType(h.Type)})
 	}
 	for _, l := range d.Array.LUNs {
 		if err := core.Step(ownership.LUNDecl{LUN: l.ID, Preferred: l.Preferred.Name, Owner: l.Owner().Name,
@@ -96,9 +110,14 @@ func newBrain(d *Daemon) (*brain, error) {
 		}
 	}
 	core.Advance()
-	return &brain{d: d, core: core, tick: tick, wake: make(chan struct{}, 1), exec: make(chan ownership.Batch, 1024),
+	return &brain{d: d, core: core, tick: tick, started: d.now(), wake: make(chan struct{}, 1), exec: make(chan ownership.Batch, 1024),
 		queries: make(chan func()),
 		reports: map[reportKey]ownership.ReportChange{}}, nil
+}
+
+// coreHostType is what the core needs of a host type.
+func coreHostType(t array.HostType) ownership.HostType {
+	return ownership.HostType{Name: t.Name, TPGS: t.TPGS, Standby: t.NonOwner == array.Standby}
 }
 
 // post queues events for the core.
@@ -247,10 +266,10 @@ func (b *brain) feed(e Event) {
 	case EventLogin:
 		b.post(ownership.Login{Nexus: nx()})
 	case EventLogout:
-		b.post(ownership.Logout{Nexus: nx()})
+		b.post(ownership.Logout{Nexus: nx(), Orderly: e.Reason == iscsi.ReasonLogout})
 	case EventRTPG:
 		if e.LUN != nil {
-			b.post(ownership.RTPG{Nexus: nx(), LUN: *e.LUN})
+			b.post(ownership.RTPG{Nexus: nx(), LUN: *e.LUN, Extended: e.Extended})
 		}
 	case EventIO:
 		if e.IO == nil || e.LUN == nil {
@@ -262,6 +281,7 @@ func (b *brain) feed(e Event) {
 			rt = float64(e.IO.Busy) / float64(ops) / float64(time.Microsecond)
 		}
 		b.post(ownership.IO{Host: e.Host, Node: e.Node, LUN: *e.LUN, Ops: float64(ops),
+			Media: float64(min(ops, e.IO.Reads+e.IO.Writes+e.IO.Syncs)),
 			Bytes: float64(e.IO.BytesRead + e.IO.BytesWritten), RespTime: rt,
 			Ticks: max(1, int(math.Round(float64(e.IO.Interval)/float64(b.tick))))})
 	case EventPath:

@@ -164,6 +164,12 @@ func (c *Client) Paths() ([]PathInfo, error) {
 	return out, c.do("GET", "/v1/paths", nil, &out)
 }
 
+// ClearReport clears a latched report (path-flapping by LUN,
+// host-type-incorrect by host).
+func (c *Client) ClearReport(req ClearRequest) error {
+	return c.do("POST", "/v1/reports/clear", req, nil)
+}
+
 // Rebalance asks for a balance plan now.
 func (c *Client) Rebalance() (RebalanceReply, error) {
 	var out RebalanceReply

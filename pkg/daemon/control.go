@@ -41,6 +41,8 @@ import (
 //	POST /v1/mappings          {"lun": 3, "host": "h1", "host_lun": 0}: map; 3F/0E to the nexuses it changes
 //	DELETE /v1/mappings?lun=3&host=h1 (or &group=g, or neither): unmap; 3F/0E likewise
 //	GET  /v1/reports/history   every report raised and cleared (kept across restarts)
+//	POST /v1/reports/clear     {"condition": "path-flapping", "lun": 0} or {"condition": "host-type-incorrect",
+//	                           "host": "h1"}: clear a latched report (damping ends; observations restart)
 //
 // Every call but GET and HEAD is written to the audit log with who made it.
 //	GET  /metrics              Prometheus text format
@@ -248,6 +250,20 @@ func (d *Daemon) ControlHandler() http.Handler {
 			return
 		}
 		writeJSON(w, http.StatusOK, res)
+	})
+	mux.HandleFunc("POST /v1/reports/clear", func(w http.ResponseWriter, r *http.Request) {
+		var req ClearRequest
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			writeError(w, http.StatusBadRequest, "body: "+err.Error())
+			return
+		}
+		if err := d.ClearReport(req); err != nil {
+			writeError(w, http.StatusConflict, err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"cleared": req.Condition})
 	})
 	mux.HandleFunc("GET /v1/events/stream", d.handleEventStream)
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {

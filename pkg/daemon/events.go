@@ -74,12 +74,16 @@ type ReportInfo struct {
 
 // IOInterval is the I/O of one nexus to one LUN over one interval.
 type IOInterval struct {
-	Interval     time.Duration `json:"interval_ns"`
-	Reads        uint64        `json:"reads"`
-	Writes       uint64        `json:"writes"`
-	Other        uint64        `json:"other"`
-	BytesRead    uint64        `json:"bytes_read"`
-	BytesWritten uint64        `json:"bytes_written"`
+	Interval time.Duration `json:"interval_ns"`
+	Reads    uint64        `json:"reads"`
+	Writes   uint64        `json:"writes"`
+	Other    uint64        `json:"other"`
+	// Syncs: SYNCHRONIZE CACHE and VERIFY that completed GOOD (also in
+	// Other). Reads+Writes+Syncs are the media commands that show the
+	// host's driver uses the path.
+	Syncs        uint64 `json:"syncs"`
+	BytesRead    uint64 `json:"bytes_read"`
+	BytesWritten uint64 `json:"bytes_written"`
 	// Busy is the summed command time; Busy/(Reads+Writes+Other) is the
 	// mean response time inside the array.
 	Busy time.Duration `json:"busy_ns"`
@@ -223,7 +227,7 @@ func (d *Daemon) EmitIOStats() {
 			d.SCSI.ForgetIO(s.Nexus, s.LUN)
 		}
 		iv := &IOInterval{Interval: interval, Reads: s.Reads - p.Reads, Writes: s.Writes - p.Writes,
-			Other: s.Other - p.Other, BytesRead: s.BytesRead - p.BytesRead,
+			Other: s.Other - p.Other, Syncs: s.Syncs - p.Syncs, BytesRead: s.BytesRead - p.BytesRead,
 			BytesWritten: s.BytesWritten - p.BytesWritten, Busy: s.Busy - p.Busy,
 			NonOptimized: s.NonOptimized - p.NonOptimized}
 		if iv.Reads+iv.Writes+iv.Other == 0 {

@@ -75,8 +75,10 @@ var Catalog = map[ownership.Condition]Entry{
 	},
 	ownership.MultipathNotDiscovering: {
 		Code: "MND", Title: "Multipath Not Discovering Paths", Severity: Major,
-		Meaning: "The host has logged in on paths to the array but has not read the ALUA state (REPORT TARGET PORT GROUPS) " +
-			"on them: its multipath driver is not managing those paths, so it cannot fail over or follow ownership.",
+		Meaning: "The host has logged in on paths to the array but neither reads the ALUA state (REPORT TARGET PORT GROUPS) " +
+			"on them nor sends media I/O through them: its multipath driver is not managing those paths, so it cannot fail " +
+			"over or follow ownership. A disk scan (INQUIRY, TEST UNIT READY, READ CAPACITY, a partition-table read) on every " +
+			"path, which every OS does with or without multipath, does not count as using a path.",
 		Procedure: []string{
 			"Check that the host's multipath software is installed and running (multipathd on Linux, the MPIO feature with the Microsoft DSM on Windows).",
 			"Check that the array's LUNs are claimed by it: a multipath.conf device section for vendor ALUAD (prio alua, hardware_handler \"1 alua\"), or mpclaim on Windows.",
@@ -117,6 +119,29 @@ var Catalog = map[ownership.Condition]Entry{
 			"Check the link's error counters on the host NIC and the switch port (CRC errors, drops, retransmits) and its speed and duplex.",
 			"Replace the cable or optic, or move the link to another switch port.",
 			"If the slow path cannot be fixed now, take it out of the host's multipath map so its I/O uses the healthy paths.",
+		},
+	},
+	ownership.PathFlapping: {
+		Code: "PFL", Title: "Path Flapping (Excessive Failovers)", Severity: Major,
+		Meaning: "The LUN has failed over again and again within the damping window: a host's paths to its preferred owner " +
+			"keep going down and coming back. Each failover and failback holds the LUN's I/O and makes every host switch " +
+			"paths, so the array holds the LUN on the node the hosts reach and stops failing it back while this is raised.",
+		Procedure: []string{
+			"The details name the host and the target ports whose paths flapped: check those links (cables, optics, switch port error counters, NIC firmware).",
+			"Check the host's iSCSI timeouts and NOP settings (node.conn[0].timeo.noop_out_interval and _timeout): too short a timeout on a busy link looks like a flap.",
+			"Once the paths are fixed the array fails the LUN back by itself after they have stayed up for the clear window, or clear the report at once with aluad report clear --condition path-flapping --lun N.",
+		},
+	},
+	ownership.HostTypeIncorrect: {
+		Code: "HTI", Title: "Host Type Incorrect", Severity: Major,
+		Meaning: "The host does not behave as the host type it is declared with says: its I/O stayed on the old owner's " +
+			"paths after the array moved one of its LUNs (its multipath stack does not follow ALUA changes the way the type " +
+			"expects), or it sends I/O but never reads REPORT TARGET PORT GROUPS. Its I/O is forwarded between nodes; the " +
+			"array ships its LUNs to where its I/O arrives and no longer moves them for balance, but the layout stays off plan.",
+		Procedure: []string{
+			"Read the details: they say what the host did and the host type that fits it (from its behaviour, its initiator name and its RTPG pattern).",
+			"Change the host's type in the array's configuration to the one suggested (for dm-multipath at its defaults, linux-dmmp: non-owner paths report STANDBY, so the host leaves them at once), or change the host's multipath settings to match its type (failback immediate).",
+			"The array never changes a declared host type by itself. After the change, clear the report with aluad report clear --condition host-type-incorrect --host H; the next planned move is watched again.",
 		},
 	},
 	ownership.OwnershipThrash: {

@@ -14,7 +14,7 @@ import (
 // unique code.
 func TestCatalog(t *testing.T) {
 	conds := ownership.Conditions
-	require.Len(t, conds, 7)
+	require.Len(t, conds, 9)
 	require.Len(t, Catalog, len(conds))
 	codes := map[string]bool{}
 	for _, c := range conds {
