@@ -10,8 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/ownership"
+	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/daemon"
 	"github.com/aluad/aluad/pkg/reports"
 )

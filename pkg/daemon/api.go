@@ -75,8 +75,8 @@ type HostInfo struct {
 	Type     string `json:"type"`
 	TypeDoc  string `json:"type_doc"`
 	// NonOwner is the ALUA state the host sees on a non-owner group.
-	NonOwner    string   `json:"non_owner_state"`
-	FollowsALUA bool     `json:"follows_alua"`
+	NonOwner    string `json:"non_owner_state"`
+	FollowsALUA bool   `json:"follows_alua"`
 	// Observed is what the host was seen to do after the array's planned
 	// moves of its LUNs: "follows", "does not follow" or "unknown" (no
 	// move watched yet); LastFollow when it last followed one.
@@ -89,10 +89,10 @@ type HostInfo struct {
 	// SuggestedType is the host type its behaviour, IQN naming authority
 	// and command pattern fit, when that is not its type; SuggestWhy the
 	// evidence. The array never changes a declared type by itself.
-	SuggestedType string `json:"suggested_type,omitempty"`
-	SuggestWhy    string `json:"suggest_why,omitempty"`
-	Initiators  []string `json:"initiators"`
-	Sessions    int      `json:"sessions"`
+	SuggestedType string   `json:"suggested_type,omitempty"`
+	SuggestWhy    string   `json:"suggest_why,omitempty"`
+	Initiators    []string `json:"initiators"`
+	Sessions      int      `json:"sessions"`
 	// Group is the host group; Auth how it logs in (none, chap,
 	// chap-mutual; never a secret); LUNs what it sees, host LUN -> LUN.
 	Group string            `json:"group,omitempty"`
