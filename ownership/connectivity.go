@@ -116,7 +116,9 @@ func (c *Core) addNexus(h *host, n Nexus) *nexusState {
 	delete(h.departed, n.Node)
 	h.away = false
 	h.obs.initiator = n.Initiator
-	s := &nexusState{n: n, since: c.now}
+	// Media evidence is per node (an IO interval names the node, not the
+	// path): a new path to a node the host keeps using is in use too.
+	s := &nexusState{n: n, since: c.now, discovered: h.mediaTicks[n.Node] >= c.cfg.MediaTicks}
 	h.nexuses[keyOf(n)] = s
 	c.gen++
 	return s

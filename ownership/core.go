@@ -80,8 +80,10 @@ type lun struct {
 	failovers []int
 	damped    int
 	flapHosts []string
-	// lastMove is the tick of the last ownership change (-inf: never).
-	lastMove int
+	// lastMove is the tick of the last ownership change (-inf: never),
+	// lastCause its cause.
+	lastMove  int
+	lastCause Cause
 	// displaced: moved off its preferred owner by a failover; failback
 	// brings it home once the recovery is complete and stable.
 	displaced bool
@@ -218,6 +220,9 @@ func (c *Core) Step(e Event) error {
 			c.lastOperator = c.now
 		}
 		if e.Cause == CauseRollback {
+			if n := len(l.failovers); n > 0 && l.failovers[n-1] >= l.lastMove && l.lastCause == CauseFailover {
+				l.failovers = l.failovers[:n-1] // it did not happen
+			}
 			l.failures++
 			l.retryAt = c.now + min(1<<min(l.failures-1, 5), maxRetryTicks)
 		}
@@ -263,7 +268,7 @@ func (c *Core) declareLUN(e LUNDecl) error {
 func (c *Core) setOwner(l *lun, to string, cause Cause) {
 	l.owner = to
 	if cause != CauseRollback {
-		l.lastMove = c.now
+		l.lastMove, l.lastCause = c.now, cause
 		l.changes = append(l.changes, c.now)
 	}
 	switch cause {

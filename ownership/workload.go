@@ -70,7 +70,10 @@ func (c *Core) io(e IO) error {
 		c.use(l, h)
 	}
 	// Sustained media I/O on a node proves the host's driver uses a path
-	// there.
+	// there (the last interval of a path that has ended proves nothing).
+	if !c.hasNexusOn(h, e.Node) {
+		return nil
+	}
 	if h.mediaLast[e.Node] != c.now+1 {
 		h.mediaLast[e.Node] = c.now + 1
 		h.mediaTicks[e.Node]++
@@ -194,6 +197,25 @@ func (l *lun) hostLoad(host string) float64 {
 	return s
 }
 
+// hasNexusOn: h has a nexus (up or not) to node.
+func (c *Core) hasNexusOn(h *host, node string) bool {
+	for _, s := range h.nexuses {
+		if s.n.Node == node {
+			return true
+		}
+	}
+	return false
+}
+
+// LUNLoad is a LUN's rolling work per tick, wherever it arrives (0 for
+// an unknown LUN).
+func (c *Core) LUNLoad(id uint64) float64 {
+	if l := c.luns[id]; l != nil {
+		return l.load()
+	}
+	return 0
+}
+
 // nodeLoads sums the load each node serves as owner.
 func (c *Core) nodeLoads() map[string]float64 {
 	out := map[string]float64{}
@@ -210,6 +232,7 @@ type NodeStat struct {
 	Load        float64 // work per tick served as owner
 	Utilisation float64 // Load / capacity
 	Expansion   float64 // rolling response time / best observed (0: no data)
+	Capacity    float64 // work units per tick
 }
 
 // NodeStats reports every node's workload, in node order.
@@ -218,7 +241,7 @@ func (c *Core) NodeStats() []NodeStat {
 	var out []NodeStat
 	for _, name := range c.nodeNames {
 		nd := c.nodes[name]
-		st := NodeStat{Node: name, Load: loads[name], Utilisation: loads[name] / nd.capacity}
+		st := NodeStat{Node: name, Load: loads[name], Utilisation: loads[name] / nd.capacity, Capacity: nd.capacity}
 		if nd.bestRT > 0 {
 			st.Expansion = nd.rt / nd.bestRT
 		}

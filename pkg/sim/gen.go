@@ -121,9 +121,18 @@ func (g *gen) topology() {
 		if len(h.luns) == 0 {
 			h.luns = []uint64{g.luns[g.pick(len(g.luns))].id}
 		}
+		opts := map[string]string{"type": h.typ, "paths": joinNums(h.paths), "luns": joinNums(h.luns)}
+		switch x := g.r.Float64(); {
+		case x < 0.12:
+			h.mp = "none" // no multipath: scans every path, uses one
+		case x < 0.24 && h.typ != "legacy":
+			h.mp = "sticky" // failback manual: does not follow moves
+		}
+		if h.mp != "" {
+			opts["mp"] = h.mp
+		}
 		g.hosts = append(g.hosts, h)
-		g.add(Event{Verb: "host", Args: []string{h.name}, Opts: map[string]string{"type": h.typ,
-			"paths": joinNums(h.paths), "luns": joinNums(h.luns)}})
+		g.add(Event{Verb: "host", Args: []string{h.name}, Opts: opts})
 	}
 	g.top = len(g.s) + len(g.hosts)
 }

@@ -30,6 +30,54 @@ type host struct {
 	states map[uint64]map[uint16]scsi.AccessState
 	rr     map[uint64]int
 	seen   map[seenKey]*nexusSeen
+	// mp: "" (multipath by its type), "none" or "sticky" (hostSpec).
+	mp string
+	// last is the path each LUN's I/O last went through (sticky hosts).
+	last map[uint64]uint16
+	// rejoin: the paths a rebooting host has still to log in to, one a
+	// tick, as open-iscsi logs in portal after portal.
+	rejoin []uint16
+	// since: when each path's session began (tick count); media: the
+	// last tick media I/O completed GOOD through each node (for the MND
+	// invariants).
+	since map[uint16]int
+	media map[string]int
+	// used: per node, the evidence the core counts that the host's
+	// driver uses it: an RTPG answered there, or media I/O completed in
+	// mediaTicks distinct ticks (mediaAt is the last of them), since the
+	// host's first session there began.
+	rtpgOn       map[uint16]bool
+	mediaTicks   map[string]int
+	mediaPending map[string]bool
+}
+
+// tickMedia counts the nodes media I/O went through since the last tick
+// (the core counts an interval's I/O at the tick that ends it).
+func (h *host) tickMedia() {
+	for n := range h.mediaPending {
+		if h.reaches(h.w.arr.Node(n)) {
+			h.mediaTicks[n]++
+		}
+	}
+	clear(h.mediaPending)
+}
+
+// mediaTicks is the core's MediaTicks (the sim runs the default).
+var mediaTicks = ownership.DefaultConfig().MediaTicks
+
+// usesNode: the host gave the core evidence that it uses node n.
+// RTPG evidence is per path (the core marks the nexus it came on), media
+// evidence per node (an I/O interval names the node).
+func (h *host) usesNode(n string) bool {
+	if h.mediaTicks[n] >= mediaTicks {
+		return true
+	}
+	for _, p := range h.paths {
+		if h.sess[p] && h.rtpgOn[p] && h.w.arr.Port(p).Node.Name == n {
+			return true
+		}
+	}
+	return false
 }
 
 type seenKey struct {
@@ -49,8 +97,13 @@ type nexusSeen struct {
 func newHost(w *World, hs hostSpec) *host {
 	return &host{w: w, name: hs.name, initiator: initiatorOf(hs.name), ht: array.HostTypes[hs.typ],
 		paths: hs.paths, luns: hs.luns, sess: map[uint16]bool{}, cut: map[uint16]bool{},
-		states: map[uint64]map[uint16]scsi.AccessState{}, rr: map[uint64]int{}, seen: map[seenKey]*nexusSeen{}}
+		states: map[uint64]map[uint16]scsi.AccessState{}, rr: map[uint64]int{}, seen: map[seenKey]*nexusSeen{},
+		mp: hs.mp, last: map[uint64]uint16{}, since: map[uint16]int{}, media: map[string]int{},
+		rtpgOn: map[uint16]bool{}, mediaTicks: map[string]int{}, mediaPending: map[string]bool{}}
 }
+
+// multipath: the host runs a multipath driver that reads RTPG.
+func (h *host) multipath() bool { return h.mp != "none" && h.ht.TPGS }
 
 func (h *host) isid(port uint16) string { return fmt.Sprintf("00023d%06x", port) }
 
@@ -75,6 +128,7 @@ func (h *host) connect(port uint16) bool {
 		return false
 	}
 	h.sess[port] = true
+	h.since[port] = h.w.ticks
 	h.w.srv.NexusUp(h.nexus(port))
 	for _, lun := range h.luns {
 		delete(h.seen, seenKey{port, lun})
@@ -84,18 +138,27 @@ func (h *host) connect(port uint16) bool {
 }
 
 // drop ends a path's session as a fault would (connection lost).
-func (h *host) drop(port uint16) {
+func (h *host) drop(port uint16) { h.end(port, false) }
+
+// leave ends a path's session with a Logout (an orderly departure).
+func (h *host) leave(port uint16) { h.end(port, true) }
+
+func (h *host) end(port uint16, orderly bool) {
 	if !h.sess[port] {
 		return
 	}
 	h.sess[port] = false
 	h.w.srv.NexusLost(h.nexus(port))
-	h.w.step(ownership.Logout{Nexus: h.coreNexus(port)})
+	delete(h.rtpgOn, port)
+	if n := h.w.arr.Port(port).Node; !h.reaches(n) {
+		delete(h.mediaTicks, n.Name)
+	}
+	h.w.step(ownership.Logout{Nexus: h.coreNexus(port), Orderly: orderly})
 }
 
 // discover reads RTPG for every LUN on a new path (scsi_dh_alua's attach).
 func (h *host) discover(port uint16) {
-	if !h.ht.TPGS {
+	if !h.multipath() {
 		return
 	}
 	for _, lun := range h.luns {
@@ -105,6 +168,7 @@ func (h *host) discover(port uint16) {
 
 // reconnect logs in again on every usable path that has no session.
 func (h *host) reconnect() {
+	h.rejoin = nil
 	for _, p := range h.paths {
 		if h.connect(p) {
 			h.discover(p)
@@ -147,16 +211,19 @@ func (h *host) exec(e Event) string {
 		h.reconnect()
 		return fmt.Sprintf("%d sessions", h.sessions())
 	case "logout":
-		// The core cannot yet tell a Logout from a lost connection: both
-		// end the session the same way here.
+		// A Logout on every session (a shutdown): an orderly departure.
+		h.rejoin = nil
 		for _, p := range h.paths {
-			h.drop(p)
+			h.leave(p)
 		}
 		return "0 sessions"
 	case "reboot":
+		// A Logout on every session, then, from the next tick, a login
+		// on one path a tick with its RTPGs, as open-iscsi and
+		// scsi_dh_alua bring the paths back.
 		h.exec(Event{Verb: "logout"})
-		h.reconnect()
-		return fmt.Sprintf("%d sessions", h.sessions())
+		h.rejoin = append([]uint16(nil), h.paths...)
+		return fmt.Sprintf("0 sessions, %d to log in", len(h.rejoin))
 	case "scan":
 		return h.scan()
 	}
@@ -166,6 +233,9 @@ func (h *host) exec(e Event) string {
 		return "refused: the host does not use that LUN"
 	}
 	if e.Verb == "rtpg" {
+		if h.mp == "none" {
+			return "no multipath driver: it reads no RTPG"
+		}
 		p, ok := h.pick(lun, nil)
 		if !ok {
 			return "no path"
@@ -176,6 +246,18 @@ func (h *host) exec(e Event) string {
 }
 
 func (h *host) uses(lun uint64) bool { return slices.Contains(h.luns, lun) }
+
+// rejoinOne logs in on the next path of a reboot (a tick passed).
+func (h *host) rejoinOne() {
+	for len(h.rejoin) > 0 {
+		p := h.rejoin[0]
+		h.rejoin = h.rejoin[1:]
+		if h.connect(p) {
+			h.discover(p)
+			return
+		}
+	}
+}
 
 // scan is a disk probe on every path: INQUIRY, TEST UNIT READY and READ
 // CAPACITY, which every OS sends with or without multipath.
@@ -214,6 +296,7 @@ func (h *host) rtpg(port uint16, lun uint64) string {
 		h.w.fail("rtpg-parse", "RTPG for LUN %d on port %d: %v", lun, port, err)
 		return "bad data"
 	}
+	h.rtpgOn[port] = true
 	ao := 0
 	st := h.states[lun]
 	if st == nil {
@@ -241,8 +324,24 @@ func stateName(s scsi.AccessState) string { return array.AccessState(s).String()
 
 // pick chooses the path for a command: logged in, usable, not avoided;
 // the best known state first (AO, ANO, unknown, the rest), round robin
-// among equals. A host without TPGS round-robins over every path.
+// among equals. A host without TPGS round-robins over every path; one
+// without multipath uses its first usable path; a sticky one keeps the
+// path it used last while it is usable and active.
 func (h *host) pick(lun uint64, avoid map[uint16]bool) (uint16, bool) {
+	ok := func(p uint16) bool { return h.sess[p] && h.usable(p) && !avoid[p] }
+	switch h.mp {
+	case "none":
+		for _, p := range h.paths {
+			if ok(p) {
+				return p, true
+			}
+		}
+		return 0, false
+	case "sticky":
+		if p, had := h.last[lun]; had && ok(p) && stateRank(h.states[lun], p) <= 2 {
+			return p, true
+		}
+	}
 	best, rank := []uint16(nil), 99
 	for _, p := range h.paths {
 		if !h.sess[p] || !h.usable(p) || avoid[p] {
@@ -263,7 +362,9 @@ func (h *host) pick(lun uint64, avoid map[uint16]bool) (uint16, bool) {
 		return 0, false
 	}
 	h.rr[lun]++
-	return best[h.rr[lun]%len(best)], true
+	p := best[h.rr[lun]%len(best)]
+	h.last[lun] = p
+	return p, true
 }
 
 func stateRank(st map[uint16]scsi.AccessState, p uint16) int {
@@ -287,7 +388,7 @@ func stateRank(st map[uint16]scsi.AccessState, p uint16) int {
 // path could carry it.
 func (h *host) send(lun uint64, cdb, data []byte, inLen int) (scsi.Response, bool) {
 	avoid := map[uint16]bool{}
-	if h.ht.TPGS && len(h.states[lun]) == 0 {
+	if h.multipath() && len(h.states[lun]) == 0 {
 		if p, ok := h.pick(lun, nil); ok {
 			h.rtpg(p, lun)
 		}
@@ -305,12 +406,12 @@ func (h *host) send(lun uint64, cdb, data []byte, inLen int) (scsi.Response, boo
 		s := senseOf(r)
 		switch {
 		case s.Key == 6: // unit attention: re-read the states, retry
-			if h.ht.TPGS {
+			if h.multipath() {
 				h.rtpg(p, lun)
 			}
 		case s.Key == 2 && s.ASC == 4 && (s.ASCQ == 0x0b || s.ASCQ == 0x0c): // standby, unavailable
 			avoid[p] = true
-			if h.ht.TPGS {
+			if h.multipath() {
 				h.rtpg(p, lun)
 			}
 		default:
@@ -340,6 +441,9 @@ func (h *host) execOn(port uint16, lun uint64, cdb, data []byte, inLen int, medi
 		s.ua = true
 	}
 	if mediaCmd && r.Status == scsi.StatusGood {
+		n := w.arr.Port(port).Node.Name
+		h.media[n] = w.ticks
+		h.mediaPending[n] = true // the core hears of it at the next tick
 		cur := scsi.AccessState(w.arr.LUN(lun).State(h.initiator, w.arr.Port(port).Node))
 		if s.known && cur != s.state && !s.ua {
 			w.fail("ua-before-media", "host %s port %d LUN %d: state %s -> %s with no unit attention before a media command completed",

@@ -1,8 +1,11 @@
 package sim
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
+	"github.com/aluad/aluad/ownership"
 	"github.com/aluad/aluad/pkg/array"
 )
 
@@ -18,6 +21,21 @@ import (
 //	                      implicit transition time when a live node that all its
 //	                      users reach exists
 //	command-lost          every command sent gets a status (none is left parked)
+//	orderly-move          a failover off an owner that is up is justified by a
+//	                      host that uses the LUN, is logged in, not in the middle
+//	                      of a reboot's logins, and does not use the owner's node
+//	                      (its paths there were cut or are down, or it never
+//	                      gave evidence of using them): logouts, reboots and
+//	                      returning hosts move nothing
+//	balance-below-floor   no balance move while every up node is below the
+//	                      stress floor
+//	move-storm            at most 4 x DampCount failovers and failbacks of one
+//	                      LUN within any simulated hour (damping holds)
+//	mnd-false             Multipath Not Discovering Paths is never raised for a
+//	                      multipath host on a node where it read RTPG
+//	mnd-missed            it is raised for a host without multipath that has
+//	                      been logged in on a node, and not used it, for the
+//	                      discovery window and the debounce
 func (w *World) check() {
 	if w.viol != nil {
 		return
@@ -100,4 +118,143 @@ func (h *host) reaches(n *array.Node) bool {
 		}
 	}
 	return false
+}
+
+// dampCount is the sim core's DampCount; the move-storm bound is 4x it.
+const dampCount = 3
+
+// checkBatch judges a batch the core decided, before it is carried out.
+func (w *World) checkBatch(b ownership.Batch) {
+	switch b.Cause {
+	case ownership.CauseFailover:
+		for _, id := range b.LUNs {
+			var own *array.Node
+			for i, l := range w.arr.LUNs {
+				if l.ID == id {
+					own = w.arr.Node(w.prevOwners[i])
+				}
+			}
+			if own == nil {
+				continue
+			}
+			w.recovery[id] = append(w.recovery[id], w.ticks)
+			w.checkStorm(id)
+			if own.Up() && !w.failoverJustified(id, own) {
+				w.fail("orderly-move", "LUN %d failed over off node %s, which is up, though every host using it that "+
+					"is logged in uses that node (or is still logging in after a reboot); the core's view: %s",
+					id, own.Name, w.coreView(id))
+			}
+		}
+	case ownership.CauseFailback:
+		for _, id := range b.LUNs {
+			w.recovery[id] = append(w.recovery[id], w.ticks)
+			w.checkStorm(id)
+		}
+	case ownership.CauseBalance:
+		// The utilisation before the decision: the load of every LUN
+		// that moved since the previous owners back on its node.
+		floor := coreConfig().StressFloor
+		load := map[string]float64{}
+		for _, st := range w.core.NodeStats() {
+			load[st.Node] = st.Load
+		}
+		for i, l := range w.arr.LUNs {
+			if now := w.core.Owner(l.ID); now != w.prevOwners[i] {
+				load[now] -= w.core.LUNLoad(l.ID)
+				load[w.prevOwners[i]] += w.core.LUNLoad(l.ID)
+			}
+		}
+		for _, st := range w.core.NodeStats() {
+			if nodeUp(w.arr, st.Node) && load[st.Node] >= floor*st.Capacity {
+				return
+			}
+		}
+		w.fail("balance-below-floor", "balance move of %v while every up node is below the stress floor %.2f", b.LUNs, floor)
+	}
+}
+
+// failoverJustified: some host using the LUN is logged in, not rejoining,
+// and does not use the owner's node.
+func (w *World) failoverJustified(id uint64, owner *array.Node) bool {
+	for _, h := range w.hosts {
+		if !h.uses(id) || h.sessions() == 0 || len(h.rejoin) > 0 {
+			continue
+		}
+		if !h.reaches(owner) || !h.usesNode(owner.Name) {
+			return true
+		}
+		if h.mp == "none" {
+			if p, ok := h.pick(id, nil); ok && w.arr.Port(p).Node != owner {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// checkStorm bounds a LUN's failovers and failbacks within an hour.
+func (w *World) checkStorm(id uint64) {
+	ts := w.recovery[id]
+	n := 0
+	for _, t := range ts {
+		if w.ticks-t < 3600 {
+			n++
+		}
+	}
+	if n > 4*dampCount {
+		w.fail("move-storm", "LUN %d failed over or back %d times within an hour (damping allows %d)", id, n, 4*dampCount)
+	}
+}
+
+// checkMND runs after each tick: MND is raised for a host without
+// multipath on a node it is logged in to but does not use, once the
+// discovery window and the debounce have passed, and never for a
+// multipath host on a node where it read RTPG.
+func (w *World) checkMND() {
+	if w.viol != nil {
+		return
+	}
+	active := map[string]bool{}
+	for _, r := range w.core.Active() {
+		if r.Condition == ownership.MultipathNotDiscovering {
+			active[r.Host+"\x00"+r.Node] = true
+		}
+	}
+	cfg := coreConfig()
+	window := cfg.DiscoveryWindow + cfg.Debounce + 2
+	for _, h := range w.hosts {
+		for _, n := range w.arr.Nodes {
+			on := active[h.name+"\x00"+n.Name]
+			if on && h.multipath() && h.usesNode(n.Name) {
+				w.fail("mnd-false", "MND raised for host %s on node %s, where its multipath driver read RTPG", h.name, n.Name)
+				return
+			}
+			if h.mp != "none" || !n.Up() || on || h.usesNode(n.Name) {
+				continue
+			}
+			since, logged := w.ticks, false
+			for _, p := range n.Ports {
+				if h.sess[p.RelativeID] && h.usable(p.RelativeID) {
+					since, logged = min(since, h.since[p.RelativeID]), true
+				}
+			}
+			if logged && w.ticks-since > window {
+				w.fail("mnd-missed", "host %s (no multipath) has been logged in on node %s for %d ticks without using it, "+
+					"and MND is not raised", h.name, n.Name, w.ticks-since)
+				return
+			}
+		}
+	}
+}
+
+// coreView says, for a violation's detail, which nodes the core thinks
+// each host using the LUN reaches.
+func (w *World) coreView(id uint64) string {
+	var parts []string
+	for _, st := range w.core.HostStates() {
+		if h := w.byName[st.Host]; h != nil && h.uses(id) {
+			parts = append(parts, fmt.Sprintf("%s reaches %v, protocol-only %v", st.Host, st.Reaches, st.ProtocolOnly))
+		}
+	}
+	return strings.Join(parts, "; ")
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/datadriven"
 	"github.com/stretchr/testify/require"
 
+	"github.com/aluad/aluad/ownership"
 	"github.com/aluad/aluad/pkg/media"
 )
 
@@ -166,4 +167,137 @@ func FuzzParseScript(f *testing.F) {
 			t.Fatalf("round trip changed the script:\n%s\n%s", s, again)
 		}
 	})
+}
+
+// flapScript: h1's only path to a (LUN 0's preferred owner) is cut and
+// mended n times, 40 ticks apart: a flap slower than the failback window.
+func flapScript(n int) string {
+	var b strings.Builder
+	b.WriteString("nodes a:1,b:1\nlun 0 pref=a pages=4\nhost h1 type=linux paths=1,2 luns=0\nlogin h1\nwrite h1 0 lba=0 n=4\ntick n=10\n")
+	for range n {
+		b.WriteString("cut h1 1\nwrite h1 0 lba=0 n=4\ntick n=20\nmend h1 1\nwrite h1 0 lba=0 n=4\ntick n=20\n")
+	}
+	return b.String()
+}
+
+// The ownership invariants catch planted defects of the core (the old
+// behaviour each guards against), and the same scripts are clean on the
+// core as it is.
+func TestOwnershipInvariantsCatchPlantedDefects(t *testing.T) {
+	for _, tt := range []struct {
+		name, script string
+		cfg          func(*ownership.Config)
+		in           func(ownership.Event) ownership.Event
+		want         string
+	}{{
+		// A cluster host reboots: Logout on every path, then a login a
+		// tick with its RTPGs. Told apart from faults, and with the
+		// returning host held back until its paths are stable, nothing
+		// moves; the old core (logouts as faults, no wait) moves LUN 1 to
+		// a as soon as h1 is back on a alone.
+		name: "reboot moves nothing",
+		script: `nodes a:1,b:1
+lun 0 pref=a pages=4
+lun 1 pref=b pages=4
+host h1 type=linux paths=1,2 luns=0,1
+host h2 type=linux paths=1,2 luns=0,1
+login h1
+login h2
+tick n=10
+reboot h1
+tick n=12
+read h1 1 lba=0 n=4
+`,
+		cfg:  func(c *ownership.Config) { c.DiscoveryWindow, c.Settle = 0, 0 },
+		in:   asFault,
+		want: "orderly-move",
+	}, {
+		// A path that flaps slower than the failback window: damping
+		// holds the LUN on b after three failovers; without it, it
+		// ping-pongs for as long as the path flaps.
+		name:   "flapping is damped",
+		script: flapScript(10),
+		cfg:    func(c *ownership.Config) { c.DampCount = 1000 },
+		want:   "move-storm",
+	}, {
+		// A host without multipath scans every path and uses node a:
+		// MND is raised for b. Counting the scan as discovery (every
+		// command, as the old core did) hides it.
+		name: "MND for a scanning host",
+		script: `nodes a:1,b:1
+lun 0 pref=a pages=4
+host h1 type=linux paths=1,2 luns=0 mp=none
+login h1
+scan h1
+write h1 0 lba=0 n=4
+tick
+write h1 0 lba=0 n=4
+tick
+write h1 0 lba=0 n=4
+tick n=15
+`,
+		cfg: func(c *ownership.Config) { c.MediaTicks = 1 },
+		in: func(e ownership.Event) ownership.Event {
+			if io, ok := e.(ownership.IO); ok {
+				io.Media = io.Ops
+				return io
+			}
+			return e
+		},
+		want: "mnd-missed",
+	}, {
+		// Light I/O with slow responses: no balance move below the
+		// stress floor; a core that takes any expansion for stress moves.
+		name: "no balance below the floor",
+		script: `nodes a:1,b:1
+lun 0 pref=a pages=4
+lun 1 pref=a pages=4
+host h1 type=linux paths=1,2 luns=0,1
+login h1
+write h1 0 lba=0 n=4
+write h1 1 lba=0 n=4
+tick n=3
+media 0 delay=20ms
+media 1 delay=20ms
+write h1 0 lba=0 n=4
+write h1 1 lba=0 n=4
+tick
+write h1 0 lba=0 n=4
+write h1 1 lba=0 n=4
+tick
+write h1 0 lba=0 n=4
+tick n=20
+`,
+		cfg:  func(c *ownership.Config) { c.StressFloor, c.StressUtil, c.StressWindow, c.MinExpansionOps = 0, 0.001, 0, 0 },
+		want: "balance-below-floor",
+	}} {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := ParseScript(tt.script)
+			require.NoError(t, err)
+			r, err := Run(s)
+			require.NoError(t, err)
+			require.Nil(t, r.Violation, "clean on the core as it is:\n%s", r.Log)
+
+			w, err := newWorld(s)
+			require.NoError(t, err)
+			cfg := coreConfig()
+			if tt.cfg != nil {
+				tt.cfg(&cfg)
+			}
+			require.NoError(t, w.startCoreWith(cfg))
+			w.coreIn = tt.in
+			w.run()
+			require.NotNil(t, w.viol, "the planted defect is caught:\n%s", w.log.String())
+			require.Equal(t, tt.want, w.viol.Name, w.viol.Error())
+		})
+	}
+}
+
+// asFault turns every Logout into a lost connection (the old core's view).
+func asFault(e ownership.Event) ownership.Event {
+	if lo, ok := e.(ownership.Logout); ok {
+		lo.Orderly = false
+		return lo
+	}
+	return e
 }

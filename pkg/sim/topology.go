@@ -15,7 +15,7 @@ import (
 //	nodes a:2,b:2                 nodes and their port counts
 //	mirror on|off                 write-cache mirroring (default on)
 //	lun 0 pref=a pages=16 bs=512 media=ram group=dg0
-//	host h1 type=linux paths=1,2,3,4 luns=0,1
+//	host h1 type=linux paths=1,2,3,4 luns=0,1 [mp=none|sticky]
 type topology struct {
 	nodes  []nodeSpec
 	luns   []lunSpec
@@ -39,6 +39,12 @@ type hostSpec struct {
 	name, typ string
 	paths     []uint16
 	luns      []uint64
+	// mp is the host's multipath stack: "" (follows ALUA as its type
+	// says), "none" (no multipath: it scans every path but sends I/O
+	// through the first usable one and never reads RTPG) or "sticky"
+	// (dm-multipath with failback manual: it stays on the path it uses
+	// while that path answers, whatever the ALUA states say).
+	mp string
 }
 
 func parseTopology(s Script) (*topology, error) {
@@ -74,9 +80,12 @@ func parseTopology(s Script) (*topology, error) {
 			}
 			t.luns = append(t.luns, l)
 		case "host":
-			h := hostSpec{name: e.arg(0), typ: e.Opts["type"]}
+			h := hostSpec{name: e.arg(0), typ: e.Opts["type"], mp: e.Opts["mp"]}
 			if h.typ == "" {
 				h.typ = "default"
+			}
+			if h.mp != "" && h.mp != "none" && h.mp != "sticky" {
+				return nil, fmt.Errorf("host %s: mp is none or sticky, not %q", h.name, h.mp)
 			}
 			if _, ok := array.HostTypes[h.typ]; !ok {
 				return nil, fmt.Errorf("host %s: unknown type %q", h.name, h.typ)

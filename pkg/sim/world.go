@@ -56,10 +56,20 @@ type World struct {
 	// batches are the core's decisions not carried out yet.
 	batches []ownership.Batch
 
+	// ticks counts the core's ticks.
+	ticks     int
 	portUp    map[uint16]bool
 	sw        map[uint64]*media.Switch
 	crashes   int
 	downSince map[uint64]time.Time
+	// recovery holds each LUN's failover and failback ticks (move-storm).
+	recovery map[uint64][]int
+	// prevOwners: the core's owners (in w.arr.LUNs order) before the
+	// event being stepped, which a batch moves LUNs from.
+	prevOwners []string
+	// coreIn, when set, rewrites every event on its way to the core
+	// (tests plant ownership defects there).
+	coreIn func(ownership.Event) ownership.Event
 	ioPrev    map[ioKey]scsi.NexusIO
 	viol      *Violation
 	stats     Stats
@@ -94,7 +104,7 @@ func newWorldWrapped(s Script, wrap func(lun uint64, st media.Store) media.Store
 	}
 	w := &World{top: top, clock: time.Unix(1_000_000_000, 0).UTC(), byName: map[string]*host{},
 		byInit: map[string]*host{}, held: map[uint64]bool{}, portUp: map[uint16]bool{},
-		sw: map[uint64]*media.Switch{}, downSince: map[uint64]time.Time{}, ioPrev: map[ioKey]scsi.NexusIO{},
+		sw: map[uint64]*media.Switch{}, downSince: map[uint64]time.Time{}, recovery: map[uint64][]int{}, ioPrev: map[ioKey]scsi.NexusIO{},
 		script: s}
 	cfg := top.config()
 	w.arr, err = array.New(cfg, array.Options{
@@ -151,9 +161,20 @@ func newWorldWrapped(s Script, wrap func(lun uint64, st media.Store) media.Store
 
 // startCore declares the array to a fresh ownership core, with windows
 // short enough that failback, balance and shipping happen within a run.
-func (w *World) startCore() error {
+// coreConfig is the simulation's core: the defaults with windows short
+// enough for a few hundred events.
+func coreConfig() ownership.Config {
 	oc := ownership.DefaultConfig()
 	oc.FailbackWindow, oc.DiscoveryWindow, oc.Cooldown, oc.PlanInterval, oc.ShipWindow = 5, 5, 30, 5, 10
+	oc.FailbackCooldown, oc.StressWindow, oc.FollowWindow = 10, 5, 10
+	oc.DampCount, oc.DampWindow, oc.DampClear = dampCount, 200, 100
+	return oc
+}
+
+func (w *World) startCore() error { return w.startCoreWith(coreConfig()) }
+
+// startCoreWith (re)starts the core with a configuration, before a run.
+func (w *World) startCoreWith(oc ownership.Config) error {
 	core, err := ownership.New(oc)
 	if err != nil {
 		return err
@@ -166,7 +187,8 @@ func (w *World) startCore() error {
 	}
 	for _, hs := range w.top.hosts {
 		ht := array.HostTypes[hs.typ]
-		core.Step(ownership.HostDecl{Host: hs.name, Type: ownership.HostType{Name: ht.Name, TPGS: ht.TPGS}})
+		core.Step(ownership.HostDecl{Host: hs.name, Type: ownership.HostType{Name: ht.Name, TPGS: ht.TPGS,
+			Standby: ht.NonOwner == array.Standby}})
 	}
 	for _, l := range w.arr.LUNs {
 		if err := core.Step(ownership.LUNDecl{LUN: l.ID, Preferred: l.Preferred.Name, Owner: l.Owner().Name,
@@ -325,10 +347,25 @@ func errString(err error) string {
 
 // step feeds the core one event and queues what it decides.
 func (w *World) step(e ownership.Event) {
+	prev := w.prevOwners[:0]
+	for _, l := range w.arr.LUNs {
+		owner := w.core.Owner(l.ID)
+		if oc, ok := e.(ownership.OwnerChanged); ok && oc.LUN == l.ID {
+			owner = oc.Owner // applied before anything it leads to
+		}
+		prev = append(prev, owner)
+	}
+	w.prevOwners = prev
+	if w.coreIn != nil {
+		e = w.coreIn(e)
+	}
 	if err := w.core.Step(e); err != nil {
 		return
 	}
 	r := w.core.Ready()
+	for _, b := range r.Batches {
+		w.checkBatch(b)
+	}
 	w.batches = append(w.batches, r.Batches...)
 	for _, rc := range r.Reports {
 		w.logf("report %s", rc.String())
@@ -469,11 +506,19 @@ func (w *World) hook(p array.MovePoint) {
 func (w *World) tick() {
 	w.advance(time.Second)
 	w.emitIO()
+	for _, h := range w.hosts {
+		h.tickMedia()
+	}
+	w.ticks++
 	w.step(ownership.Tick{})
+	w.checkMND()
+	for _, h := range w.hosts {
+		h.rejoinOne()
+	}
 }
 
 type ioAgg struct {
-	ops, bytes uint64
+	ops, bytes, media uint64
 	busy       time.Duration
 }
 
@@ -493,6 +538,7 @@ func (w *World) emitIO() {
 		if ops == 0 {
 			continue
 		}
+		media := s.Reads + s.Writes + s.Syncs - prev.Reads - prev.Writes - prev.Syncs
 		key := fmt.Sprintf("%s\x00%s\x00%d", h.name, p.Node.Name, s.LUN)
 		a := agg[key]
 		if a == nil {
@@ -500,6 +546,7 @@ func (w *World) emitIO() {
 			agg[key] = a
 		}
 		a.ops += ops
+		a.media += media
 		a.bytes += s.BytesRead + s.BytesWritten - prev.BytesRead - prev.BytesWritten
 		a.busy += s.Busy - prev.Busy
 	}
@@ -507,7 +554,7 @@ func (w *World) emitIO() {
 		f := strings.Split(key, "\x00")
 		lun, _ := strconv.ParseUint(f[2], 10, 64)
 		a := agg[key]
-		w.step(ownership.IO{Host: f[0], Node: f[1], LUN: lun, Ops: float64(a.ops), Bytes: float64(a.bytes),
+		w.step(ownership.IO{Host: f[0], Node: f[1], LUN: lun, Ops: float64(a.ops), Media: float64(a.media), Bytes: float64(a.bytes),
 			RespTime: float64(a.busy) / float64(a.ops) / float64(time.Microsecond), Ticks: 1})
 	}
 }
