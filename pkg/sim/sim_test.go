@@ -268,7 +268,9 @@ tick
 write h1 0 lba=0 n=4
 tick n=20
 `,
-		cfg:  func(c *ownership.Config) { c.StressFloor, c.StressUtil, c.StressWindow, c.MinExpansionOps = 0, 0.001, 0, 0 },
+		cfg: func(c *ownership.Config) {
+			c.StressFloor, c.StressUtil, c.StressWindow, c.MinExpansionOps = 0, 0.001, 0, 0
+		},
 		want: "balance-below-floor",
 	}} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -70,9 +70,9 @@ type World struct {
 	// coreIn, when set, rewrites every event on its way to the core
 	// (tests plant ownership defects there).
 	coreIn func(ownership.Event) ownership.Event
-	ioPrev    map[ioKey]scsi.NexusIO
-	viol      *Violation
-	stats     Stats
+	ioPrev map[ioKey]scsi.NexusIO
+	viol   *Violation
+	stats  Stats
 	// seen is each node's destager state between passes.
 	seen []uint64
 }
@@ -519,7 +519,7 @@ func (w *World) tick() {
 
 type ioAgg struct {
 	ops, bytes, media uint64
-	busy       time.Duration
+	busy              time.Duration
 }
 
 // emitIO reports each (host, node, LUN)'s I/O since the last tick.
