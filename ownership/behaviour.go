@@ -231,12 +231,11 @@ func (c *Core) hostTypeIncorrect(h *host) string {
 	switch {
 	case h.obs.state == followNo:
 		return fmt.Sprintf("host %s is declared %s, which follows ALUA changes, but its I/O to LUN %d still arrived "+
-			"through node %s %d ticks after the LUN moved to node %s (judged at tick %d)%s",
-			h.name, h.typ.Name, h.obs.notFollowLUN, h.obs.notFollowFrom, c.cfg.FollowWindow, h.obs.notFollowTo,
-			h.obs.notFollowAt, fit)
+			"through node %s %s after the LUN moved to node %s%s",
+			h.name, h.typ.Name, h.obs.notFollowLUN, h.obs.notFollowFrom, c.span(c.cfg.FollowWindow), h.obs.notFollowTo, fit)
 	case h.obs.mediaSince >= 0 && !h.obs.rtpg && c.now-h.obs.mediaSince >= c.cfg.DiscoveryWindow:
 		return fmt.Sprintf("host %s is declared %s, which reads REPORT TARGET PORT GROUPS, but it has sent media I/O "+
-			"since tick %d and never an RTPG%s", h.name, h.typ.Name, h.obs.mediaSince, fit)
+			"for %s and never an RTPG%s", h.name, h.typ.Name, c.span(c.now-h.obs.mediaSince), fit)
 	}
 	return ""
 }

@@ -80,6 +80,10 @@ type lun struct {
 	failovers []int
 	damped    int
 	flapHosts []string
+	// flapping: the failover being decided is off an owner that is up;
+	// flapFrom: the node the last counted failover left.
+	flapping bool
+	flapFrom string
 	// lastMove is the tick of the last ownership change (-inf: never),
 	// lastCause its cause.
 	lastMove  int
@@ -166,6 +170,9 @@ func (c *Core) Step(e Event) error {
 			return fmt.Errorf("ownership: unknown node %q", e.Node)
 		}
 		n.up = e.Up
+		if !e.Up {
+			c.unflap(e.Node)
+		}
 		c.gen++
 		c.reconcile(nil)
 	case PortState:
@@ -220,7 +227,7 @@ func (c *Core) Step(e Event) error {
 			c.lastOperator = c.now
 		}
 		if e.Cause == CauseRollback {
-			if n := len(l.failovers); n > 0 && l.failovers[n-1] >= l.lastMove && l.lastCause == CauseFailover {
+			if n := len(l.failovers); n > 0 && l.failovers[n-1] == l.lastMove && l.lastCause == CauseFailover && l.flapping {
 				l.failovers = l.failovers[:n-1] // it did not happen
 			}
 			l.failures++
@@ -266,6 +273,7 @@ func (c *Core) declareLUN(e LUNDecl) error {
 
 // setOwner records an ownership change, decided here or reported.
 func (c *Core) setOwner(l *lun, to string, cause Cause) {
+	from := l.owner
 	l.owner = to
 	if cause != CauseRollback {
 		l.lastMove, l.lastCause = c.now, cause
@@ -274,7 +282,13 @@ func (c *Core) setOwner(l *lun, to string, cause Cause) {
 	switch cause {
 	case CauseFailover:
 		l.displaced = to != l.preferred
-		l.failovers = append(l.failovers, c.now)
+		if l.flapping {
+			// A failover off an owner that is up: hosts lost their paths
+			// to it (damping counts these; a node going down is not a
+			// path flapping).
+			l.failovers = append(l.failovers, c.now)
+			l.flapFrom = from
+		}
 	default:
 		l.displaced = false
 	}
@@ -285,6 +299,19 @@ func (c *Core) setOwner(l *lun, to string, cause Cause) {
 	case CauseRollback:
 	default:
 		l.follow = nil
+	}
+}
+
+// unflap: node went down. A failover off it counted as a path flap in
+// this tick or the last was the node's loss seen first through its
+// sessions ending: it is not a flap.
+func (c *Core) unflap(node string) {
+	for _, id := range c.lunIDs {
+		l := c.luns[id]
+		if n := len(l.failovers); n > 0 && l.flapFrom == node && c.now-l.failovers[n-1] <= 1 {
+			l.failovers = l.failovers[:n-1]
+			l.flapFrom = ""
+		}
 	}
 }
 

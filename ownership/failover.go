@@ -72,6 +72,7 @@ func (c *Core) reconcile(only *host) {
 			loads[l.owner] -= l.load()
 			loads[to] += l.load()
 			moves = append(moves, move{l, to, CauseFailover})
+			l.flapping = owner.up
 			if owner.up {
 				c.noteFlap(l)
 			}
@@ -103,6 +104,22 @@ func (c *Core) sortedUsers(l *lun) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// usedByFlapper: a user of l is a host whose flapping paths damp some LUN.
+func (c *Core) usedByFlapper(l *lun) bool {
+	for _, id := range c.lunIDs {
+		d := c.luns[id]
+		if d.damped < 0 {
+			continue
+		}
+		for _, h := range d.flapHosts {
+			if l.users[h] {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // trackDamping damps a LUN that keeps failing over, and releases it once

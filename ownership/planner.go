@@ -91,8 +91,8 @@ func (c *Core) balancePlan(exclude map[*lun]bool) ([]move, string) {
 	byNode := map[string][]*candidate{}
 	for _, id := range c.lunIDs {
 		l := c.luns[id]
-		if exclude[l] || !c.cooled(l) || !c.lunTPGS(l) || l.load() <= 0 {
-			continue
+		if exclude[l] || !c.cooled(l) || !c.lunTPGS(l) || l.load() <= 0 || l.damped >= 0 || c.usedByFlapper(l) {
+			continue // damped LUNs stay, and so do the LUNs of a host whose paths flap
 		}
 		ok, all := c.allowedStrict(l)
 		if !all || len(ok) < 2 {

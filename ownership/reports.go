@@ -150,17 +150,31 @@ func (c *Core) evaluateReports() {
 		l.changes = recent
 		if len(recent) >= c.cfg.ThrashCount {
 			holds[condKey{cond: OwnershipThrash, lun: id}] = fmt.Sprintf(
-				"LUN %d changed owner %d times in %d ticks", id, len(recent), c.cfg.ThrashWindow)
+				"LUN %d changed owner %d times in %s", id, len(recent), c.span(c.cfg.ThrashWindow))
 		}
 	}
 	c.debounce(holds)
 }
 
+// span says how long n ticks are, in the unit that reads best.
+func (c *Core) span(n int) string {
+	us := float64(n) * c.cfg.TickMicros
+	switch {
+	case us >= 3600e6 && int64(us)%int64(3600e6) == 0:
+		return fmt.Sprintf("%d h", int64(us/3600e6))
+	case us >= 60e6 && int64(us)%int64(60e6) == 0:
+		return fmt.Sprintf("%d min", int64(us/60e6))
+	case us >= 1e6:
+		return fmt.Sprintf("%g s", us/1e6)
+	}
+	return fmt.Sprintf("%g ms", us/1e3)
+}
+
 // flapCause says why a LUN is damped and whose paths flapped.
 func (c *Core) flapCause(l *lun) string {
-	cause := fmt.Sprintf("LUN %d failed over %d times within %d ticks (excessive failovers); it stays on node %s, "+
-		"its reachable owner, until its users have reached node %s without a break for %d ticks or the report is cleared",
-		l.id, len(l.failovers), c.cfg.DampWindow, l.owner, l.preferred, c.cfg.DampClear)
+	cause := fmt.Sprintf("LUN %d failed over %d times within %s (excessive failovers); it stays on node %s, "+
+		"its reachable owner, until its users have reached node %s without a break for %s or the report is cleared",
+		l.id, len(l.failovers), c.span(c.cfg.DampWindow), l.owner, l.preferred, c.span(c.cfg.DampClear))
 	var who []string
 	for _, name := range l.flapHosts {
 		h := c.hosts[name]

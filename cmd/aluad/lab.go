@@ -18,7 +18,7 @@ import (
 
 func labCmd(args []string) error {
 	fs := flag.NewFlagSet("lab", flag.ContinueOnError)
-	scenario := fs.String("scenario", "", "a built-in run: default (the lab), crash, transition or mirror")
+	scenario := fs.String("scenario", "", "a built-in run: default (the lab), rolling-reboot, light-move, flapping, crash, transition or mirror")
 	file := fs.String("file", "", "a scenario file to run (see pkg/lab/scenarios/default.txt)")
 	repeat := fs.Int("repeat", 1, "run the scenario this many times and print the medians")
 	out := fs.String("out", "", "directory for the report files (default aluad-lab/NAME-TIME)")
@@ -92,7 +92,13 @@ func labCmd(args []string) error {
 		}
 		return runScenario(ctx, text, *out, *seed, *repeat, *verbose)
 	}
-	return fmt.Errorf("unknown scenario %q (default, crash, transition, mirror)", *scenario)
+	if text, ok := lab.BuiltinScenario(*scenario); ok {
+		if *file != "" {
+			return fmt.Errorf("give --file or --scenario, not both")
+		}
+		return runScenario(ctx, text, *out, *seed, *repeat, *verbose)
+	}
+	return fmt.Errorf("unknown scenario %q (default, rolling-reboot, light-move, flapping, crash, transition, mirror)", *scenario)
 }
 
 func onOff(b bool) string {

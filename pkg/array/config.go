@@ -154,11 +154,11 @@ type OwnershipConfig struct {
 	// StressFloor: a node's latency expansion counts as stress only at
 	// this utilisation or more (default 0.25; expansion on a near-idle
 	// node is noise). StressWindow: how long the stress must hold before
-	// a balance move (default 30 ticks).
+	// a balance move (default 30s).
 	StressFloor  float64       `yaml:"stress_floor"`
 	StressWindow time.Duration `yaml:"stress_window"`
 	// FailbackCooldown: no failback within this long of a LUN's last move
-	// (default 60 ticks).
+	// (default 1m).
 	FailbackCooldown time.Duration `yaml:"failback_cooldown"`
 	// DampCount failovers of one LUN within DampWindow hold it on its
 	// reachable owner and raise Path Flapping, until its hosts have
@@ -168,8 +168,8 @@ type OwnershipConfig struct {
 	DampWindow time.Duration `yaml:"damp_window"`
 	DampClear  time.Duration `yaml:"damp_clear"`
 	// FollowWindow: after a planned move, how long a host has to move its
-	// I/O to the new owner before it is seen not to follow (default 30
-	// ticks).
+	// I/O to the new owner before it is seen not to follow (default 30s:
+	// dm-multipath at its defaults checks paths every 5-20 s).
 	FollowWindow time.Duration `yaml:"follow_window"`
 	// Off disables the core: ownership then moves only by operator or STPG.
 	Off bool `yaml:"off"`

@@ -66,11 +66,19 @@ func coreConfig(cfg array.Config) (ownership.Config, time.Duration) {
 	oc.PlanInterval = ticks(o.PlanInterval, oc.PlanInterval)
 	oc.ShipWindow = ticks(o.ShipWindow, oc.ShipWindow)
 	oc.Debounce = ticks(o.AlertDelay, oc.Debounce)
-	oc.StressWindow = ticks(o.StressWindow, oc.StressWindow)
-	oc.FailbackCooldown = ticks(o.FailbackCooldown, oc.FailbackCooldown)
-	oc.DampWindow = ticks(o.DampWindow, oc.DampWindow)
-	oc.DampClear = ticks(o.DampClear, oc.DampClear)
-	oc.FollowWindow = ticks(o.FollowWindow, oc.FollowWindow)
+	// These default to wall time, whatever the tick: a host follows a
+	// move within its path checker's interval, not within so many ticks.
+	wall := func(d, def time.Duration) int {
+		if d <= 0 {
+			d = def
+		}
+		return ticks(d, 1)
+	}
+	oc.StressWindow = wall(o.StressWindow, 30*time.Second)
+	oc.FailbackCooldown = wall(o.FailbackCooldown, time.Minute)
+	oc.DampWindow = wall(o.DampWindow, 30*time.Minute)
+	oc.DampClear = wall(o.DampClear, time.Hour)
+	oc.FollowWindow = wall(o.FollowWindow, 30*time.Second)
 	if o.StressFloor > 0 {
 		oc.StressFloor = o.StressFloor
 	}

@@ -81,6 +81,9 @@ func (d *Daemon) Inject(f Fault) (FaultResult, error) {
 				return res, err
 			}
 			res.Change = changeInfo(c)
+			// The core hears of the node first: the sessions its ports
+			// drop are its loss, not a path fault of each host.
+			post(ownership.NodeState{Node: n.Name, Up: false})
 			d.setPorts(n, false)
 		} else {
 			if n.Up() {
@@ -90,8 +93,8 @@ func (d *Daemon) Inject(f Fault) (FaultResult, error) {
 				return res, err
 			}
 			d.setPorts(n, true)
+			post(ownership.NodeState{Node: n.Name, Up: true})
 		}
-		post(ownership.NodeState{Node: n.Name, Up: f.Kind == FaultRestart})
 	case FaultPortDown, FaultPortUp, FaultPathDown, FaultPathUp, FaultDelay:
 		if d.fabric == nil {
 			return res, ErrNoFabric

@@ -24,6 +24,10 @@ type Host struct {
 	mu     sync.Mutex
 	stats  Stats
 	events []Event
+	// resumed is closed when a reboot ends (nil: not rebooting);
+	// rebootMu serialises reboots.
+	resumed  chan struct{}
+	rebootMu sync.Mutex
 
 	done chan struct{}
 	wg   sync.WaitGroup
@@ -157,6 +161,7 @@ func (h *Host) do(ctx context.Context, lun uint64, write bool, size int, fn func
 	if l == nil {
 		return fmt.Errorf("host %s: no LUN %d", h.Name, lun)
 	}
+	h.waitUp(ctx)
 	start := time.Now()
 	var noPath time.Time
 	for {
@@ -164,6 +169,10 @@ func (h *Host) do(ctx context.Context, lun uint64, write bool, size int, fn func
 			return err
 		}
 		p := h.choose(ctx, l, size)
+		if p == nil && h.rebooting() {
+			h.waitUp(ctx) // a command caught by the reboot goes out after it
+			continue
+		}
 		if p == nil {
 			if noPath.IsZero() {
 				noPath = time.Now()

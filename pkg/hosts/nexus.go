@@ -64,6 +64,9 @@ func SessionDialer(cfg initiator.Config) Dialer {
 	}
 }
 
+// Logout ends the session with a Logout Request (an orderly departure).
+func (n sessionNexus) Logout(ctx context.Context) error { return n.s.Logout(ctx) }
+
 func (n sessionNexus) Read(ctx context.Context, lun, lba uint64, blocks uint32) ([]byte, error) {
 	return n.s.Read16(ctx, lun, lba, blocks, BlockSize)
 }

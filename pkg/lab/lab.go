@@ -51,7 +51,12 @@ type EnvConfig struct {
 	// Tick is the ownership core's tick; windows scale with it.
 	Tick           time.Duration
 	FailbackWindow time.Duration
-	Cooldown       time.Duration
+	// FailbackCooldown: no failback within this long of a move (the
+	// failback window when zero). StressWindow: how long stress must
+	// hold before a balance move (1 s when zero: lab runs are short).
+	FailbackCooldown time.Duration
+	StressWindow     time.Duration
+	Cooldown         time.Duration
 	PlanInterval   time.Duration
 	ShipWindow     time.Duration
 	NodeCapacity   float64
@@ -80,8 +85,16 @@ func Start(ctx context.Context, ec EnvConfig) (*Env, error) {
 	}
 	cfg.Cache.Mirror = &ec.Mirror
 	cfg.Interlink.Penalty = ec.Penalty
+	fbc, sw := ec.FailbackCooldown, ec.StressWindow
+	if fbc <= 0 {
+		fbc = ec.FailbackWindow
+	}
+	if sw <= 0 {
+		sw = time.Second
+	}
 	cfg.Ownership = array.OwnershipConfig{Tick: ec.Tick, FailbackWindow: ec.FailbackWindow, Cooldown: ec.Cooldown,
-		PlanInterval: ec.PlanInterval, DiscoveryWindow: 10 * ec.Tick, NodeCapacity: ec.NodeCapacity, ShipWindow: ec.ShipWindow}
+		PlanInterval: ec.PlanInterval, DiscoveryWindow: 10 * ec.Tick, NodeCapacity: ec.NodeCapacity, ShipWindow: ec.ShipWindow,
+		FailbackCooldown: fbc, StressWindow: sw}
 	if ec.ALUA != "" {
 		cfg.ALUA = ec.ALUA
 	}

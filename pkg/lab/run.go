@@ -145,7 +145,7 @@ func runMode(ctx context.Context, s *Scenario, alua string, specs []HostSpec, o 
 			break
 		}
 		if !calibrated {
-			calibrate(env, w, t0)
+			calibrate(env, w, t0, s.Light)
 			calibrated = true
 		}
 		prog.set(e.Label)
@@ -214,7 +214,7 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 // the scenario's balanced placement runs each node at about 45% and all
 // LUNs on one node at about 90% (stressed): the rebalance after a skew is
 // then decided by the core's own ROI check, on this machine's speed.
-func calibrate(env *Env, w *Workload, t0 time.Time) {
+func calibrate(env *Env, w *Workload, t0 time.Time, light bool) {
 	el := time.Since(t0).Seconds()
 	if el <= 0 {
 		return
@@ -222,8 +222,12 @@ func calibrate(env *Env, w *Workload, t0 time.Time) {
 	iops := float64(w.Completed()) / el
 	tick := 0.1 // the lab's core ticks every 100 ms
 	work := iops * tick * (1 + float64(blk4k)/65536)
+	all := 0.9 // every LUN on one node: 90%, stressed
+	if light {
+		all = 0.3 // a light load: no node reaches the stress floor
+	}
 	for _, n := range env.D.Array.Nodes {
-		env.D.SetNodeCapacity(n.Name, max(work*1.1, 1))
+		env.D.SetNodeCapacity(n.Name, max(work/all, 1))
 	}
 }
 
@@ -271,6 +275,16 @@ func apply(env *Env, e EventSpec) error {
 		return nil
 	case "clear":
 		return inject(daemon.Fault{Kind: daemon.FaultClear})
+	case "move":
+		_, err := env.D.Array.Move([]uint64{e.LUN}, e.Node, array.CauseManual)
+		return err
+	case "reboot":
+		for _, h := range env.Hosts {
+			if h.Name == e.Host {
+				return h.Reboot(context.Background(), e.Down, e.Gap)
+			}
+		}
+		return fmt.Errorf("no host %q", e.Host)
 	case "skew":
 		for _, l := range env.D.Array.LUNs {
 			if l.Owner().Name != e.Node {

@@ -74,3 +74,82 @@ func TestRunScenario(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, string(js), `"thrash"`)
 }
+
+// The ownership scenarios, shortened: a rolling reboot moves nothing and
+// a real cut still fails over; an operator's move on a light load is
+// respected; a flapping path ends damped on the reachable owner with the
+// report raised.
+func TestOwnershipScenarios(t *testing.T) {
+	causes := func(m *ModeResult) map[string]int {
+		out := map[string]int{}
+		for _, mv := range m.Moves {
+			out[mv.Cause] += len(mv.LUNs)
+		}
+		return out
+	}
+	run := func(t *testing.T, text string) *ModeResult {
+		s, err := ParseScenarioText(text)
+		require.NoError(t, err)
+		r, err := Run(context.Background(), s, RunOptions{Seed: 1})
+		require.NoError(t, err)
+		require.Len(t, r.Modes, 1)
+		m := r.Modes[0]
+		assert.Zero(t, m.Errors, "no I/O error at any host")
+		return m
+	}
+	t.Run("rolling reboot", func(t *testing.T) {
+		m := run(t, `name rr
+luns 2 size=8MiB
+host h1 linux-dm
+host h2 linux-dm
+host h3 linux-dm
+workload luns=all hosts=all qd=1 rate=100
+duration 9s
+at 1s reboot host=h1 down=300ms gap=100ms
+at 3s reboot host=h2 down=300ms gap=100ms
+at 5s reboot host=h3 down=300ms gap=100ms
+at 7s cut host=h1 node=a
+`)
+		for _, e := range m.Events[:3] {
+			assert.Zero(t, e.Moves, "%s: a reboot moves nothing", e.Label)
+		}
+		assert.Equal(t, map[string]int{"failover": 1}, causes(m), "only the cut moves LUN 0")
+	})
+	t.Run("light operator move", func(t *testing.T) {
+		m := run(t, `name light
+luns 4 size=8MiB
+load light
+host h1 linux-dm
+host h2 linux-dm
+workload luns=all hosts=all qd=1 rate=100
+duration 8s
+at 1s move lun=0 node=b
+`)
+		assert.Equal(t, map[string]int{"manual": 1}, causes(m), "no balance move follows the operator's")
+	})
+	t.Run("flapping", func(t *testing.T) {
+		m := run(t, `name flap
+luns 2 size=8MiB
+host h1 linux-dm checker=1s
+host h2 linux-dm
+workload luns=all hosts=all qd=1 rate=100
+duration 17s
+at 1s cut host=h1 node=a
+at 2s restore host=h1 node=a
+at 6s cut host=h1 node=a
+at 7s restore host=h1 node=a
+at 11s cut host=h1 node=a
+at 12s restore host=h1 node=a
+`)
+		c := causes(m)
+		assert.Equal(t, 3, c["failover"], "%v", m.Moves)
+		assert.Equal(t, 2, c["failback"], "the third failover is not failed back: %v", m.Moves)
+		raised := false
+		for _, r := range m.Reports {
+			if r.Raised && strings.HasPrefix(r.Text, "path-flapping: LUN 0") {
+				raised = true
+			}
+		}
+		assert.True(t, raised, "Path Flapping raised for LUN 0: %v", m.Reports)
+	})
+}

@@ -32,7 +32,10 @@ import (
 // come back), crash/restart node=N, port-down/port-up port=P,
 // delay node=N [host=H] ms=X (added latency on those paths; ms=0 removes
 // it), clear (every fault), skew node=N (every LUN moved to N by an
-// operator). A workload line's rate is commands per second per host and
+// operator), move lun=L node=N (one LUN moved by an operator), reboot
+// host=H [down=1s] [gap=300ms] (Logout on every path, down, then a login
+// a path at a time with RTPG on each). "load light" calibrates the core
+// so the balanced nodes run at about 15% utilisation (45% by default). A workload line's rate is commands per second per host and
 // LUN (0: as fast as the queue depth allows).
 type Scenario struct {
 	Name     string
@@ -43,6 +46,9 @@ type Scenario struct {
 	Loads    []LoadSpec
 	Duration time.Duration
 	Events   []EventSpec
+	// Light: the core's node capacity is calibrated so that the balanced
+	// placement runs each node at about 15% (not stressed) instead of 45%.
+	Light bool
 	// Compare is the stack of the explicit comparison run ("" for none).
 	Compare     string
 	CompareOpts map[string]string
@@ -73,6 +79,10 @@ type EventSpec struct {
 	Node  string
 	Port  string
 	Delay time.Duration
+	// LUN (move); Down and Gap (reboot: how long the host stays down,
+	// and the time between its logins).
+	LUN       uint64
+	Down, Gap time.Duration
 }
 
 var nodeNames = []string{"a", "b"}
@@ -80,6 +90,7 @@ var nodeNames = []string{"a", "b"}
 var eventArgs = map[string][]string{
 	"cut": {"host", "node"}, "restore": {"host", "node"}, "crash": {"node"}, "restart": {"node"},
 	"port-down": {"port"}, "port-up": {"port"}, "delay": {"node", "ms"}, "clear": nil, "skew": {"node"},
+	"reboot": {"host"}, "move": {"lun", "node"},
 }
 
 // ParseScenario reads a scenario; errors name the line.
@@ -170,6 +181,11 @@ func (s *Scenario) directive(f []string) error {
 		s.Duration = d
 	case "at":
 		return s.parseEvent(f[1:])
+	case "load":
+		if len(f) != 2 || (f[1] != "light" && f[1] != "busy") {
+			return fmt.Errorf("load is light (balanced nodes at about 15%% utilisation) or busy (45%%, the default)")
+		}
+		s.Light = f[1] == "light"
 	case "compare":
 		if len(f) < 2 {
 			return fmt.Errorf("compare STACK [option=value ...]")
@@ -183,7 +199,7 @@ func (s *Scenario) directive(f []string) error {
 		}
 		s.Compare, s.CompareOpts = f[1], opts
 	default:
-		return fmt.Errorf("unknown directive %q (name, alua, luns, host, workload, duration, at, compare)", f[0])
+		return fmt.Errorf("unknown directive %q (name, alua, luns, host, workload, load, duration, at, compare)", f[0])
 	}
 	return nil
 }
@@ -309,7 +325,7 @@ func (s *Scenario) parseEvent(f []string) error {
 	e.Kind = rest[0]
 	need, ok := eventArgs[e.Kind]
 	if !ok {
-		return fmt.Errorf("unknown event %q (cut, restore, crash, restart, port-down, port-up, delay, clear, skew)", e.Kind)
+		return fmt.Errorf("unknown event %q (cut, restore, crash, restart, port-down, port-up, delay, clear, skew, reboot, move)", e.Kind)
 	}
 	opts, err := kv(rest[1:])
 	if err != nil {
@@ -331,6 +347,22 @@ func (s *Scenario) parseEvent(f []string) error {
 			e.Node = v
 		case "port":
 			e.Port = v
+		case "lun":
+			id, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				return fmt.Errorf("lun %q is not a LUN number", v)
+			}
+			e.LUN = id
+		case "down", "gap":
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 || d > time.Minute || e.Kind != "reboot" {
+				return fmt.Errorf("%s: %s=%q must be a duration up to 1m, on a reboot", e.Kind, k, v)
+			}
+			if k == "down" {
+				e.Down = d
+			} else {
+				e.Gap = d
+			}
 		case "ms":
 			ms, err := strconv.ParseFloat(v, 64)
 			if err != nil || ms < 0 || ms > 10000 {
@@ -343,6 +375,14 @@ func (s *Scenario) parseEvent(f []string) error {
 	}
 	if e.Label == "" {
 		e.Label = e.Kind
+	}
+	if e.Kind == "reboot" {
+		if _, ok := opts["down"]; !ok {
+			e.Down = time.Second
+		}
+		if _, ok := opts["gap"]; !ok {
+			e.Gap = 300 * time.Millisecond
+		}
 	}
 	s.Events = append(s.Events, e)
 	return nil
@@ -376,6 +416,9 @@ func (s *Scenario) validate() error {
 	}
 	var last time.Duration
 	for _, e := range s.Events {
+		if e.Kind == "move" && e.LUN >= uint64(s.LUNs) {
+			return fmt.Errorf("at %v: no LUN %d (luns %d)", e.At, e.LUN, s.LUNs)
+		}
 		if e.Host != "" && !known[e.Host] {
 			return fmt.Errorf("at %v: no host %q", e.At, e.Host)
 		}
