@@ -57,10 +57,10 @@ type EnvConfig struct {
 	FailbackCooldown time.Duration
 	StressWindow     time.Duration
 	Cooldown         time.Duration
-	PlanInterval   time.Duration
-	ShipWindow     time.Duration
-	NodeCapacity   float64
-	Penalty        time.Duration
+	PlanInterval     time.Duration
+	ShipWindow       time.Duration
+	NodeCapacity     float64
+	Penalty          time.Duration
 	// Dir holds the LUN files (a temporary directory when empty).
 	Dir string
 	// Verbose logs the daemon at info level to Log.
