@@ -154,11 +154,11 @@ type OwnershipConfig struct {
 	// StressFloor: a node's latency expansion counts as stress only at
 	// this utilisation or more (default 0.25; expansion on a near-idle
 	// node is noise). StressWindow: how long the stress must hold before
-	// a balance move (default 30s).
+	// a balance move (default three plan intervals, 30 s).
 	StressFloor  float64       `yaml:"stress_floor"`
 	StressWindow time.Duration `yaml:"stress_window"`
 	// FailbackCooldown: no failback within this long of a LUN's last move
-	// (default 1m).
+	// (default twice the failback window, 1 min).
 	FailbackCooldown time.Duration `yaml:"failback_cooldown"`
 	// DampCount failovers of one LUN within DampWindow hold it on its
 	// reachable owner and raise Path Flapping, until its hosts have

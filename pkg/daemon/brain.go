@@ -74,8 +74,10 @@ func coreConfig(cfg array.Config) (ownership.Config, time.Duration) {
 		}
 		return ticks(d, 1)
 	}
-	oc.StressWindow = wall(o.StressWindow, 30*time.Second)
-	oc.FailbackCooldown = wall(o.FailbackCooldown, time.Minute)
+	// Stress must hold for three plan intervals, and a failback waits
+	// twice its window after the last move, unless configured.
+	oc.StressWindow = ticks(o.StressWindow, 3*oc.PlanInterval)
+	oc.FailbackCooldown = ticks(o.FailbackCooldown, 2*oc.FailbackWindow)
 	oc.DampWindow = wall(o.DampWindow, 30*time.Minute)
 	oc.DampClear = wall(o.DampClear, time.Hour)
 	oc.FollowWindow = wall(o.FollowWindow, 30*time.Second)
