@@ -23,8 +23,12 @@ sed -i -e 's/^node.session.timeo.replacement_timeout = .*/node.session.timeo.rep
 
 if [ -d /run/systemd/system ]; then
 	systemctl restart iscsid.socket iscsid.service 2>/dev/null || systemctl restart iscsid
-	systemctl enable --now multipathd
-	systemctl restart multipathd
+	if [ "$(basename "$conf")" != multipath-none.conf ]; then
+		systemctl enable --now multipathd
+		systemctl restart multipathd
+	else
+		systemctl disable --now multipathd 2>/dev/null || true
+	fi
 else
 	# The QEMU lab's guests run no init system: start what systemd would.
 	/lib/systemd/systemd-udevd --daemon
@@ -34,7 +38,9 @@ else
 	if [ -n "$portal" ]; then
 		iscsid -f >/var/log/aluad-lab/iscsid.log 2>&1 &
 	fi
-	multipathd -d -s >/var/log/aluad-lab/multipathd.log 2>&1 &
+	if [ "$(basename "$conf")" != multipath-none.conf ]; then
+		multipathd -d -s >/var/log/aluad-lab/multipathd.log 2>&1 &
+	fi
 	sleep 1
 fi
 

@@ -25,6 +25,9 @@ type ClientSpec struct {
 	// scsi-block devices (no iSCSI initiator in the guest).
 	LibISCSI bool   `json:"libiscsi"`
 	Desc     string `json:"desc"`
+	// NoMultipath: multipathd is not started; the application uses one
+	// path per LUN (node a's first portal) and nothing reads RTPG.
+	NoMultipath bool `json:"no_multipath"`
 	// Follows: the configuration is expected to run I/O on the owner
 	// (failback immediate, or non-owner paths STANDBY). Configurations
 	// that are not (failback manual or followover) are measured and
@@ -41,7 +44,9 @@ type Scenario struct {
 	// every LUN onto one node, and the array's balance move that
 	// follows), "failover" (every client's links to LUN 0's owner cut at the
 	// array), "failback" (the links restored; the array fails back after
-	// its stability window).
+	// its stability window), "observe" (no event: the array watches where
+	// the clients' I/O arrives for its follow and ship windows; the
+	// reports and owners at the end are judged).
 	Steps []string
 }
 
@@ -58,6 +63,10 @@ var (
 		Desc: "QEMU libiscsi + scsi-block; guest dm-multipath as c3 (scsi_dh_alua talks RTPG through QEMU)", Follows: true}
 )
 
+// cNoMP logs in everywhere but runs no multipath.
+var cNoMP = ClientSpec{Name: "c6", Conf: "multipath-none.conf", HostType: "linux", NoMultipath: true,
+	Desc: "open-iscsi logged in on every portal, multipathd stopped: I/O through node a's first path only"}
+
 // cLibISCSIShared is c5 in a crowded run: measured, not judged.
 var cLibISCSIShared = func() ClientSpec {
 	c := cLibISCSI
@@ -72,6 +81,17 @@ var Scenarios = map[string]Scenario{
 	"smoke": {Name: "smoke", Clients: []ClientSpec{cALUA}, Steps: []string{"failover", "failback"}},
 	// libiscsi: the QEMU libiscsi client alone, a failover and a failback.
 	"libiscsi": {Name: "libiscsi", Clients: []ClientSpec{cLibISCSI}, Steps: []string{"failover", "failback"}},
+	// hosttype: dm-multipath at its defaults (failback manual) declared
+	// linux (ANO): after the failback its I/O stays on the old owner, so
+	// the array raises Host Type Incorrect and ships the LUN to where the
+	// I/O arrives. hosttype-dmmp: the same guest declared linux-dmmp
+	// follows and raises nothing.
+	"hosttype":      {Name: "hosttype", Clients: []ClientSpec{cDefaultsANO}, Steps: []string{"failover", "failback", "observe"}},
+	"hosttype-dmmp": {Name: "hosttype-dmmp", Clients: []ClientSpec{cDefaultsDMMP}, Steps: []string{"failover", "failback", "observe"}},
+	// nomp: a guest whose multipathd is stopped scans every path and uses
+	// node a's: Multipath Not Discovering Paths for node b; a dm-multipath
+	// guest that reads RTPG on every path raises none.
+	"nomp": {Name: "nomp", Clients: []ClientSpec{cNoMP, cALUA}, Steps: []string{"observe"}},
 	// full: every client configuration, every kind of move. The libiscsi
 	// client is measured but judged only alone ("libiscsi"): with five
 	// TCG guests on two cores its multipathd checker starves (it logs
@@ -132,6 +152,12 @@ type StepResult struct {
 	Err     string    `json:"error,omitempty"`
 	// MultipathLL is each client's `multipath -ll` at the end of the step.
 	MultipathLL map[string]string `json:"multipath_ll"`
+	// Observe steps: the reports raised at the end (condition, host,
+	// cause), the LUNs' owners, and the commands forwarded between nodes
+	// over the last 5 s (I/O that arrived at a non-owner).
+	Reports   []string          `json:"reports,omitempty"`
+	Owners    map[uint64]string `json:"owners,omitempty"`
+	Forwarded uint64            `json:"forwarded_last_5s,omitempty"`
 }
 
 // Check is one pass/fail condition of the run.
@@ -322,6 +348,11 @@ func (l *lab) run(ctx context.Context) error {
 		}
 	}
 	for _, c := range l.res.Clients {
+		if c.Spec.NoMultipath {
+			l.res.check(c.Spec.Name+": every LUN on every path (4 disks per LUN)", len(c.disks) == 4*l.opt.LUNs,
+				"%d disks", len(c.disks))
+			continue
+		}
 		l.res.check(c.Spec.Name+": one multipath device per LUN, 4 paths each", c.Maps == l.opt.LUNs && c.Paths == 4*l.opt.LUNs,
 			"%d maps, %d paths", c.Maps, c.Paths)
 		if c.Spec.Follows {
@@ -408,7 +439,7 @@ func (l *lab) bringUp(ctx context.Context, i int, c *ClientResult) error {
 	}
 	// Wait for dm-multipath to assemble every LUN from all four paths.
 	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	for !c.Spec.NoMultipath {
 		out, err := vm.Sh(ctx, 30*time.Second, "multipath -ll")
 		maps, perr := ParseMultipathLL(out)
 		if err == nil && perr == nil {
@@ -432,6 +463,10 @@ func (l *lab) bringUp(ctx context.Context, i int, c *ClientResult) error {
 	c.SetUp = time.Since(t)
 	if err := l.mapDisks(ctx, c, urls); err != nil {
 		return err
+	}
+	if c.Spec.NoMultipath {
+		l.opt.Log("%s set up in %v: %d disks, no multipath", c.Spec.Name, c.SetUp.Round(100*time.Millisecond), len(c.disks))
+		return nil
 	}
 	l.checkAO(c)
 	if len(c.maps) > 0 && len(c.maps[0].Paths()) > 0 {
@@ -528,6 +563,18 @@ func (l *lab) startFio(ctx context.Context, c *ClientResult) error {
 	for _, m := range c.maps {
 		lun, _ := c.lunOf(m)
 		jobs = append(jobs, fmt.Sprintf("--name=lun%d --filename=/dev/%s", lun, m.DM))
+	}
+	if c.Spec.NoMultipath { // one disk per LUN: the path through node a's first portal
+		devs := make([]string, 0, len(c.disks))
+		for dev := range c.disks {
+			devs = append(devs, dev)
+		}
+		sort.Strings(devs)
+		for _, dev := range devs {
+			if d := c.disks[dev]; d.Portal == PortAddr(0, 0)+":3260" {
+				jobs = append(jobs, fmt.Sprintf("--name=lun%d --filename=/dev/%s", d.LUN, dev))
+			}
+		}
 	}
 	cmd := "fio --output-format=json --output=/tmp/fio.json --ioengine=libaio --direct=1 --rw=randrw --rwmixread=70 " +
 		"--bs=4k --iodepth=2 --rate_iops=70,30 --time_based --runtime=3600 " + strings.Join(jobs, " ") +
@@ -626,6 +673,8 @@ func (l *lab) step(ctx context.Context, name string) (*StepResult, error) {
 		}
 		want = func(e daemon.Event) bool { return e.Change.Cause == "failback" }
 		wait = 90 * time.Second
+	case "observe":
+		return st, l.observe(ctx, st)
 	default:
 		return st, fmt.Errorf("unknown step %q", name)
 	}
@@ -713,6 +762,55 @@ func (l *lab) step(ctx context.Context, name string) (*StepResult, error) {
 	return st, nil
 }
 
+// observe lets the array watch the clients' I/O past its follow window
+// (30 s) and ship window (60 s), then records the reports, the owners and
+// the I/O forwarded between nodes over the last 5 s.
+func (l *lab) observe(ctx context.Context, st *StepResult) error {
+	if !sleepCtx(ctx, 80*time.Second) {
+		return ctx.Err()
+	}
+	cl := l.arr.Client
+	forwarded := func() (uint64, error) {
+		luns, err := cl.LUNs()
+		var n uint64
+		for _, x := range luns {
+			for _, nd := range x.Nodes {
+				n += nd.Forwarded
+			}
+		}
+		return n, err
+	}
+	a, err := forwarded()
+	if err != nil {
+		return err
+	}
+	if !sleepCtx(ctx, 5*time.Second) {
+		return ctx.Err()
+	}
+	b, err := forwarded()
+	if err != nil {
+		return err
+	}
+	st.Forwarded = b - a
+	rs, err := cl.Reports()
+	if err != nil {
+		return err
+	}
+	for _, r := range rs {
+		st.Reports = append(st.Reports, fmt.Sprintf("%s %s %s: %s", r.Condition, r.Host, r.Node, r.Cause))
+	}
+	luns, err := cl.LUNs()
+	if err != nil {
+		return err
+	}
+	st.Owners = map[uint64]string{}
+	for _, x := range luns {
+		st.Owners[x.ID] = x.Owner
+	}
+	l.opt.Log("  owners %v, %d commands forwarded in the last 5 s, reports: %v", st.Owners, st.Forwarded, st.Reports)
+	return nil
+}
+
 // calibrate sets the nodes' capacity from the clients' measured load so
 // that all LUNs on one node run it at about 90% and a balanced placement
 // at about 45%: the array's own ROI check then decides the rebalance.
@@ -755,6 +853,9 @@ func (l *lab) judge() {
 		if st.Err != "" {
 			continue
 		}
+		if st.Name == "observe" {
+			l.judgeObserve(st)
+		}
 		for _, f := range st.Follows {
 			c := l.client(f.Host)
 			if c == nil || f.Cause == "manual" && st.Name == "rebalance" {
@@ -771,6 +872,39 @@ func (l *lab) judge() {
 		}
 	}
 	sort.SliceStable(l.res.Checks, func(i, j int) bool { return l.res.Checks[i].Name < l.res.Checks[j].Name })
+}
+
+// judgeObserve: a client at multipathd's defaults declared linux (ANO)
+// raises Host Type Incorrect and its LUNs end where its I/O arrives;
+// any other raises no Host Type Incorrect. Either way, at the end, no
+// I/O is forwarded between nodes.
+func (l *lab) judgeObserve(st *StepResult) {
+	for _, c := range l.res.Clients {
+		hti := false
+		mnd := map[string]bool{}
+		for _, r := range st.Reports {
+			if strings.HasPrefix(r, "host-type-incorrect "+c.Spec.Name+" ") {
+				hti = true
+			}
+			for _, n := range []string{"a", "b"} {
+				if strings.HasPrefix(r, "multipath-not-discovering-paths "+c.Spec.Name+" "+n+":") {
+					mnd[n] = true
+				}
+			}
+		}
+		if c.Spec.NoMultipath {
+			l.res.check(c.Spec.Name+": Multipath Not Discovering Paths raised for node b, not a", mnd["b"] && !mnd["a"], "%v", st.Reports)
+			continue // it never reads RTPG, so Host Type Incorrect is right for it too
+		}
+		l.res.check(c.Spec.Name+": no Multipath Not Discovering Paths", !mnd["a"] && !mnd["b"], "%v", st.Reports)
+		if c.Spec.Conf == "multipath-defaults.conf" && c.Spec.HostType == "linux" {
+			l.res.check(c.Spec.Name+": Host Type Incorrect raised (it does not follow moves)", hti, "%v", st.Reports)
+		} else {
+			l.res.check(c.Spec.Name+": no Host Type Incorrect", !hti, "%v", st.Reports)
+		}
+	}
+	l.res.check("the LUNs end where the I/O arrives (nothing forwarded in the last 5 s)", st.Forwarded == 0,
+		"%d commands forwarded; owners %v", st.Forwarded, st.Owners)
 }
 
 func (l *lab) client(name string) *ClientResult {

@@ -54,6 +54,11 @@ func coreConfig(cfg array.Config) (ownership.Config, time.Duration) {
 		tick = time.Second
 	}
 	oc.TickMicros = float64(tick) / float64(time.Microsecond)
+	// Rates given per 1 s tick scale with the tick: shipping needs 10
+	// work units a second, an expansion sample 50 commands a second.
+	perSecond := tick.Seconds()
+	oc.ShipMinWork *= perSecond
+	oc.MinExpansionOps *= perSecond
 	ticks := func(d time.Duration, def int) int {
 		if d <= 0 {
 			return def
