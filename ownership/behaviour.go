@@ -152,33 +152,56 @@ var iqnAuthorities = []struct{ prefix, stack, typ string }{
 }
 
 // suggestType says which host type fits what the host was seen to do,
-// and why: its IQN's naming authority, its RTPG pattern (scsi_dh_alua asks
-// for the extended header), and whether it follows moves.
+// and why ("" when its type fits, or nothing is known): a host seen not
+// to follow moves fits a type whose non-owner paths it must leave
+// (linux-dmmp, for a Linux stack: its IQN's naming authority or
+// scsi_dh_alua's extended-header RTPG) or one the array never moves
+// (legacy); a host that never reads RTPG fits legacy; an undeclared host
+// (type default) fits the type of the stack its IQN or RTPG pattern
+// names. The array never changes a declared type by itself.
 func (c *Core) suggestType(h *host) (typ, why string) {
+	stack, stackTyp := "", ""
 	for _, a := range iqnAuthorities {
 		if strings.HasPrefix(strings.ToLower(h.obs.initiator), a.prefix) {
-			typ = a.typ
-			why = fmt.Sprintf("its initiator name is %s's", a.stack)
+			stack, stackTyp = a.stack, a.typ
 			break
 		}
 	}
-	if h.obs.extended && (typ == "" || typ == "linux-dmmp") {
-		typ = "linux-dmmp"
-		if why != "" {
-			why += " and "
+	linux := stackTyp == "linux-dmmp" || stackTyp == "" && h.obs.extended
+	evidence := func() string {
+		var parts []string
+		if stack != "" {
+			parts = append(parts, fmt.Sprintf("its initiator name is %s's", stack))
 		}
-		why += "it reads RTPG with the extended header as Linux scsi_dh_alua does"
+		if h.obs.extended {
+			parts = append(parts, "it reads RTPG with the extended header as Linux scsi_dh_alua does")
+		}
+		return strings.Join(parts, " and ")
 	}
 	switch {
-	case h.obs.mediaSince >= 0 && !h.obs.rtpg && c.now-h.obs.mediaSince >= c.cfg.DiscoveryWindow:
-		typ, why = "legacy", "it has never read RTPG: its multipath stack ignores ALUA"
-	case h.obs.state == followNo && typ == "":
-		typ, why = "legacy", "it does not follow moves: the array then never moves its LUNs for balance"
-	case h.obs.state == followNo && typ == "linux-dmmp":
-		why += "; dm-multipath at its defaults (failback manual) keeps I/O on active/non-optimized paths, and " +
-			"the DM-MP type's standby non-owner paths make it leave them at once"
+	case c.neverRTPG(h):
+		return "legacy", "it has never read RTPG: its multipath stack ignores ALUA"
+	case h.obs.state == followNo && linux && !h.typ.Standby:
+		why := evidence()
+		if why != "" {
+			why += "; "
+		}
+		return "linux-dmmp", why + "dm-multipath at its defaults (failback manual) keeps I/O on active/non-optimized " +
+			"paths, and the DM-MP type's standby non-owner paths make it leave them at once"
+	case h.obs.state == followNo:
+		return "legacy", "it does not follow moves: the array then never moves its LUNs for balance"
+	case h.typ.Name == "default" && stackTyp != "":
+		return stackTyp, evidence()
+	case h.typ.Name == "default" && linux:
+		return "linux-dmmp", evidence()
 	}
-	return typ, why
+	return "", ""
+}
+
+// neverRTPG: the host is a proven user of some LUN (sustained media I/O)
+// for the discovery window and has never read RTPG.
+func (c *Core) neverRTPG(h *host) bool {
+	return len(h.uses) > 0 && h.obs.mediaSince >= 0 && !h.obs.rtpg && c.now-h.obs.mediaSince >= c.cfg.DiscoveryWindow
 }
 
 // HostBehaviour is what a host was seen to do beside its declared type.
@@ -208,7 +231,7 @@ func (c *Core) HostBehaviours() []HostBehaviour {
 		case followNo:
 			b.Follows = "no"
 		}
-		if t, why := c.suggestType(h); t != "" && t != h.typ.Name && !(t == "linux-dmmp" && h.typ.Standby) {
+		if t, why := c.suggestType(h); t != h.typ.Name {
 			b.Suggest, b.Why = t, why
 		}
 		out = append(out, b)
@@ -225,7 +248,7 @@ func (c *Core) hostTypeIncorrect(h *host) string {
 	}
 	typ, why := c.suggestType(h)
 	fit := ""
-	if typ != "" {
+	if typ != "" && typ != h.typ.Name {
 		fit = fmt.Sprintf("; the type that fits is %s (%s)", typ, why)
 	}
 	switch {
@@ -233,7 +256,7 @@ func (c *Core) hostTypeIncorrect(h *host) string {
 		return fmt.Sprintf("host %s is declared %s, which follows ALUA changes, but its I/O to LUN %d still arrived "+
 			"through node %s %s after the LUN moved to node %s%s",
 			h.name, h.typ.Name, h.obs.notFollowLUN, h.obs.notFollowFrom, c.span(c.cfg.FollowWindow), h.obs.notFollowTo, fit)
-	case h.obs.mediaSince >= 0 && !h.obs.rtpg && c.now-h.obs.mediaSince >= c.cfg.DiscoveryWindow:
+	case c.neverRTPG(h):
 		return fmt.Sprintf("host %s is declared %s, which reads REPORT TARGET PORT GROUPS, but it has sent media I/O "+
 			"for %s and never an RTPG%s", h.name, h.typ.Name, c.span(c.now-h.obs.mediaSince), fit)
 	}
@@ -251,7 +274,7 @@ func (c *Core) clearReport(e ClearReport) error {
 		if l.damped < 0 {
 			return fmt.Errorf("ownership: LUN %d is not damped", e.LUN)
 		}
-		l.damped, l.failovers, l.flapHosts = -1, nil, nil
+		l.damped, l.failovers, l.flapHosts = -1, nil, nil // the operator's word: counting starts again
 		c.reconcile(nil)
 	case HostTypeIncorrect:
 		h := c.hosts[e.Host]

@@ -37,10 +37,9 @@ type host struct {
 	// lostPorts: per node, the target ports whose nexus ended in a fault
 	// most recently (for the Path Flapping report).
 	lostPorts map[string][]uint16
-	// mediaTicks/mediaLast: per node, the distinct ticks in which media
-	// commands completed GOOD there (discovery evidence, MediaTicks).
-	mediaTicks map[string]int
-	mediaLast  map[string]int
+	// media: per node, the recent ticks in which media commands
+	// completed GOOD there (discovery evidence, MediaTicks).
+	media map[string]evidence
 	// uses: the LUNs it sent RTPG or sustained media I/O for.
 	uses map[uint64]bool
 	// What the host was seen to do (behaviour.go).
@@ -70,7 +69,7 @@ func (c *Core) hostOf(name string) *host {
 	if h == nil {
 		h = &host{name: name, typ: HostType{Name: "default", TPGS: true}, nexuses: map[nexusKey]*nexusState{},
 			everReached: map[string]bool{}, departed: map[string]int{}, lostPorts: map[string][]uint16{},
-			mediaTicks: map[string]int{}, mediaLast: map[string]int{}, uses: map[uint64]bool{},
+			media: map[string]evidence{}, uses: map[uint64]bool{},
 			obs: hostObs{mediaSince: -1, lastFollow: -1, notFollowAt: -1}}
 		c.hosts[name] = h
 		c.hostNames = append(c.hostNames, name)
@@ -118,7 +117,7 @@ func (c *Core) addNexus(h *host, n Nexus) *nexusState {
 	h.obs.initiator = n.Initiator
 	// Media evidence is per node (an IO interval names the node, not the
 	// path): a new path to a node the host keeps using is in use too.
-	s := &nexusState{n: n, since: c.now, discovered: h.mediaTicks[n.Node] >= c.cfg.MediaTicks}
+	s := &nexusState{n: n, since: c.now, discovered: c.proves(h.media[n.Node])}
 	h.nexuses[keyOf(n)] = s
 	c.gen++
 	return s
@@ -142,8 +141,7 @@ func (c *Core) logout(e Logout) {
 	if !still {
 		// Media evidence is per node: a path that comes back proves
 		// itself again.
-		delete(h.mediaTicks, n.Node)
-		delete(h.mediaLast, n.Node)
+		delete(h.media, n.Node)
 	}
 	if e.Orderly {
 		if !still {
@@ -442,7 +440,9 @@ func (c *Core) allowedFor(l *lun, strict bool) ([]string, bool) {
 		for _, i := range r {
 			count[i]++
 		}
-		if len(h.departed) > 0 && !c.soleActiveUser(l, h) {
+		// A node the host left on purpose still counts for failover,
+		// never for a planned move (nothing is moved where it has no path).
+		if len(h.departed) > 0 && !strict && !c.soleActiveUser(l, h) {
 			for i, n := range c.nodeNames {
 				if _, ok := h.departed[n]; ok && !slices.Contains(r, i) {
 					count[i]++
@@ -480,19 +480,50 @@ func (c *Core) allowedFor(l *lun, strict bool) ([]string, bool) {
 
 // soleActiveUser: h is the only user of l with a session (a host that is
 // away, rebooting or shut down, still counts as a user: its departure
-// must not move the LUN), and its I/O to l is still arriving.
+// must not move the LUN), and its media I/O to l arrived in an interval
+// after its last departure: it is still using the LUN through its other
+// paths (a rebooting host, which logs out of its paths one after
+// another, sends nothing in between).
 func (c *Core) soleActiveUser(l *lun, h *host) bool {
 	for name := range l.users {
 		if o := c.hosts[name]; o != h && (len(o.nexuses) > 0 || o.away) {
 			return false
 		}
 	}
-	return l.hostLoad(h.name) >= activeWork
+	left := never
+	for _, t := range h.departed {
+		left = max(left, t)
+	}
+	ev := l.mediaSeen[h.name]
+	return len(ev) > 0 && ev[len(ev)-1] > left
 }
 
 // activeWork is the rolling work per tick above which a host counts as
 // doing I/O to a LUN.
 const activeWork = 0.5
+
+// evidence holds the last ticks (MediaTicks of them at most) in which a
+// host's media commands completed GOOD through a node or to a LUN.
+type evidence []int
+
+// add notes media I/O at tick now.
+func (e evidence) add(now, keep int) evidence {
+	if len(e) > 0 && e[len(e)-1] == now {
+		return e
+	}
+	e = append(e, now)
+	if len(e) > keep {
+		e = append(e[:0], e[len(e)-keep:]...)
+	}
+	return e
+}
+
+// proves: media I/O arrived in MediaTicks distinct ticks within the
+// discovery window. Probes spread over hours prove nothing.
+func (c *Core) proves(e evidence) bool {
+	n := c.cfg.MediaTicks
+	return len(e) >= n && c.now-e[len(e)-n] < max(c.cfg.DiscoveryWindow, n)
+}
 
 // upNodes lists the up nodes in name order (cached until connectivity
 // next changes; callers must not modify it).

@@ -66,11 +66,10 @@ type lun struct {
 	// users: hosts that sent RTPG or sustained media I/O for this LUN.
 	users map[string]bool
 	// hostArrive is each user's rolling media work per tick at each node
-	// (hostPending: this tick's); mediaTicks/mediaLast count the distinct
-	// ticks a host's media I/O to the LUN arrived in (mediaLast is the
-	// tick + 1).
+	// (hostPending: this tick's); media holds, per host, the recent ticks
+	// its media I/O to the LUN arrived in (mediaSeen).
 	hostArrive, hostPending map[string]map[string]float64
-	mediaTicks, mediaLast   map[string]int
+	mediaSeen               map[string]evidence
 	// follow: the check of who followed the LUN's last planned move
 	// (behaviour.go); nil when none is running.
 	follow *followCheck
@@ -90,7 +89,8 @@ type lun struct {
 	lastCause Cause
 	// displaced: moved off its preferred owner by a failover; failback
 	// brings it home once the recovery is complete and stable.
-	displaced bool
+	// wasDisplaced: before the last move (a rollback restores it).
+	displaced, wasDisplaced bool
 	// prefOKSince: since when every user reaches the preferred owner
 	// (-1: not now).
 	prefOKSince int
@@ -279,15 +279,26 @@ func (c *Core) setOwner(l *lun, to string, cause Cause) {
 		l.lastMove, l.lastCause = c.now, cause
 		l.changes = append(l.changes, c.now)
 	}
+	if cause == CauseRollback {
+		l.displaced = l.wasDisplaced // the move did not happen
+	} else {
+		l.wasDisplaced = l.displaced
+	}
 	switch cause {
+	case CauseRollback:
 	case CauseFailover:
 		l.displaced = to != l.preferred
 		if l.flapping {
-			// A failover off an owner that is up: hosts lost their paths
-			// to it (damping counts these; a node going down is not a
-			// path flapping).
+			// A failover off an owner that is up because hosts lost their
+			// paths to it (damping counts these; a node going down or a
+			// host leaving is not a path flapping). The count reaching
+			// DampCount within the window damps the LUN, again after a
+			// release if it is still reached.
 			l.failovers = append(l.failovers, c.now)
 			l.flapFrom = from
+			if l.damped < 0 && len(l.failovers) >= c.cfg.DampCount {
+				l.damped = c.now
+			}
 		}
 	default:
 		l.displaced = false

@@ -72,10 +72,7 @@ func (c *Core) reconcile(only *host) {
 			loads[l.owner] -= l.load()
 			loads[to] += l.load()
 			moves = append(moves, move{l, to, CauseFailover})
-			l.flapping = owner.up
-			if owner.up {
-				c.noteFlap(l)
-			}
+			l.flapping = owner.up && c.noteFlap(l)
 		}
 		if l.displaced {
 			ok, all = c.allowedStrict(l)
@@ -86,14 +83,21 @@ func (c *Core) reconcile(only *host) {
 }
 
 // noteFlap records the hosts whose lost paths fail l over (for the Path
-// Flapping report).
-func (c *Core) noteFlap(l *lun) {
+// Flapping report), and says whether there are any: a failover because a
+// host left the owner on purpose is not a flap.
+func (c *Core) noteFlap(l *lun) bool {
+	any := false
 	for _, name := range c.sortedUsers(l) {
 		h := c.hosts[name]
-		if len(h.nexuses) > 0 && !c.reaches(h, l.owner) && !slices.Contains(l.flapHosts, name) {
+		if _, left := h.departed[l.owner]; len(h.nexuses) == 0 || c.reaches(h, l.owner) || left {
+			continue
+		}
+		any = true
+		if !slices.Contains(l.flapHosts, name) {
 			l.flapHosts = append(l.flapHosts, name)
 		}
 	}
+	return any
 }
 
 // sortedUsers lists l's users in name order.
@@ -135,11 +139,16 @@ func (c *Core) trackDamping() {
 			}
 		}
 		l.failovers = recent
+		last := l.damped
+		if n := len(l.failovers); n > 0 {
+			last = max(last, l.failovers[n-1])
+		}
+		stable := !l.displaced || l.prefOKSince >= 0 && c.now-l.prefOKSince >= c.cfg.DampClear
 		switch {
-		case l.damped < 0 && len(l.failovers) >= c.cfg.DampCount:
-			l.damped = c.now
-		case l.damped >= 0 && (!l.displaced || l.prefOKSince >= 0 && c.now-l.prefOKSince >= c.cfg.DampClear):
-			l.damped, l.failovers, l.flapHosts = -1, nil, nil
+		case l.damped >= 0 && c.now-last >= c.cfg.DampClear && stable:
+			// Released; the failovers stay counted for the window, so
+			// the next one damps it again at once.
+			l.damped, l.flapHosts = -1, nil
 		case l.damped < 0 && len(l.failovers) == 0:
 			l.flapHosts = nil
 		}

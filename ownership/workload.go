@@ -59,14 +59,11 @@ func (c *Core) io(e IO) error {
 		h.obs.mediaSince = c.now
 	}
 	// Sustained media I/O to the LUN makes the host one of its users.
-	if l.mediaLast[e.Host] != c.now+1 {
-		if l.mediaLast == nil {
-			l.mediaLast, l.mediaTicks = map[string]int{}, map[string]int{}
-		}
-		l.mediaLast[e.Host] = c.now + 1 // +1: the zero value means never
-		l.mediaTicks[e.Host]++
+	if l.mediaSeen == nil {
+		l.mediaSeen = map[string]evidence{}
 	}
-	if l.mediaTicks[e.Host] >= c.cfg.MediaTicks {
+	l.mediaSeen[e.Host] = l.mediaSeen[e.Host].add(c.now, c.cfg.MediaTicks)
+	if c.proves(l.mediaSeen[e.Host]) {
 		c.use(l, h)
 	}
 	// Sustained media I/O on a node proves the host's driver uses a path
@@ -74,11 +71,8 @@ func (c *Core) io(e IO) error {
 	if !c.hasNexusOn(h, e.Node) {
 		return nil
 	}
-	if h.mediaLast[e.Node] != c.now+1 {
-		h.mediaLast[e.Node] = c.now + 1
-		h.mediaTicks[e.Node]++
-	}
-	if h.mediaTicks[e.Node] >= c.cfg.MediaTicks {
+	h.media[e.Node] = h.media[e.Node].add(c.now, c.cfg.MediaTicks)
+	if c.proves(h.media[e.Node]) {
 		for _, s := range h.nexuses {
 			if s.n.Node == e.Node && c.pathUp(s) && !s.discovered {
 				s.discovered = true

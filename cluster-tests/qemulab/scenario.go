@@ -65,7 +65,7 @@ var (
 
 // cNoMP logs in everywhere but runs no multipath.
 var cNoMP = ClientSpec{Name: "c6", Conf: "multipath-none.conf", HostType: "linux", NoMultipath: true,
-	Desc: "open-iscsi logged in on every portal, multipathd stopped: I/O through node a's first path only"}
+	Desc: "open-iscsi logged in on every portal, no multipath (multipathd stopped, scsi_dh_alua not loaded): I/O through node a's first path only"}
 
 // cLibISCSIShared is c5 in a crowded run: measured, not judged.
 var cLibISCSIShared = func() ClientSpec {
@@ -403,6 +403,11 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // bringUp boots client i, logs it in and checks its multipath view.
 func (l *lab) bringUp(ctx context.Context, i int, c *ClientResult) error {
 	spec := VMSpec{Name: c.Spec.Name, Index: i, InitiatorName: c.IQN}
+	if c.Spec.NoMultipath {
+		// A host without multipath software: no scsi_dh_alua either (the
+		// multipath stack is what loads it), so nothing reads RTPG.
+		spec.Modules = []string{"virtio_net", "virtio_scsi", "sd_mod", "sg", "iscsi_tcp"}
+	}
 	var urls []string
 	if c.Spec.LibISCSI {
 		for lun := 0; lun < l.opt.LUNs; lun++ {

@@ -46,38 +46,79 @@ type host struct {
 	// driver uses it: an RTPG answered there, or media I/O completed in
 	// mediaTicks distinct ticks (mediaAt is the last of them), since the
 	// host's first session there began.
-	rtpgOn       map[uint16]bool
-	mediaTicks   map[string]int
+	rtpgOn       map[uint16]bool // the path is in use (evidence, below)
+	mediaTicks   map[string][]int
 	mediaPending map[string]bool
+	// left: the nodes the host logged out of (Logout of its last session
+	// there), with the tick.
+	left map[string]int
+	// userOf: the LUNs the core knows the host uses (an RTPG for it, or
+	// media I/O to it in MediaTicks ticks within the discovery window);
+	// lunTicks and lunPending are that media evidence.
+	userOf     map[uint64]bool
+	lunTicks   map[uint64][]int
+	lunPending map[uint64]bool
+	// away: no session, the last one ended by a Logout.
+	away bool
 }
 
-// tickMedia counts the nodes media I/O went through since the last tick
-// (the core counts an interval's I/O at the tick that ends it).
+// tickMedia notes the nodes media I/O went through since the last tick
+// (the core counts an interval's I/O at the tick that ends it), keeping
+// the last MediaTicks ticks.
 func (h *host) tickMedia() {
 	for n := range h.mediaPending {
 		if h.reaches(h.w.arr.Node(n)) {
-			h.mediaTicks[n]++
+			ts := append(h.mediaTicks[n], h.w.ticks)
+			if len(ts) > mediaTicks {
+				ts = ts[len(ts)-mediaTicks:]
+			}
+			h.mediaTicks[n] = ts
+			if h.mediaProves(n) {
+				for _, p := range h.w.arr.Node(n).Ports {
+					if h.sess[p.RelativeID] {
+						h.rtpgOn[p.RelativeID] = true
+					}
+				}
+			}
 		}
 	}
 	clear(h.mediaPending)
+	win := max(coreConfig().DiscoveryWindow, mediaTicks)
+	for lun := range h.lunPending {
+		ts := append(h.lunTicks[lun], h.w.ticks)
+		if len(ts) > mediaTicks {
+			ts = ts[len(ts)-mediaTicks:]
+		}
+		h.lunTicks[lun] = ts
+		if len(ts) >= mediaTicks && h.w.ticks-ts[0] < win {
+			h.userOf[lun] = true
+		}
+	}
+	clear(h.lunPending)
 }
 
 // mediaTicks is the core's MediaTicks (the sim runs the default).
 var mediaTicks = ownership.DefaultConfig().MediaTicks
 
 // usesNode: the host gave the core evidence that it uses node n.
-// RTPG evidence is per path (the core marks the nexus it came on), media
-// evidence per node (an I/O interval names the node).
+// usesNode: a session on n whose path the host has shown it uses. As the
+// core counts it: an RTPG marks its path; media I/O in MediaTicks ticks
+// within the discovery window marks every path to the node (an I/O
+// interval names the node, not the path), and a path logged in while
+// that evidence is fresh; a mark lasts as long as the session.
 func (h *host) usesNode(n string) bool {
-	if h.mediaTicks[n] >= mediaTicks {
-		return true
-	}
 	for _, p := range h.paths {
 		if h.sess[p] && h.rtpgOn[p] && h.w.arr.Port(p).Node.Name == n {
 			return true
 		}
 	}
 	return false
+}
+
+// mediaProves: the node's media evidence is fresh.
+func (h *host) mediaProves(n string) bool {
+	ts := h.mediaTicks[n]
+	return len(ts) >= mediaTicks && h.w.ticks-ts[len(ts)-mediaTicks] < max(coreConfig().DiscoveryWindow, mediaTicks)
 }
 
 type seenKey struct {
@@ -99,7 +140,8 @@ func newHost(w *World, hs hostSpec) *host {
 		paths: hs.paths, luns: hs.luns, sess: map[uint16]bool{}, cut: map[uint16]bool{},
 		states: map[uint64]map[uint16]scsi.AccessState{}, rr: map[uint64]int{}, seen: map[seenKey]*nexusSeen{},
 		mp: hs.mp, last: map[uint64]uint16{}, since: map[uint16]int{}, media: map[string]int{},
-		rtpgOn: map[uint16]bool{}, mediaTicks: map[string]int{}, mediaPending: map[string]bool{}}
+		rtpgOn: map[uint16]bool{}, mediaTicks: map[string][]int{}, mediaPending: map[string]bool{}, left: map[string]int{},
+		userOf: map[uint64]bool{}, lunTicks: map[uint64][]int{}, lunPending: map[uint64]bool{}}
 }
 
 // multipath: the host runs a multipath driver that reads RTPG.
@@ -128,7 +170,11 @@ func (h *host) connect(port uint16) bool {
 		return false
 	}
 	h.sess[port] = true
+	h.away = false
 	h.since[port] = h.w.ticks
+	n := h.w.arr.Port(port).Node.Name
+	delete(h.left, n)
+	h.rtpgOn[port] = h.mediaProves(n)
 	h.w.srv.NexusUp(h.nexus(port))
 	for _, lun := range h.luns {
 		delete(h.seen, seenKey{port, lun})
@@ -148,10 +194,14 @@ func (h *host) end(port uint16, orderly bool) {
 		return
 	}
 	h.sess[port] = false
+	h.away = orderly && h.sessions() == 0
 	h.w.srv.NexusLost(h.nexus(port))
 	delete(h.rtpgOn, port)
 	if n := h.w.arr.Port(port).Node; !h.reaches(n) {
 		delete(h.mediaTicks, n.Name)
+		if orderly {
+			h.left[n.Name] = h.w.ticks
+		}
 	}
 	h.w.step(ownership.Logout{Nexus: h.coreNexus(port), Orderly: orderly})
 }
@@ -221,8 +271,12 @@ func (h *host) exec(e Event) string {
 		// A Logout on every session, then, from the next tick, a login
 		// on one path a tick with its RTPGs, as open-iscsi and
 		// scsi_dh_alua bring the paths back.
-		h.exec(Event{Verb: "logout"})
-		h.rejoin = append([]uint16(nil), h.paths...)
+		rejoin := append([]uint16(nil), h.paths...)
+		h.rejoin = rejoin // mid-reboot from its first Logout on
+		for _, p := range h.paths {
+			h.leave(p)
+		}
+		h.rejoin = rejoin
 		return fmt.Sprintf("0 sessions, %d to log in", len(h.rejoin))
 	case "scan":
 		return h.scan()
@@ -297,6 +351,7 @@ func (h *host) rtpg(port uint16, lun uint64) string {
 		return "bad data"
 	}
 	h.rtpgOn[port] = true
+	h.userOf[lun] = true
 	ao := 0
 	st := h.states[lun]
 	if st == nil {
@@ -444,6 +499,7 @@ func (h *host) execOn(port uint16, lun uint64, cdb, data []byte, inLen int, medi
 		n := w.arr.Port(port).Node.Name
 		h.media[n] = w.ticks
 		h.mediaPending[n] = true // the core hears of it at the next tick
+		h.lunPending[lun] = true
 		cur := scsi.AccessState(w.arr.LUN(lun).State(h.initiator, w.arr.Port(port).Node))
 		if s.known && cur != s.state && !s.ua {
 			w.fail("ua-before-media", "host %s port %d LUN %d: state %s -> %s with no unit attention before a media command completed",

@@ -29,8 +29,11 @@ import (
 //	                      returning hosts move nothing
 //	balance-below-floor   no balance move while every up node is below the
 //	                      stress floor
-//	move-storm            at most 4 x DampCount failovers and failbacks of one
-//	                      LUN within any simulated hour (damping holds)
+//	move-storm            failovers and failbacks of one LUN within any
+//	                      simulated hour stay within what damping allows
+//	                      (stormBound)
+//	planned-move-strands  a failback, balance or shipping move never goes to a
+//	                      node where a logged-in user of the LUN has no session
 //	mnd-false             Multipath Not Discovering Paths is never raised for a
 //	                      multipath host on a node where it read RTPG
 //	mnd-missed            it is raised for a host without multipath that has
@@ -120,8 +123,18 @@ func (h *host) reaches(n *array.Node) bool {
 	return false
 }
 
-// dampCount is the sim core's DampCount; the move-storm bound is 4x it.
+// dampCount is the sim core's DampCount.
 const dampCount = 3
+
+// stormBound is how many failovers and failbacks of one LUN damping
+// allows within an hour: DampCount failovers, then one more per
+// DampClear of stability that releases it, each with its failback,
+// per damping window in the hour.
+func stormBound() int {
+	c := coreConfig()
+	windows := (3600 + c.DampWindow - 1) / c.DampWindow
+	return 2 * windows * (c.DampCount + (c.DampWindow+c.DampClear-1)/c.DampClear)
+}
 
 // checkBatch judges a batch the core decided, before it is carried out.
 func (w *World) checkBatch(b ownership.Batch) {
@@ -150,6 +163,9 @@ func (w *World) checkBatch(b ownership.Batch) {
 			w.recovery[id] = append(w.recovery[id], w.ticks)
 			w.checkStorm(id)
 		}
+		w.checkPlanned(b)
+	case ownership.CauseShipping:
+		w.checkPlanned(b)
 	case ownership.CauseBalance:
 		// The utilisation before the decision: the load of every LUN
 		// that moved since the previous owners back on its node.
@@ -171,6 +187,33 @@ func (w *World) checkBatch(b ownership.Batch) {
 		}
 		w.fail("balance-below-floor", "balance move of %v while every up node is below the stress floor %.2f", b.LUNs, floor)
 	}
+	if b.Cause == ownership.CauseBalance {
+		w.checkPlanned(b)
+	}
+}
+
+// checkPlanned: a planned move (failback, balance, shipping) goes only
+// where every host the core knows uses the LUN, and that has shown it a
+// node it uses, has a session: never onto a node a user has no path to
+// (one it logged out of, lost, or is still logging back in to).
+func (w *World) checkPlanned(b ownership.Batch) {
+	dest := w.arr.Node(b.To)
+	for _, id := range b.LUNs {
+		for _, h := range w.hosts {
+			if !h.userOf[id] || h.sessions() == 0 || h.reaches(dest) {
+				continue
+			}
+			shown := false
+			for _, n := range w.arr.Nodes {
+				shown = shown || h.reaches(n) && h.usesNode(n.Name)
+			}
+			if shown {
+				w.fail("planned-move-strands", "%s of LUN %d to node %s, where host %s, which uses it, has no session",
+					b.Cause, id, b.To, h.name)
+				return
+			}
+		}
+	}
 }
 
 // failoverJustified: some host using the LUN is logged in, not rejoining,
@@ -178,6 +221,16 @@ func (w *World) checkBatch(b ownership.Batch) {
 func (w *World) failoverJustified(id uint64, owner *array.Node) bool {
 	for _, h := range w.hosts {
 		if !h.uses(id) || h.sessions() == 0 || len(h.rejoin) > 0 {
+			continue
+		}
+		if t, gone := h.left[owner.Name]; gone {
+			// It left that node on purpose: a reason to move only when it
+			// is the LUN's one user and its I/O went on afterwards.
+			if w.soleUser(id, h) {
+				if ts := h.lunTicks[id]; len(ts) > 0 && ts[len(ts)-1] > t {
+					return true
+				}
+			}
 			continue
 		}
 		if !h.reaches(owner) || !h.usesNode(owner.Name) {
@@ -201,8 +254,8 @@ func (w *World) checkStorm(id uint64) {
 			n++
 		}
 	}
-	if n > 4*dampCount {
-		w.fail("move-storm", "LUN %d failed over or back %d times within an hour (damping allows %d)", id, n, 4*dampCount)
+	if n > stormBound() {
+		w.fail("move-storm", "LUN %d failed over or back %d times within an hour (damping allows %d)", id, n, stormBound())
 	}
 }
 
@@ -257,4 +310,15 @@ func (w *World) coreView(id uint64) string {
 		}
 	}
 	return strings.Join(parts, "; ")
+}
+
+// soleUser: no other host the core knows uses the LUN is logged in or
+// away (shut down or rebooting).
+func (w *World) soleUser(id uint64, h *host) bool {
+	for _, o := range w.hosts {
+		if o != h && o.userOf[id] && (o.sessions() > 0 || o.away) {
+			return false
+		}
+	}
+	return true
 }

@@ -216,7 +216,7 @@ read h1 1 lba=0 n=4
 		// holds the LUN on b after three failovers; without it, it
 		// ping-pongs for as long as the path flaps.
 		name:   "flapping is damped",
-		script: flapScript(10),
+		script: flapScript(20),
 		cfg:    func(c *ownership.Config) { c.DampCount = 1000 },
 		want:   "move-storm",
 	}, {

@@ -167,7 +167,7 @@ func coreConfig() ownership.Config {
 	oc := ownership.DefaultConfig()
 	oc.FailbackWindow, oc.DiscoveryWindow, oc.Cooldown, oc.PlanInterval, oc.ShipWindow = 5, 5, 30, 5, 10
 	oc.FailbackCooldown, oc.StressWindow, oc.FollowWindow = 10, 5, 10
-	oc.DampCount, oc.DampWindow, oc.DampClear = dampCount, 200, 100
+	oc.DampCount, oc.DampWindow, oc.DampClear = dampCount, 3600, 300
 	return oc
 }
 

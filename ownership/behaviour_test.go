@@ -1,0 +1,45 @@
+package ownership
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The type a host's behaviour fits: never the one it is declared with,
+// and nothing for a host that behaves as its type says.
+func TestSuggestType(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		typ       HostType
+		initiator string
+		extended  bool
+		state     int
+		want      string
+	}{
+		{"windows, not following", HostType{Name: "windows", TPGS: true}, "iqn.1991-05.com.microsoft:w1", false, followNo, "legacy"},
+		{"vmware, not following", HostType{Name: "vmware", TPGS: true}, "iqn.1998-01.com.vmware:esx1", false, followNo, "legacy"},
+		{"linux, not following", HostType{Name: "linux", TPGS: true}, "iqn.1994-05.com.redhat:l1", true, followNo, "linux-dmmp"},
+		{"linux, following", HostType{Name: "linux", TPGS: true}, "iqn.1994-05.com.redhat:l1", true, followYes, ""},
+		{"linux-dmmp, not following", HostType{Name: "linux-dmmp", TPGS: true, Standby: true}, "iqn.1993-08.org.debian:01:x", true, followNo, "legacy"},
+		{"undeclared Debian", HostType{Name: "default", TPGS: true}, "iqn.1993-08.org.debian:01:x", false, followUnknown, "linux-dmmp"},
+		{"undeclared Microsoft", HostType{Name: "default", TPGS: true}, "iqn.1991-05.com.microsoft:w", false, followUnknown, "windows"},
+		{"undeclared, extended RTPG", HostType{Name: "default", TPGS: true}, "iqn.2026-11.org.example:h", true, followUnknown, "linux-dmmp"},
+		{"undeclared, nothing known", HostType{Name: "default", TPGS: true}, "iqn.2026-11.org.example:h", false, followUnknown, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := New(DefaultConfig())
+			require.NoError(t, err)
+			require.NoError(t, c.Step(NodeDecl{Node: "a", Capacity: 1}))
+			require.NoError(t, c.Step(HostDecl{Host: "h", Type: tt.typ}))
+			h := c.hosts["h"]
+			h.obs.initiator, h.obs.extended, h.obs.state, h.obs.rtpg = tt.initiator, tt.extended, tt.state, true
+			got, why := c.suggestType(h)
+			require.Equal(t, tt.want, got, why)
+			require.NotEqual(t, tt.typ.Name, got, "never the declared type")
+			if got != "" {
+				require.NotEmpty(t, why)
+			}
+		})
+	}
+}
