@@ -20,10 +20,12 @@ type Config struct {
 	// not lost.) A host that comes back after it had no session at all
 	// (a reboot) waits the longer DiscoveryWindow the same way.
 	Settle int
-	// MediaTicks: media I/O on a nexus counts as discovery once it has
-	// arrived in this many distinct ticks (an RTPG counts at once). A
-	// disk scan reads a few blocks once on every path; a multipath
-	// driver that uses a path keeps using it.
+	// MediaTicks: media I/O through a node counts as discovery (and to a
+	// LUN as use) once it has arrived in this many distinct ticks spanning
+	// a third of the discovery window, with no gap of a discovery window
+	// (an RTPG counts at once). A disk scan reads a burst of blocks on
+	// every path at login; a multipath driver that uses a path keeps
+	// using it.
 	MediaTicks int
 	// FailbackWindow: every host using a failed-over LUN must reach its
 	// preferred owner for this long before it fails back.

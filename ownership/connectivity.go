@@ -495,34 +495,36 @@ func (c *Core) soleActiveUser(l *lun, h *host) bool {
 		left = max(left, t)
 	}
 	ev := l.mediaSeen[h.name]
-	return len(ev) > 0 && ev[len(ev)-1] > left
+	return ev.ticks > 0 && ev.last > left
 }
 
 // activeWork is the rolling work per tick above which a host counts as
 // doing I/O to a LUN.
 const activeWork = 0.5
 
-// evidence holds the last ticks (MediaTicks of them at most) in which a
-// host's media commands completed GOOD through a node or to a LUN.
-type evidence []int
+// evidence is a run of media I/O from a host through a node or to a LUN:
+// the first and last ticks it arrived in and how many distinct ticks.
+// A gap of a discovery window starts a new run.
+type evidence struct{ first, last, ticks int }
 
 // add notes media I/O at tick now.
-func (e evidence) add(now, keep int) evidence {
-	if len(e) > 0 && e[len(e)-1] == now {
-		return e
-	}
-	e = append(e, now)
-	if len(e) > keep {
-		e = append(e[:0], e[len(e)-keep:]...)
+func (c *Core) addEvidence(e evidence, now int) evidence {
+	switch {
+	case e.ticks == 0 || now-e.last >= c.cfg.DiscoveryWindow:
+		return evidence{first: now, last: now, ticks: 1}
+	case now != e.last:
+		e.last, e.ticks = now, e.ticks+1
 	}
 	return e
 }
 
-// proves: media I/O arrived in MediaTicks distinct ticks within the
-// discovery window. Probes spread over hours prove nothing.
+// proves: the run is fresh, has MediaTicks distinct ticks, and spans a
+// third of the discovery window. A disk scan reads a burst of blocks on
+// every path at login and then nothing; a multipath driver that uses a
+// path keeps using it.
 func (c *Core) proves(e evidence) bool {
-	n := c.cfg.MediaTicks
-	return len(e) >= n && c.now-e[len(e)-n] < max(c.cfg.DiscoveryWindow, n)
+	span := max(c.cfg.MediaTicks-1, c.cfg.DiscoveryWindow/3)
+	return e.ticks >= c.cfg.MediaTicks && e.last-e.first >= span && c.now-e.last < max(c.cfg.DiscoveryWindow, 1)
 }
 
 // upNodes lists the up nodes in name order (cached until connectivity

@@ -62,7 +62,7 @@ func (c *Core) io(e IO) error {
 	if l.mediaSeen == nil {
 		l.mediaSeen = map[string]evidence{}
 	}
-	l.mediaSeen[e.Host] = l.mediaSeen[e.Host].add(c.now, c.cfg.MediaTicks)
+	l.mediaSeen[e.Host] = c.addEvidence(l.mediaSeen[e.Host], c.now)
 	if c.proves(l.mediaSeen[e.Host]) {
 		c.use(l, h)
 	}
@@ -71,7 +71,7 @@ func (c *Core) io(e IO) error {
 	if !c.hasNexusOn(h, e.Node) {
 		return nil
 	}
-	h.media[e.Node] = h.media[e.Node].add(c.now, c.cfg.MediaTicks)
+	h.media[e.Node] = c.addEvidence(h.media[e.Node], c.now)
 	if c.proves(h.media[e.Node]) {
 		for _, s := range h.nexuses {
 			if s.n.Node == e.Node && c.pathUp(s) && !s.discovered {

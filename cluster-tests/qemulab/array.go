@@ -49,7 +49,7 @@ func (s ArraySpec) Config(dir string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "target: %s\ndata: %s\nalua: implicit\ntransition_time: 10s\n", Target, filepath.Join(dir, "data"))
 	fmt.Fprintf(&b, "cache: {mode: write-back, size: 64MiB, dirty_limit: 16MiB, mirror: true, destage_interval: 100ms}\n")
-	fmt.Fprintf(&b, "ownership:\n  tick: 100ms\n  failback_window: %s\n  failback_cooldown: %s\n  discovery_window: 5s\n  cooldown: 5s\n  plan_interval: 1s\n  ship_window: 60s\n  node_capacity: %g\n",
+	fmt.Fprintf(&b, "ownership:\n  tick: 100ms\n  failback_window: %s\n  failback_cooldown: %s\n  discovery_window: 30s\n  cooldown: 5s\n  plan_interval: 1s\n  ship_window: 60s\n  node_capacity: %g\n",
 		s.FailbackWindow, s.FailbackWindow, s.Capacity)
 	if len(s.Hosts) > 0 {
 		b.WriteString("hosts:\n")

@@ -47,7 +47,7 @@ type host struct {
 	// mediaTicks distinct ticks (mediaAt is the last of them), since the
 	// host's first session there began.
 	rtpgOn       map[uint16]bool // the path is in use (evidence, below)
-	mediaTicks   map[string][]int
+	mediaTicks   map[string]run
 	mediaPending map[string]bool
 	// left: the nodes the host logged out of (Logout of its last session
 	// there), with the tick.
@@ -56,23 +56,40 @@ type host struct {
 	// media I/O to it in MediaTicks ticks within the discovery window);
 	// lunTicks and lunPending are that media evidence.
 	userOf     map[uint64]bool
-	lunTicks   map[uint64][]int
+	lunTicks   map[uint64]run
 	lunPending map[uint64]bool
 	// away: no session, the last one ended by a Logout.
 	away bool
 }
 
+// run is a run of media I/O, as the core keeps it: first and last tick,
+// distinct ticks; a gap of a discovery window starts a new one.
+type run struct{ first, last, ticks int }
+
+func (r run) add(now int) run {
+	switch {
+	case r.ticks == 0 || now-r.last >= coreConfig().DiscoveryWindow:
+		return run{now, now, 1}
+	case now != r.last:
+		r.last, r.ticks = now, r.ticks+1
+	}
+	return r
+}
+
+// proves: MediaTicks distinct ticks spanning a third of the discovery
+// window, the last within it.
+func (r run) proves(now int) bool {
+	c := coreConfig()
+	return r.ticks >= mediaTicks && r.last-r.first >= max(mediaTicks-1, c.DiscoveryWindow/3) &&
+		now-r.last < max(c.DiscoveryWindow, 1)
+}
+
 // tickMedia notes the nodes media I/O went through since the last tick
-// (the core counts an interval's I/O at the tick that ends it), keeping
-// the last MediaTicks ticks.
+// (the core counts an interval's I/O at the tick that ends it).
 func (h *host) tickMedia() {
 	for n := range h.mediaPending {
 		if h.reaches(h.w.arr.Node(n)) {
-			ts := append(h.mediaTicks[n], h.w.ticks)
-			if len(ts) > mediaTicks {
-				ts = ts[len(ts)-mediaTicks:]
-			}
-			h.mediaTicks[n] = ts
+			h.mediaTicks[n] = h.mediaTicks[n].add(h.w.ticks)
 			if h.mediaProves(n) {
 				for _, p := range h.w.arr.Node(n).Ports {
 					if h.sess[p.RelativeID] {
@@ -83,14 +100,9 @@ func (h *host) tickMedia() {
 		}
 	}
 	clear(h.mediaPending)
-	win := max(coreConfig().DiscoveryWindow, mediaTicks)
 	for lun := range h.lunPending {
-		ts := append(h.lunTicks[lun], h.w.ticks)
-		if len(ts) > mediaTicks {
-			ts = ts[len(ts)-mediaTicks:]
-		}
-		h.lunTicks[lun] = ts
-		if len(ts) >= mediaTicks && h.w.ticks-ts[0] < win {
+		h.lunTicks[lun] = h.lunTicks[lun].add(h.w.ticks)
+		if h.lunTicks[lun].proves(h.w.ticks) {
 			h.userOf[lun] = true
 		}
 	}
@@ -115,11 +127,8 @@ func (h *host) usesNode(n string) bool {
 	return false
 }
 
-// mediaProves: the node's media evidence is fresh.
-func (h *host) mediaProves(n string) bool {
-	ts := h.mediaTicks[n]
-	return len(ts) >= mediaTicks && h.w.ticks-ts[len(ts)-mediaTicks] < max(coreConfig().DiscoveryWindow, mediaTicks)
-}
+// mediaProves: the node's media evidence proves use.
+func (h *host) mediaProves(n string) bool { return h.mediaTicks[n].proves(h.w.ticks) }
 
 type seenKey struct {
 	port uint16
@@ -140,8 +149,8 @@ func newHost(w *World, hs hostSpec) *host {
 		paths: hs.paths, luns: hs.luns, sess: map[uint16]bool{}, cut: map[uint16]bool{},
 		states: map[uint64]map[uint16]scsi.AccessState{}, rr: map[uint64]int{}, seen: map[seenKey]*nexusSeen{},
 		mp: hs.mp, last: map[uint64]uint16{}, since: map[uint16]int{}, media: map[string]int{},
-		rtpgOn: map[uint16]bool{}, mediaTicks: map[string][]int{}, mediaPending: map[string]bool{}, left: map[string]int{},
-		userOf: map[uint64]bool{}, lunTicks: map[uint64][]int{}, lunPending: map[uint64]bool{}}
+		rtpgOn: map[uint16]bool{}, mediaTicks: map[string]run{}, mediaPending: map[string]bool{}, left: map[string]int{},
+		userOf: map[uint64]bool{}, lunTicks: map[uint64]run{}, lunPending: map[uint64]bool{}}
 }
 
 // multipath: the host runs a multipath driver that reads RTPG.

@@ -227,7 +227,7 @@ func (w *World) failoverJustified(id uint64, owner *array.Node) bool {
 			// It left that node on purpose: a reason to move only when it
 			// is the LUN's one user and its I/O went on afterwards.
 			if w.soleUser(id, h) {
-				if ts := h.lunTicks[id]; len(ts) > 0 && ts[len(ts)-1] > t {
+				if r := h.lunTicks[id]; r.ticks > 0 && r.last > t {
 					return true
 				}
 			}

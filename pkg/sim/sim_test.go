@@ -236,7 +236,7 @@ tick
 write h1 0 lba=0 n=4
 tick n=15
 `,
-		cfg: func(c *ownership.Config) { c.MediaTicks = 1 },
+		cfg: func(c *ownership.Config) { c.MediaTicks, c.DiscoveryWindow = 1, 2 },
 		in: func(e ownership.Event) ownership.Event {
 			if io, ok := e.(ownership.IO); ok {
 				io.Media = io.Ops
