@@ -117,8 +117,9 @@ func (c *Core) addNexus(h *host, n Nexus) *nexusState {
 	h.obs.initiator = n.Initiator
 	// Media evidence is per node (an IO interval names the node, not the
 	// path): a new path to a node the host keeps using is in use too.
-	s := &nexusState{n: n, since: c.now, discovered: c.proves(h.media[n.Node])}
+	s := &nexusState{n: n, since: c.now}
 	h.nexuses[keyOf(n)] = s
+	s.discovered = c.usesNode(h, n.Node)
 	c.gen++
 	return s
 }
@@ -516,6 +517,25 @@ func (c *Core) addEvidence(e evidence, now int) evidence {
 		e.last, e.ticks = now, e.ticks+1
 	}
 	return e
+}
+
+// usesNode: the host's media I/O through node proves its driver uses a
+// path there: a run that proves use, still going two thirds of a
+// discovery window after the host's oldest session there began. The
+// disk scan at login is over by then, however slow the host (a guest
+// under emulation scans its disks for tens of seconds).
+func (c *Core) usesNode(h *host, node string) bool {
+	e := h.media[node]
+	if !c.proves(e) {
+		return false
+	}
+	since, any := c.now, false
+	for _, s := range h.nexuses {
+		if s.n.Node == node {
+			since, any = min(since, s.since), true
+		}
+	}
+	return any && e.last >= since+2*c.cfg.DiscoveryWindow/3
 }
 
 // proves: the run is fresh, has MediaTicks distinct ticks, and spans a

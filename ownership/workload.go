@@ -72,7 +72,7 @@ func (c *Core) io(e IO) error {
 		return nil
 	}
 	h.media[e.Node] = c.addEvidence(h.media[e.Node], c.now)
-	if c.proves(h.media[e.Node]) {
+	if c.usesNode(h, e.Node) {
 		for _, s := range h.nexuses {
 			if s.n.Node == e.Node && c.pathUp(s) && !s.discovered {
 				s.discovered = true

@@ -128,7 +128,19 @@ func (h *host) usesNode(n string) bool {
 }
 
 // mediaProves: the node's media evidence proves use.
-func (h *host) mediaProves(n string) bool { return h.mediaTicks[n].proves(h.w.ticks) }
+func (h *host) mediaProves(n string) bool {
+	r := h.mediaTicks[n]
+	if !r.proves(h.w.ticks) {
+		return false
+	}
+	since, any := h.w.ticks, false
+	for _, p := range h.w.arr.Node(n).Ports {
+		if h.sess[p.RelativeID] {
+			since, any = min(since, h.since[p.RelativeID]), true
+		}
+	}
+	return any && r.last >= since+2*coreConfig().DiscoveryWindow/3
+}
 
 type seenKey struct {
 	port uint16
