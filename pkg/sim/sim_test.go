@@ -220,9 +220,9 @@ read h1 1 lba=0 n=4
 		cfg:    func(c *ownership.Config) { c.DampCount = 1000 },
 		want:   "move-storm",
 	}, {
-		// A host without multipath scans every path and uses node a:
-		// MND is raised for b. Counting the scan as discovery (every
-		// command, as the old core did) hides it.
+		// A host without multipath scans every path (twice, as a rescan
+		// does) and uses node a: MND is raised for b. Counting the scans
+		// as discovery (every command, as the old core did) hides it.
 		name: "MND for a scanning host",
 		script: `nodes a:1,b:1
 lun 0 pref=a pages=4
@@ -234,7 +234,19 @@ tick
 write h1 0 lba=0 n=4
 tick
 write h1 0 lba=0 n=4
-tick n=15
+tick
+write h1 0 lba=0 n=4
+tick
+scan h1
+write h1 0 lba=0 n=4
+tick
+write h1 0 lba=0 n=4
+tick
+write h1 0 lba=0 n=4
+tick
+write h1 0 lba=0 n=4
+tick
+tick n=10
 `,
 		cfg: func(c *ownership.Config) { c.MediaTicks, c.DiscoveryWindow = 1, 2 },
 		in: func(e ownership.Event) ownership.Event {
