@@ -37,9 +37,10 @@ type host struct {
 	// lostPorts: per node, the target ports whose nexus ended in a fault
 	// most recently (for the Path Flapping report).
 	lostPorts map[string][]uint16
-	// media: per node, the recent ticks in which media commands
-	// completed GOOD there (discovery evidence, MediaTicks).
-	media map[string]evidence
+	// media: per node and LUN, the run of media commands that completed
+	// GOOD (discovery evidence, MediaTicks). Per LUN: a scan that reads
+	// each LUN once in turn is no run on any of them.
+	media map[mediaKey]evidence
 	// uses: the LUNs it sent RTPG or sustained media I/O for.
 	uses map[uint64]bool
 	// What the host was seen to do (behaviour.go).
@@ -69,7 +70,7 @@ func (c *Core) hostOf(name string) *host {
 	if h == nil {
 		h = &host{name: name, typ: HostType{Name: "default", TPGS: true}, nexuses: map[nexusKey]*nexusState{},
 			everReached: map[string]bool{}, departed: map[string]int{}, lostPorts: map[string][]uint16{},
-			media: map[string]evidence{}, uses: map[uint64]bool{},
+			media: map[mediaKey]evidence{}, uses: map[uint64]bool{},
 			obs: hostObs{mediaSince: -1, lastFollow: -1, notFollowAt: -1}}
 		c.hosts[name] = h
 		c.hostNames = append(c.hostNames, name)
@@ -142,7 +143,11 @@ func (c *Core) logout(e Logout) {
 	if !still {
 		// Media evidence is per node: a path that comes back proves
 		// itself again.
-		delete(h.media, n.Node)
+		for k := range h.media {
+			if k.node == n.Node {
+				delete(h.media, k)
+			}
+		}
 	}
 	if e.Orderly {
 		if !still {
@@ -511,7 +516,7 @@ type evidence struct{ first, last, ticks int }
 // add notes media I/O at tick now.
 func (c *Core) addEvidence(e evidence, now int) evidence {
 	switch {
-	case e.ticks == 0 || now-e.last >= c.cfg.DiscoveryWindow:
+	case e.ticks == 0 || now-e.last >= c.evidenceGap():
 		return evidence{first: now, last: now, ticks: 1}
 	case now != e.last:
 		e.last, e.ticks = now, e.ticks+1
@@ -525,7 +530,22 @@ func (c *Core) addEvidence(e evidence, now int) evidence {
 // disk scan at login is over by then, however slow the host (a guest
 // under emulation scans its disks for tens of seconds).
 func (c *Core) usesNode(h *host, node string) bool {
-	e := h.media[node]
+	for k, e := range h.media { // any LUN's run will do: the order does not matter
+		if k.node == node && c.usesNodeFor(h, node, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// mediaKey names a run of media I/O: through a node to a LUN.
+type mediaKey struct {
+	node string
+	lun  uint64
+}
+
+// usesNodeFor: one run through node proves use.
+func (c *Core) usesNodeFor(h *host, node string, e evidence) bool {
 	if !c.proves(e) {
 		return false
 	}
@@ -544,8 +564,12 @@ func (c *Core) usesNode(h *host, node string) bool {
 // path keeps using it.
 func (c *Core) proves(e evidence) bool {
 	span := max(c.cfg.MediaTicks-1, c.cfg.DiscoveryWindow/3)
-	return e.ticks >= c.cfg.MediaTicks && e.last-e.first >= span && c.now-e.last < max(c.cfg.DiscoveryWindow, 1)
+	return e.ticks >= c.cfg.MediaTicks && e.last-e.first >= span && c.now-e.last < c.evidenceGap()
 }
+
+// evidenceGap: a gap this long ends a run (the discovery window, and
+// never so short that MediaTicks ticks in a row cannot make one).
+func (c *Core) evidenceGap() int { return max(c.cfg.DiscoveryWindow, 2*c.cfg.MediaTicks) }
 
 // upNodes lists the up nodes in name order (cached until connectivity
 // next changes; callers must not modify it).

@@ -80,9 +80,13 @@ type lun struct {
 	damped    int
 	flapHosts []string
 	// flapping: the failover being decided is off an owner that is up;
-	// flapFrom: the node the last counted failover left.
-	flapping bool
-	flapFrom string
+	// flapFrom and lastFlap: the node the last counted failover left and
+	// when; dampedBy: the failover that damped it, dampedCount the count
+	// then.
+	flapping              bool
+	flapFrom              string
+	lastFlap              int
+	dampedBy, dampedCount int
 	// lastMove is the tick of the last ownership change (-inf: never),
 	// lastCause its cause.
 	lastMove  int
@@ -229,6 +233,9 @@ func (c *Core) Step(e Event) error {
 		if e.Cause == CauseRollback {
 			if n := len(l.failovers); n > 0 && l.failovers[n-1] == l.lastMove && l.lastCause == CauseFailover && l.flapping {
 				l.failovers = l.failovers[:n-1] // it did not happen
+				if l.damped >= 0 && l.dampedBy == l.lastMove {
+					l.damped = -1 // nor did the damping it set off
+				}
 			}
 			l.failures++
 			l.retryAt = c.now + min(1<<min(l.failures-1, 5), maxRetryTicks)
@@ -262,7 +269,7 @@ func (c *Core) declareLUN(e LUNDecl) error {
 	l := c.luns[e.LUN]
 	if l == nil {
 		l = &lun{id: e.LUN, arrive: map[string]float64{}, users: map[string]bool{}, lastMove: never, prefOKSince: -1,
-			damped: -1}
+			damped: -1, lastFlap: never}
 		c.luns[e.LUN] = l
 		c.lunIDs = append(c.lunIDs, e.LUN)
 		sort.Slice(c.lunIDs, func(i, j int) bool { return c.lunIDs[i] < c.lunIDs[j] })
@@ -295,9 +302,9 @@ func (c *Core) setOwner(l *lun, to string, cause Cause) {
 			// DampCount within the window damps the LUN, again after a
 			// release if it is still reached.
 			l.failovers = append(l.failovers, c.now)
-			l.flapFrom = from
+			l.flapFrom, l.lastFlap = from, c.now
 			if l.damped < 0 && len(l.failovers) >= c.cfg.DampCount {
-				l.damped = c.now
+				l.damped, l.dampedBy, l.dampedCount = c.now, c.now, len(l.failovers)
 			}
 		}
 	default:
@@ -320,6 +327,9 @@ func (c *Core) unflap(node string) {
 	for _, id := range c.lunIDs {
 		l := c.luns[id]
 		if n := len(l.failovers); n > 0 && l.flapFrom == node && c.now-l.failovers[n-1] <= 1 {
+			if l.damped >= 0 && l.dampedBy == l.failovers[n-1] {
+				l.damped = -1
+			}
 			l.failovers = l.failovers[:n-1]
 			l.flapFrom = ""
 		}

@@ -72,7 +72,10 @@ func (c *Core) reconcile(only *host) {
 			loads[l.owner] -= l.load()
 			loads[to] += l.load()
 			moves = append(moves, move{l, to, CauseFailover})
-			l.flapping = owner.up && c.noteFlap(l)
+			l.flapping = owner.up // a path lost or a host leaving: either way it counts toward damping
+			if owner.up {
+				c.noteFlap(l)
+			}
 		}
 		if l.displaced {
 			ok, all = c.allowedStrict(l)
@@ -82,22 +85,18 @@ func (c *Core) reconcile(only *host) {
 	c.emit(moves)
 }
 
-// noteFlap records the hosts whose lost paths fail l over (for the Path
-// Flapping report), and says whether there are any: a failover because a
-// host left the owner on purpose is not a flap.
-func (c *Core) noteFlap(l *lun) bool {
-	any := false
+// noteFlap records the hosts whose lost (or left) paths fail l over, for
+// the Path Flapping report.
+func (c *Core) noteFlap(l *lun) {
 	for _, name := range c.sortedUsers(l) {
 		h := c.hosts[name]
-		if _, left := h.departed[l.owner]; len(h.nexuses) == 0 || c.reaches(h, l.owner) || left {
+		if len(h.nexuses) == 0 || c.reaches(h, l.owner) {
 			continue
 		}
-		any = true
 		if !slices.Contains(l.flapHosts, name) {
 			l.flapHosts = append(l.flapHosts, name)
 		}
 	}
-	return any
 }
 
 // sortedUsers lists l's users in name order.
@@ -139,10 +138,7 @@ func (c *Core) trackDamping() {
 			}
 		}
 		l.failovers = recent
-		last := l.damped
-		if n := len(l.failovers); n > 0 {
-			last = max(last, l.failovers[n-1])
-		}
+		last := max(l.damped, l.lastFlap)
 		stable := !l.displaced || l.prefOKSince >= 0 && c.now-l.prefOKSince >= c.cfg.DampClear
 		switch {
 		case l.damped >= 0 && c.now-last >= c.cfg.DampClear && stable:

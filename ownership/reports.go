@@ -172,9 +172,10 @@ func (c *Core) span(n int) string {
 
 // flapCause says why a LUN is damped and whose paths flapped.
 func (c *Core) flapCause(l *lun) string {
-	cause := fmt.Sprintf("LUN %d failed over %d times within %s (excessive failovers); it stays on node %s, "+
-		"its reachable owner, until its users have reached node %s without a break for %s or the report is cleared",
-		l.id, len(l.failovers), c.span(c.cfg.DampWindow), l.owner, l.preferred, c.span(c.cfg.DampClear))
+	cause := fmt.Sprintf("LUN %d failed over %d times within %s (excessive failovers) because hosts' paths to its "+
+		"owner went away; it is held on node %s (no failback, no balance move) until its users have reached node %s "+
+		"without a break for %s and it has not failed over for as long, or the report is cleared",
+		l.id, l.dampedCount, c.span(c.cfg.DampWindow), l.owner, l.preferred, c.span(c.cfg.DampClear))
 	var who []string
 	for _, name := range l.flapHosts {
 		h := c.hosts[name]
@@ -183,6 +184,9 @@ func (c *Core) flapCause(l *lun) string {
 			for _, p := range h.lostPorts[n] {
 				ports = append(ports, fmt.Sprintf("%s port %d", n, p))
 			}
+		}
+		if len(ports) == 0 {
+			ports = []string{"logged out"}
 		}
 		who = append(who, fmt.Sprintf("%s (%s)", name, strings.Join(ports, ", ")))
 	}

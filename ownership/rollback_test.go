@@ -51,3 +51,34 @@ func TestRollbackBacksOff(t *testing.T) {
 	require.NoError(t, c.Step(NodeState{Node: "a", Up: false}))
 	require.Equal(t, want, c.Ready().Batches)
 }
+
+// A failover that damps the LUN and is then rolled back (the array could
+// not carry it out) undoes the damping with it: the LUN never moved.
+func TestRolledBackFailoverDoesNotDamp(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.DampCount = 1 // the first path-caused failover damps
+	c, err := New(cfg)
+	require.NoError(t, err)
+	for _, n := range []string{"a", "b"} {
+		require.NoError(t, c.Step(NodeDecl{Node: n, Capacity: 10000}))
+	}
+	require.NoError(t, c.Step(LUNDecl{LUN: 0, Preferred: "a", Owner: "a", Media: "ram", Group: "g"}))
+	na := Nexus{Host: "h1", Initiator: "iqn.2026-11.org.example:h1", ISID: "1", Port: 1, Node: "a"}
+	nb := Nexus{Host: "h1", Initiator: "iqn.2026-11.org.example:h1", ISID: "3", Port: 3, Node: "b"}
+	for _, n := range []Nexus{na, nb} {
+		require.NoError(t, c.Step(Login{n}))
+		require.NoError(t, c.Step(RTPG{Nexus: n, LUN: 0}))
+	}
+	for range cfg.Settle {
+		require.NoError(t, c.Step(Tick{}))
+	}
+	c.Advance()
+	require.NoError(t, c.Step(Logout{Nexus: na})) // a fault: the path is lost
+	require.Len(t, c.Ready().Batches, 1)
+	require.Equal(t, c.Now(), c.luns[0].damped, "damped by the failover it decided")
+	c.Advance()
+	require.NoError(t, c.Step(OwnerChanged{LUN: 0, Owner: "a", Cause: CauseRollback}))
+	require.Equal(t, -1, c.luns[0].damped, "the rollback undoes the damping")
+	require.Empty(t, c.luns[0].failovers)
+	require.False(t, c.luns[0].displaced, "nor is the LUN displaced: it never left its preferred owner")
+}

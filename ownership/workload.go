@@ -71,8 +71,9 @@ func (c *Core) io(e IO) error {
 	if !c.hasNexusOn(h, e.Node) {
 		return nil
 	}
-	h.media[e.Node] = c.addEvidence(h.media[e.Node], c.now)
-	if c.usesNode(h, e.Node) {
+	k := mediaKey{e.Node, e.LUN}
+	h.media[k] = c.addEvidence(h.media[k], c.now)
+	if c.usesNodeFor(h, e.Node, h.media[k]) {
 		for _, s := range h.nexuses {
 			if s.n.Node == e.Node && c.pathUp(s) && !s.discovered {
 				s.discovered = true

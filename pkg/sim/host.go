@@ -47,8 +47,8 @@ type host struct {
 	// mediaTicks distinct ticks (mediaAt is the last of them), since the
 	// host's first session there began.
 	rtpgOn       map[uint16]bool // the path is in use (evidence, below)
-	mediaTicks   map[string]run
-	mediaPending map[string]bool
+	mediaTicks   map[nodeLUN]run
+	mediaPending map[nodeLUN]bool
 	// left: the nodes the host logged out of (Logout of its last session
 	// there), with the tick.
 	left map[string]int
@@ -68,7 +68,7 @@ type run struct{ first, last, ticks int }
 
 func (r run) add(now int) run {
 	switch {
-	case r.ticks == 0 || now-r.last >= coreConfig().DiscoveryWindow:
+	case r.ticks == 0 || now-r.last >= evidenceGap():
 		return run{now, now, 1}
 	case now != r.last:
 		r.last, r.ticks = now, r.ticks+1
@@ -81,16 +81,26 @@ func (r run) add(now int) run {
 func (r run) proves(now int) bool {
 	c := coreConfig()
 	return r.ticks >= mediaTicks && r.last-r.first >= max(mediaTicks-1, c.DiscoveryWindow/3) &&
-		now-r.last < max(c.DiscoveryWindow, 1)
+		now-r.last < evidenceGap()
+}
+
+// evidenceGap is the core's: a gap this long ends a run.
+func evidenceGap() int { return max(coreConfig().DiscoveryWindow, 2*mediaTicks) }
+
+// nodeLUN keys a run of media I/O, as the core does: through a node to
+// a LUN (a scan that reads each LUN once in turn is no run).
+type nodeLUN struct {
+	node string
+	lun  uint64
 }
 
 // tickMedia notes the nodes media I/O went through since the last tick
 // (the core counts an interval's I/O at the tick that ends it).
 func (h *host) tickMedia() {
-	for n := range h.mediaPending {
-		if h.reaches(h.w.arr.Node(n)) {
-			h.mediaTicks[n] = h.mediaTicks[n].add(h.w.ticks)
-			if h.mediaProves(n) {
+	for k := range h.mediaPending {
+		if n := k.node; h.reaches(h.w.arr.Node(n)) {
+			h.mediaTicks[k] = h.mediaTicks[k].add(h.w.ticks)
+			if h.runProves(n, h.mediaTicks[k]) {
 				for _, p := range h.w.arr.Node(n).Ports {
 					if h.sess[p.RelativeID] {
 						h.rtpgOn[p.RelativeID] = true
@@ -127,9 +137,19 @@ func (h *host) usesNode(n string) bool {
 	return false
 }
 
-// mediaProves: the node's media evidence proves use.
+// mediaProves: some run of media I/O through n proves use.
 func (h *host) mediaProves(n string) bool {
-	r := h.mediaTicks[n]
+	for k, r := range h.mediaTicks {
+		if k.node == n && h.runProves(n, r) {
+			return true
+		}
+	}
+	return false
+}
+
+// runProves: the run proves use and goes on two thirds of a discovery
+// window after the host's oldest session on n began (the scan is over).
+func (h *host) runProves(n string, r run) bool {
 	if !r.proves(h.w.ticks) {
 		return false
 	}
@@ -161,7 +181,7 @@ func newHost(w *World, hs hostSpec) *host {
 		paths: hs.paths, luns: hs.luns, sess: map[uint16]bool{}, cut: map[uint16]bool{},
 		states: map[uint64]map[uint16]scsi.AccessState{}, rr: map[uint64]int{}, seen: map[seenKey]*nexusSeen{},
 		mp: hs.mp, last: map[uint64]uint16{}, since: map[uint16]int{}, media: map[string]int{},
-		rtpgOn: map[uint16]bool{}, mediaTicks: map[string]run{}, mediaPending: map[string]bool{}, left: map[string]int{},
+		rtpgOn: map[uint16]bool{}, mediaTicks: map[nodeLUN]run{}, mediaPending: map[nodeLUN]bool{}, left: map[string]int{},
 		userOf: map[uint64]bool{}, lunTicks: map[uint64]run{}, lunPending: map[uint64]bool{}}
 }
 
@@ -219,7 +239,11 @@ func (h *host) end(port uint16, orderly bool) {
 	h.w.srv.NexusLost(h.nexus(port))
 	delete(h.rtpgOn, port)
 	if n := h.w.arr.Port(port).Node; !h.reaches(n) {
-		delete(h.mediaTicks, n.Name)
+		for k := range h.mediaTicks {
+			if k.node == n.Name {
+				delete(h.mediaTicks, k)
+			}
+		}
 		if orderly {
 			h.left[n.Name] = h.w.ticks
 		}
@@ -519,7 +543,7 @@ func (h *host) execOn(port uint16, lun uint64, cdb, data []byte, inLen int, medi
 	if mediaCmd && r.Status == scsi.StatusGood {
 		n := w.arr.Port(port).Node.Name
 		h.media[n] = w.ticks
-		h.mediaPending[n] = true // the core hears of it at the next tick
+		h.mediaPending[nodeLUN{n, lun}] = true // the core hears of it at the next tick
 		h.lunPending[lun] = true
 		cur := scsi.AccessState(w.arr.LUN(lun).State(h.initiator, w.arr.Port(port).Node))
 		if s.known && cur != s.state && !s.ua {
