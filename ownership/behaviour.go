@@ -2,7 +2,8 @@ package ownership
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -84,11 +85,7 @@ func (c *Core) trackFollow() {
 			l.follow = nil
 			continue
 		}
-		hosts := make([]string, 0, len(f.judge))
-		for name := range f.judge {
-			hosts = append(hosts, name)
-		}
-		sort.Strings(hosts)
+		hosts := slices.Sorted(maps.Keys(f.judge))
 		done := c.now-f.at >= c.cfg.FollowWindow
 		for _, name := range hosts {
 			h := c.hosts[name]
@@ -123,13 +120,8 @@ func (c *Core) trackFollow() {
 // only the users that will not follow a move: followers move their I/O
 // with the LUN. Negative: the move forwards less.
 func (c *Core) forwardDelta(l *lun, dest string) float64 {
-	names := make([]string, 0, len(l.hostArrive))
-	for name := range l.hostArrive {
-		names = append(names, name)
-	}
-	sort.Strings(names)
 	d := 0.0
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(l.hostArrive)) {
 		h := c.hosts[name]
 		if h == nil || c.follows(h) {
 			continue

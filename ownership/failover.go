@@ -1,6 +1,7 @@
 package ownership
 
 import (
+	"maps"
 	"slices"
 	"sort"
 )
@@ -101,12 +102,7 @@ func (c *Core) noteFlap(l *lun) {
 
 // sortedUsers lists l's users in name order.
 func (c *Core) sortedUsers(l *lun) []string {
-	out := make([]string, 0, len(l.users))
-	for name := range l.users {
-		out = append(out, name)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(l.users))
 }
 
 // usedByFlapper: a user of l is a host whose flapping paths damp some LUN.

@@ -2,7 +2,8 @@ package ownership
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 )
 
 // Workload analysis (reference 002 "Automatic Load Balancing", reference
@@ -128,13 +129,8 @@ func (c *Core) foldWorkload() {
 // to run, and the planner's comparisons then do too (found by the
 // whole-array simulation, whose seeds must replay exactly).
 func (l *lun) load() float64 {
-	nodes := make([]string, 0, len(l.arrive))
-	for n := range l.arrive {
-		nodes = append(nodes, n)
-	}
-	sort.Strings(nodes)
 	s := 0.0
-	for _, n := range nodes {
+	for _, n := range slices.Sorted(maps.Keys(l.arrive)) {
 		s += l.arrive[n]
 	}
 	return s
@@ -180,13 +176,8 @@ func (l *lun) foldHosts(a float64) {
 // in node order, for determinism).
 func (l *lun) hostLoad(host string) float64 {
 	arr := l.hostArrive[host]
-	nodes := make([]string, 0, len(arr))
-	for n := range arr {
-		nodes = append(nodes, n)
-	}
-	sort.Strings(nodes)
 	s := 0.0
-	for _, n := range nodes {
+	for _, n := range slices.Sorted(maps.Keys(arr)) {
 		s += arr[n]
 	}
 	return s

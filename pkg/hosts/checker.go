@@ -60,19 +60,9 @@ func (h *Host) check(p *Path) {
 			h.schedule(p, true)
 			return
 		}
-		p.reinstate(nx)
 		h.count(func(s *Stats) { s.Relogins++ })
 		h.event(0, "reinstated", p.Name, "")
-		for _, id := range h.order {
-			l := h.luns[id]
-			l.unfail(p)
-			if h.P.ReadsRTPG {
-				h.readRTPG(ctx, l, p, nx, false)
-				h.refreshPrio(l, p)
-			}
-			h.failback(l, p)
-		}
-		h.schedule(p, true)
+		h.attach(ctx, p, nx, false)
 		return
 	}
 	select {
@@ -186,4 +176,24 @@ func (h *Host) hostFailback(l *lunState) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	h.stpg(ctx, l, target)
+}
+
+// attach puts a freshly logged-in path in use: each LUN's state on it is
+// read (RTPG, if the stack reads it; at boot, scsi_dh_alua's attach), the
+// prioritizer refreshed, failback considered (not at boot), and its
+// checker scheduled.
+func (h *Host) attach(ctx context.Context, p *Path, nx Nexus, atBoot bool) {
+	p.reinstate(nx)
+	for _, id := range h.order {
+		l := h.luns[id]
+		l.unfail(p)
+		if h.P.ReadsRTPG {
+			h.readRTPG(ctx, l, p, nx, atBoot)
+			h.refreshPrio(l, p)
+		}
+		if !atBoot {
+			h.failback(l, p)
+		}
+	}
+	h.schedule(p, true)
 }

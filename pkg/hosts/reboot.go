@@ -51,16 +51,7 @@ func (h *Host) Reboot(ctx context.Context, down, gap time.Duration) error {
 			h.schedule(p, true) // the checker retries it
 			continue
 		}
-		p.reinstate(nx)
-		for _, id := range h.order {
-			l := h.luns[id]
-			l.unfail(p)
-			if h.P.ReadsRTPG {
-				h.readRTPG(ctx, l, p, nx, true)
-				h.refreshPrio(l, p)
-			}
-		}
-		h.schedule(p, true)
+		h.attach(ctx, p, nx, true)
 	}
 	h.event(0, "reboot", "", "logged in again")
 	return nil

@@ -224,30 +224,8 @@ read h1 1 lba=0 n=4
 		// does) and uses node a: MND is raised for b. Counting the scans
 		// as discovery (every command, as the old core did) hides it.
 		name: "MND for a scanning host",
-		script: `nodes a:1,b:1
-lun 0 pref=a pages=4
-host h1 type=linux paths=1,2 luns=0 mp=none
-login h1
-scan h1
-write h1 0 lba=0 n=4
-tick
-write h1 0 lba=0 n=4
-tick
-write h1 0 lba=0 n=4
-tick
-write h1 0 lba=0 n=4
-tick
-scan h1
-write h1 0 lba=0 n=4
-tick
-write h1 0 lba=0 n=4
-tick
-write h1 0 lba=0 n=4
-tick
-write h1 0 lba=0 n=4
-tick
-tick n=10
-`,
+		script: "nodes a:1,b:1\nlun 0 pref=a pages=4\nhost h1 type=linux paths=1,2 luns=0 mp=none\nlogin h1\n" +
+			strings.Repeat("scan h1\n"+strings.Repeat("write h1 0 lba=0 n=4\ntick\n", 4), 2) + "tick n=10\n",
 		cfg: func(c *ownership.Config) { c.MediaTicks, c.DiscoveryWindow = 1, 2 },
 		in: func(e ownership.Event) ownership.Event {
 			if io, ok := e.(ownership.IO); ok {
