@@ -70,6 +70,13 @@ func TestParseScenarioErrors(t *testing.T) {
 		{minimal + "at 1s oops:\n", "must follow the label"},
 		{minimal + "compare\n", "compare STACK"},
 		{minimal + "duration -1s\n", "positive duration"},
+		{minimal + "at 1s reboot\n", "reboot needs host="},
+		{minimal + "at 1s reboot host=h1 down=2h\n", "up to 1m"},
+		{minimal + "at 1s cut host=h1 node=a down=1s\n", "on a reboot"},
+		{minimal + "at 1s move lun=0\n", "move needs node="},
+		{minimal + "at 1s move lun=x node=a\n", "not a LUN number"},
+		{minimal + "at 1s move lun=99 node=a\n", "no LUN 99"},
+		{minimal + "load heavy\n", "load is light"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.want, func(t *testing.T) {
@@ -84,6 +91,7 @@ func FuzzParseScenario(f *testing.F) {
 	text, _ := BuiltinScenario("default")
 	f.Add(text)
 	f.Add(minimal + "at 1s x: delay node=a ms=1e3\n")
+	f.Add(minimal + "load light\nat 1s reboot host=h1 down=1s gap=100ms\nat 2s move lun=0 node=b\n")
 	f.Fuzz(func(t *testing.T, text string) {
 		s, err := ParseScenario(strings.NewReader(text))
 		if err != nil {
