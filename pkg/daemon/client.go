@@ -167,7 +167,8 @@ func (c *Client) Paths() ([]PathInfo, error) {
 // ClearReport clears a latched report (path-flapping by LUN,
 // host-type-incorrect by host).
 func (c *Client) ClearReport(req ClearRequest) error {
-	return c.do("POST", "/v1/reports/clear", req, nil)
+	var out map[string]string
+	return c.do("POST", "/v1/reports/clear", req, &out)
 }
 
 // Rebalance asks for a balance plan now.

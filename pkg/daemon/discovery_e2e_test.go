@@ -166,3 +166,27 @@ func TestLogoutIsOrderly(t *testing.T) {
 	require.Eventually(t, func() bool { return owner() == "b" }, 5*time.Second, 10*time.Millisecond,
 		"h2 lost node a: LUN 0 fails over to b, which both hosts reach")
 }
+
+// Clearing a report through the API: what is not latched, or cannot be
+// cleared by hand, is refused with a message; a malformed body too.
+func TestClearReportErrors(t *testing.T) {
+	_, c := apiDaemon(t, 20*time.Millisecond)
+	for _, tt := range []struct {
+		req  ClearRequest
+		want string
+	}{
+		{ClearRequest{Condition: "path-flapping", LUN: 0}, "LUN 0 is not damped"},
+		{ClearRequest{Condition: "path-flapping", LUN: 99}, "no LUN 99"},
+		{ClearRequest{Condition: "host-type-incorrect", Host: "nobody"}, `no host "nobody"`},
+		{ClearRequest{Condition: "node-offline"}, "clears by itself"},
+	} {
+		err := c.ClearReport(tt.req)
+		require.Error(t, err, "%+v", tt.req)
+		require.Contains(t, err.Error(), tt.want)
+	}
+	require.NoError(t, c.ClearReport(ClearRequest{Condition: "host-type-incorrect", Host: "h1"}),
+		"a declared host's observations can always be restarted")
+	var out map[string]any
+	err := c.do("POST", "/v1/reports/clear", map[string]any{"condition": "path-flapping", "colour": "red"}, &out)
+	require.ErrorContains(t, err, "unknown field")
+}
