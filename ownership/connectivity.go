@@ -150,7 +150,9 @@ func (c *Core) logout(e Logout) {
 		}
 	}
 	if e.Orderly {
-		if !still {
+		// It left the node when no path it used there is left (a path
+		// it never used may still be logged in).
+		if !c.reaches(h, n.Node) {
 			h.departed[n.Node] = c.now
 		}
 		h.away = len(h.nexuses) == 0
@@ -176,6 +178,7 @@ func (c *Core) discovered(n Nexus) {
 	}
 	if !s.discovered {
 		s.discovered = true
+		delete(h.departed, n.Node)
 		c.gen++
 		c.joinChange(h)
 	}

@@ -78,6 +78,7 @@ func (c *Core) io(e IO) error {
 		for _, s := range h.nexuses {
 			if s.n.Node == e.Node && c.pathUp(s) && !s.discovered {
 				s.discovered = true
+				delete(h.departed, e.Node)
 				c.gen++
 				c.joinChange(h)
 			}

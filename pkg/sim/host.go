@@ -60,6 +60,9 @@ type host struct {
 	lunPending map[uint64]bool
 	// away: no session, the last one ended by a Logout.
 	away bool
+	// lastUsed: per node, the last tick the core could see the host use
+	// it (the MND invariant's window starts after it).
+	lastUsed map[string]int
 }
 
 // run is a run of media I/O, as the core keeps it: first and last tick,
@@ -103,7 +106,7 @@ func (h *host) tickMedia() {
 			if h.runProves(n, h.mediaTicks[k]) {
 				for _, p := range h.w.arr.Node(n).Ports {
 					if h.sess[p.RelativeID] {
-						h.rtpgOn[p.RelativeID] = true
+						h.markUsed(p.RelativeID)
 					}
 				}
 			}
@@ -135,6 +138,13 @@ func (h *host) usesNode(n string) bool {
 		}
 	}
 	return false
+}
+
+// markUsed: the core now sees the path in use (and the host back on
+// its node, if it had left it).
+func (h *host) markUsed(port uint16) {
+	h.rtpgOn[port] = true
+	delete(h.left, h.w.arr.Port(port).Node.Name)
 }
 
 // mediaProves: some run of media I/O through n proves use.
@@ -182,7 +192,7 @@ func newHost(w *World, hs hostSpec) *host {
 		states: map[uint64]map[uint16]scsi.AccessState{}, rr: map[uint64]int{}, seen: map[seenKey]*nexusSeen{},
 		mp: hs.mp, last: map[uint64]uint16{}, since: map[uint16]int{}, media: map[string]int{},
 		rtpgOn: map[uint16]bool{}, mediaTicks: map[nodeLUN]run{}, mediaPending: map[nodeLUN]bool{}, left: map[string]int{},
-		userOf: map[uint64]bool{}, lunTicks: map[uint64]run{}, lunPending: map[uint64]bool{}}
+		userOf: map[uint64]bool{}, lunTicks: map[uint64]run{}, lunPending: map[uint64]bool{}, lastUsed: map[string]int{}}
 }
 
 // multipath: the host runs a multipath driver that reads RTPG.
@@ -238,14 +248,15 @@ func (h *host) end(port uint16, orderly bool) {
 	h.away = orderly && h.sessions() == 0
 	h.w.srv.NexusLost(h.nexus(port))
 	delete(h.rtpgOn, port)
-	if n := h.w.arr.Port(port).Node; !h.reaches(n) {
+	n := h.w.arr.Port(port).Node
+	if orderly && !h.usesNode(n.Name) {
+		h.left[n.Name] = h.w.ticks // no path it used there is left
+	}
+	if !h.reaches(n) {
 		for k := range h.mediaTicks {
 			if k.node == n.Name {
 				delete(h.mediaTicks, k)
 			}
-		}
-		if orderly {
-			h.left[n.Name] = h.w.ticks
 		}
 	}
 	h.w.step(ownership.Logout{Nexus: h.coreNexus(port), Orderly: orderly})
@@ -395,7 +406,7 @@ func (h *host) rtpg(port uint16, lun uint64) string {
 		h.w.fail("rtpg-parse", "RTPG for LUN %d on port %d: %v", lun, port, err)
 		return "bad data"
 	}
-	h.rtpgOn[port] = true
+	h.markUsed(port)
 	h.userOf[lun] = true
 	ao := 0
 	st := h.states[lun]

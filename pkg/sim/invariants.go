@@ -282,6 +282,9 @@ func (w *World) checkMND() {
 				w.fail("mnd-false", "MND raised for host %s on node %s, where its multipath driver read RTPG", h.name, n.Name)
 				return
 			}
+			if h.usesNode(n.Name) {
+				h.lastUsed[n.Name] = w.ticks
+			}
 			if h.mp != "none" || !n.Up() || on || h.usesNode(n.Name) {
 				continue
 			}
@@ -290,6 +293,9 @@ func (w *World) checkMND() {
 				if h.sess[p.RelativeID] && h.usable(p.RelativeID) {
 					since, logged = min(since, h.since[p.RelativeID]), true
 				}
+			}
+			if t, ok := h.lastUsed[n.Name]; ok {
+				since = max(since, t) // logged in and unused since then
 			}
 			if logged && w.ticks-since > window {
 				w.fail("mnd-missed", "host %s (no multipath) has been logged in on node %s for %d ticks without using it, "+
