@@ -190,21 +190,30 @@ func (c *conn) login() (*session, bool) {
 			}
 		}
 		tsih := lg.TSIH
+		closed := false
 		if sess != nil {
 			tsih = sess.tsih
+			if r.Status == LoginSuccess && lg.TSIH == 0 {
+				// The new session has its connection before the initiator
+				// hears it is logged in: a reset or a reinstatement that
+				// follows at once (a cold reset from the host's other path)
+				// must find the connection to close.
+				sess.start(cmdSN)
+				sess.mu.Lock()
+				sess.conn = c
+				closed = sess.closed
+				sess.mu.Unlock()
+			}
 		}
 		c.writeLoginResponse(&p.BHS, r, tsih, cmdSN)
 		if r.Status != LoginSuccess {
 			return nil, false
 		}
 		if r.Done {
-			c.params = lg.Params
-			if lg.TSIH == 0 {
-				sess.start(cmdSN)
-				sess.mu.Lock()
-				sess.conn = c
-				sess.mu.Unlock()
+			if closed {
+				return nil, false // ended while it logged in
 			}
+			c.params = lg.Params
 			return sess, true
 		}
 	}
