@@ -158,28 +158,38 @@ func (b *brain) loop() {
 	t := time.NewTicker(b.tick)
 	defer t.Stop()
 	for {
+		var q func()
 		select {
 		case <-b.d.done:
 			return
 		case <-b.wake:
-		case q := <-b.queries:
-			q()
+		case q = <-b.queries:
 		case <-t.C:
 			b.d.EmitIOStats() // this tick's I/O, then the tick
 			b.post(ownership.Tick{})
 		}
-		b.mu.Lock()
-		evs := b.inbox
-		b.inbox = nil
-		b.mu.Unlock()
-		for _, e := range evs {
-			if err := b.core.Step(e); err != nil {
-				b.d.log.Debug("ownership core refused an event", "event", e, "err", err)
-			}
+		b.drain()
+		if q != nil {
+			// After the drain: a query sees every event posted before
+			// it was asked (a login whose response the host already has).
+			q()
 		}
-		b.apply(b.core.Ready())
-		b.core.Advance()
 	}
+}
+
+// drain steps the core through the queued events and applies its output.
+func (b *brain) drain() {
+	b.mu.Lock()
+	evs := b.inbox
+	b.inbox = nil
+	b.mu.Unlock()
+	for _, e := range evs {
+		if err := b.core.Step(e); err != nil {
+			b.d.log.Debug("ownership core refused an event", "event", e, "err", err)
+		}
+	}
+	b.apply(b.core.Ready())
+	b.core.Advance()
 }
 
 // errStopped: the daemon is stopping.

@@ -117,10 +117,6 @@ func (c *conn) serve() {
 	c.sess = sess
 	c.writerWG.Add(1)
 	go c.writer()
-	if !sess.discovery {
-		c.t.handler.NexusUp(sess.nexus)
-		c.t.event(Event{Kind: "login", Nexus: sess.nexus, Portal: c.portal})
-	}
 	if c.t.cfg.NopInterval > 0 {
 		go c.keepalive()
 	}
@@ -203,6 +199,9 @@ func (c *conn) login() (*session, bool) {
 				sess.conn = c
 				closed = sess.closed
 				sess.mu.Unlock()
+			}
+			if r.Status == LoginSuccess && !closed {
+				sess.announce()
 			}
 		}
 		c.writeLoginResponse(&p.BHS, r, tsih, cmdSN)

@@ -29,6 +29,13 @@ type session struct {
 	pending map[uint32]func()
 	closed  bool
 
+	// evMu orders the session's login and logout announcements: the
+	// logout of a session ended while it logged in never comes before
+	// its login, and a session announced once is announced once.
+	evMu      sync.Mutex
+	announced bool
+	ended     chan struct{} // closed when end has run
+
 	// The fabric's view of the nexus: commands answered and their summed
 	// exchange time (command PDU in to status PDU out).
 	exchanges atomic.Uint64
@@ -44,7 +51,7 @@ func (s *session) recordExchange(d time.Duration) {
 
 func newSession(t *Target, key sessionKey, tsih uint16, l *Login, p Portal) *session {
 	s := &session{t: t, key: key, tsih: tsih, discovery: l.SessionType == "Discovery", portal: p,
-		initiator: l.Initiator, pending: map[uint32]func(){}, since: time.Now()}
+		initiator: l.Initiator, pending: map[uint32]func(){}, since: time.Now(), ended: make(chan struct{})}
 	s.nexus = scsi.Nexus{
 		InitiatorName: l.Initiator,
 		InitiatorPort: InitiatorPortName(l.Initiator, l.ISID),
@@ -148,6 +155,10 @@ func (s *session) close(reason string) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
+		// Ending already: wait until it has ended, so that a session
+		// that reinstates this one announces its login after this
+		// one's logout.
+		<-s.ended
 		return
 	}
 	s.closed = true
@@ -159,10 +170,35 @@ func (s *session) close(reason string) {
 	s.end(reason)
 }
 
-// end is the nexus-loss bookkeeping, run once.
+// announce brings the nexus up and reports the login, once, unless the
+// session already ended. The target calls it before the initiator hears
+// it is logged in, so its first command, and anything asked of the array
+// after the login, finds the nexus known.
+func (s *session) announce() {
+	if s.discovery {
+		return
+	}
+	s.evMu.Lock()
+	defer s.evMu.Unlock()
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if s.announced || closed {
+		return
+	}
+	s.announced = true
+	s.t.handler.NexusUp(s.nexus)
+	s.t.event(Event{Kind: "login", Nexus: s.nexus, Portal: s.portal})
+}
+
+// end is the nexus-loss bookkeeping, run once: the logout pairs with an
+// announced login.
 func (s *session) end(reason string) {
 	s.t.dropSession(s)
-	if !s.discovery {
+	s.evMu.Lock()
+	defer s.evMu.Unlock()
+	defer close(s.ended)
+	if s.announced {
 		s.t.handler.NexusLost(s.nexus)
 		s.t.event(Event{Kind: "logout", Nexus: s.nexus, Portal: s.portal, Reason: reason})
 	}
