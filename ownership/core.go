@@ -95,6 +95,9 @@ type lun struct {
 	// brings it home once the recovery is complete and stable.
 	// wasDisplaced: before the last move (a rollback restores it).
 	displaced, wasDisplaced bool
+	// failedOff: the node the LUN's last move failed it over from ("" if
+	// that move was not a failover); wasFailedOff: before the last move.
+	failedOff, wasFailedOff string
 	// prefOKSince: since when every user reaches the preferred owner
 	// (-1: not now).
 	prefOKSince int
@@ -287,9 +290,13 @@ func (c *Core) setOwner(l *lun, to string, cause Cause) {
 		l.changes = append(l.changes, c.now)
 	}
 	if cause == CauseRollback {
-		l.displaced = l.wasDisplaced // the move did not happen
+		l.displaced, l.failedOff = l.wasDisplaced, l.wasFailedOff // the move did not happen
 	} else {
-		l.wasDisplaced = l.displaced
+		l.wasDisplaced, l.wasFailedOff = l.displaced, l.failedOff
+		l.failedOff = ""
+		if cause == CauseFailover {
+			l.failedOff = from
+		}
 	}
 	switch cause {
 	case CauseRollback:

@@ -202,12 +202,10 @@ func (c *Core) offlineCause(n string) string {
 	var moved, stuck []string
 	for _, id := range c.lunIDs {
 		l := c.luns[id]
-		if l.preferred != n && l.owner != n {
-			continue
-		}
-		if l.owner == n {
+		switch {
+		case l.owner == n:
 			stuck = append(stuck, fmt.Sprint(id))
-		} else {
+		case l.failedOff == n:
 			moved = append(moved, fmt.Sprintf("%d->%s", id, l.owner))
 		}
 	}
