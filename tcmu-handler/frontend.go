@@ -520,6 +520,20 @@ func (f *Frontend) SetPortUp(port uint16, up bool) {
 	f.pollSessions()
 }
 
+// ErrNoWireModes: LIO's TPG switch ends sessions one way only.
+var ErrNoWireModes = errors.New("the tcmu fabric can only disable a port's TPG (LIO closes its sessions); " +
+	"a silent or reset port needs the lab network (drop the node's addresses)")
+
+// SetPortMode supports PortUp and PortDown (the TPG switch).
+func (f *Frontend) SetPortMode(port uint16, m iscsi.PortMode) error {
+	switch m {
+	case iscsi.PortUp, iscsi.PortDown:
+		f.SetPortUp(port, m == iscsi.PortUp)
+		return nil
+	}
+	return ErrNoWireModes
+}
+
 // PortUp reports whether a port's TPG is enabled.
 func (f *Frontend) PortUp(port uint16) bool {
 	f.mu.Lock()
@@ -536,20 +550,8 @@ func (f *Frontend) SetPathDelay(string, uint16, time.Duration) error {
 	return errors.New("the tcmu fabric cannot delay one path (LIO carries the iSCSI traffic)")
 }
 
-// ClearFaults brings every port taken down by SetPortUp back.
-func (f *Frontend) ClearFaults() {
-	f.mu.Lock()
-	var ports []uint16
-	for p, down := range f.portDown {
-		if down {
-			ports = append(ports, p)
-		}
-	}
-	f.mu.Unlock()
-	for _, p := range ports {
-		f.SetPortUp(p, true)
-	}
-}
+// ClearPathFaults has nothing to clear: this fabric has no path faults.
+func (f *Frontend) ClearPathFaults() {}
 
 // PathStats reports every session with the commands credited to it and
 // the time they took from ring to answer (credited only while the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -242,12 +243,16 @@ func printJSON(v any) error {
 
 func fault(args []string) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return fmt.Errorf("usage: aluad fault KIND [--node N] [--port P] [--initiator IQN] [--delay D] (KIND: crash, restart, port-down, port-up, path-down, path-up, delay, clear)")
+		return fmt.Errorf("usage: aluad fault KIND [--node N] [--port P] [--initiator IQN] [--delay D] (KIND: %s)",
+			strings.Join(daemon.FaultKinds, ", "))
 	}
 	kind := args[0]
+	if !slices.Contains(daemon.FaultKinds, kind) {
+		return fmt.Errorf("unknown fault %q (%s)", kind, strings.Join(daemon.FaultKinds, ", "))
+	}
 	fs := flag.NewFlagSet("fault", flag.ContinueOnError)
-	node := fs.String("node", "", "node (crash, restart)")
-	port := fs.String("port", "", "target port name or relative id (port-*, path-*, delay)")
+	node := fs.String("node", "", "node (power-loss, panic, crash, restart)")
+	port := fs.String("port", "", "target port name or relative id (port-*, cable-*, path-*, delay)")
 	ini := fs.String("initiator", "", "initiator IQN (path-*, and delay on one path)")
 	delay := fs.Duration("delay", 0, "added latency (delay; 0 removes it)")
 	client := controlFlags(fs)

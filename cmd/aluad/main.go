@@ -23,8 +23,9 @@ Usage:
   aluad paths [-o text|json]                 per-path counters, latency and per-LUN state on each path
   aluad report [-o text|json]                the problems raised now, as Recovery Guru reports
   aluad fault KIND [--node N] [--port P] [--initiator IQN] [--delay D]
-                                             inject a fault: crash, restart, port-down, port-up,
-                                             path-down, path-up, delay, clear
+                                             inject a fault: power-loss, panic, crash, restart (a node);
+                                             port-down, port-up, cable-pull, cable-plug (a port);
+                                             path-down, path-up, delay, clear (docs/faults.md)
   aluad move --lun N --to NODE               move a LUN's ownership (flush, short hold, then UA 2A/06)
   aluad rebalance [-o text|json]             plan a rebalance now (the ROI check still decides)
   aluad events [--since SEQ] [--follow]      the event feed (logins, RTPGs, I/O, ALUA changes) as JSON lines

@@ -16,9 +16,13 @@ import (
 // port view go through it.
 type Fabric interface {
 	SetPortUp(port uint16, up bool)
+	// SetPortMode puts a port in a wire mode (iscsi.PortMode); a fabric
+	// that cannot do a mode says so.
+	SetPortMode(port uint16, m iscsi.PortMode) error
 	SetPathUp(initiator string, port uint16, up bool) error
 	SetPathDelay(initiator string, port uint16, d time.Duration) error
-	ClearFaults()
+	// ClearPathFaults restores cut paths and removes delays.
+	ClearPathFaults()
 	PortUp(port uint16) bool
 	PathStats() []iscsi.PathStat
 	Addrs() []string

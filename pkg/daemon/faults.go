@@ -4,23 +4,54 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aluad/aluad/ownership"
 	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/iscsi"
+	tcmu "github.com/aluad/aluad/tcmu-handler"
 )
 
-// Fault kinds that Inject understands.
+// Fault kinds that Inject understands. Each has the wire behaviour of
+// the real event (iscsi.PortMode), since a host's recovery time depends
+// on how it learns of the fault.
 const (
-	FaultCrash    = "crash"     // a node loses power: its cache, sessions and ports
-	FaultRestart  = "restart"   // a crashed node comes back (empty cache)
-	FaultPortDown = "port-down" // a target port goes down
+	// FaultPowerLoss: a controller loses power. Its cache is lost (the
+	// partner's mirror takes over) and its ports go silent: no answer to
+	// commands in flight, no FIN or RST, no answer to new connections.
+	FaultPowerLoss = "power-loss"
+	// FaultPanic: a controller panics and reboots. Its cache is lost, its
+	// connections are reset and its portals refuse connections until it
+	// is back (restart).
+	FaultPanic = "panic"
+	// FaultCrash: a controller's target software dies while its OS runs
+	// on. Its cache is lost, its connections are closed (FIN) and new
+	// ones are closed as soon as they are accepted.
+	FaultCrash   = "crash"
+	FaultRestart = "restart" // a failed node comes back (empty cache)
+	// FaultPortDown: a target port is disabled: connections closed, new
+	// ones closed at once. FaultPortUp brings a port back from any fault.
+	FaultPortDown = "port-down"
 	FaultPortUp   = "port-up"
-	FaultPathDown = "path-down" // one initiator's path to a port is cut
-	FaultPathUp   = "path-up"
-	FaultDelay    = "delay" // latency added on a port (or one initiator's path to it)
-	FaultClear    = "clear" // every port, path and delay restored (nodes stay as they are)
+	// FaultCablePull: one port loses its link: silent on that port only.
+	// FaultCablePlug restores it (the connections it held are reset).
+	FaultCablePull = "cable-pull"
+	FaultCablePlug = "cable-plug"
+	FaultPathDown  = "path-down" // one initiator's path to a port is cut
+	FaultPathUp    = "path-up"
+	FaultDelay     = "delay" // latency added on a port (or one initiator's path to it)
+	FaultClear     = "clear" // every port, path and delay restored (nodes stay as they are)
 )
+
+// FaultKinds lists the kinds in the order the CLI shows them.
+var FaultKinds = []string{FaultPowerLoss, FaultPanic, FaultCrash, FaultRestart, FaultPortDown, FaultPortUp,
+	FaultCablePull, FaultCablePlug, FaultPathDown, FaultPathUp, FaultDelay, FaultClear}
+
+// nodeFaultMode is the wire mode of a failed node's ports, by fault kind.
+var nodeFaultMode = map[string]iscsi.PortMode{
+	FaultPowerLoss: iscsi.PortSilent, FaultPanic: iscsi.PortReset, FaultCrash: iscsi.PortDown,
+}
 
 // Fault is one fault to inject on the running daemon.
 type Fault struct {
@@ -70,12 +101,17 @@ func (d *Daemon) Inject(f Fault) (FaultResult, error) {
 		}
 	}
 	switch f.Kind {
-	case FaultCrash, FaultRestart:
+	case FaultPowerLoss, FaultPanic, FaultCrash, FaultRestart:
 		n := d.Array.Node(f.Node)
 		if n == nil {
 			return res, fmt.Errorf("no node %q", f.Node)
 		}
-		if f.Kind == FaultCrash {
+		if mode, fails := nodeFaultMode[f.Kind]; fails {
+			if d.TCMU != nil && mode != iscsi.PortDown {
+				// Refused before the node fails: LIO would leave a
+				// failed node's ports serving.
+				return res, tcmu.ErrNoWireModes
+			}
 			c, err := d.Array.CrashNode(n.Name)
 			if err != nil {
 				return res, err
@@ -84,7 +120,9 @@ func (d *Daemon) Inject(f Fault) (FaultResult, error) {
 			// The core hears of the node first: the sessions its ports
 			// drop are its loss, not a path fault of each host.
 			post(ownership.NodeState{Node: n.Name, Up: false})
-			d.setPorts(n, false)
+			if err := d.setPorts(n, mode); err != nil {
+				return res, err
+			}
 		} else {
 			if n.Up() {
 				return res, fmt.Errorf("node %s is not down", n.Name)
@@ -92,10 +130,12 @@ func (d *Daemon) Inject(f Fault) (FaultResult, error) {
 			if err := d.Array.RestartNode(n.Name); err != nil {
 				return res, err
 			}
-			d.setPorts(n, true)
+			if err := d.setPorts(n, iscsi.PortUp); err != nil {
+				return res, err
+			}
 			post(ownership.NodeState{Node: n.Name, Up: true})
 		}
-	case FaultPortDown, FaultPortUp, FaultPathDown, FaultPathUp, FaultDelay:
+	case FaultPortDown, FaultPortUp, FaultCablePull, FaultCablePlug, FaultPathDown, FaultPathUp, FaultDelay:
 		if d.fabric == nil {
 			return res, ErrNoFabric
 		}
@@ -104,9 +144,17 @@ func (d *Daemon) Inject(f Fault) (FaultResult, error) {
 			return res, err
 		}
 		switch f.Kind {
-		case FaultPortDown, FaultPortUp:
-			d.fabric.SetPortUp(p.RelativeID, f.Kind == FaultPortUp)
-			post(ownership.PortState{Node: p.Node.Name, Port: p.RelativeID, Up: f.Kind == FaultPortUp})
+		case FaultPortDown, FaultPortUp, FaultCablePull, FaultCablePlug:
+			mode := map[string]iscsi.PortMode{FaultPortDown: iscsi.PortDown, FaultCablePull: iscsi.PortSilent}[f.Kind]
+			if !p.Node.Up() {
+				return res, fmt.Errorf("node %s is down: its ports follow it (restart it first)", p.Node.Name)
+			}
+			if err := d.fabric.SetPortMode(p.RelativeID, mode); err != nil {
+				return res, err
+			}
+			// The controller sees its own port's link go: the core hears
+			// of it as a port state.
+			post(ownership.PortState{Node: p.Node.Name, Port: p.RelativeID, Up: mode == iscsi.PortUp})
 		case FaultPathDown, FaultPathUp:
 			if f.Initiator == "" {
 				return res, errors.New("a path fault needs an initiator")
@@ -126,32 +174,37 @@ func (d *Daemon) Inject(f Fault) (FaultResult, error) {
 		if d.fabric == nil {
 			return res, ErrNoFabric
 		}
-		d.fabric.ClearFaults()
-		for _, n := range d.Array.Nodes {
-			if !n.Up() {
-				d.setPorts(n, false) // a crashed node stays dark
-			}
-		}
+		d.fabric.ClearPathFaults()
+		// Every port of a node that is up serves again; a failed node's
+		// ports stay as its failure left them.
 		for _, p := range d.Array.Ports {
-			if p.Node.Up() {
-				post(ownership.PortState{Node: p.Node.Name, Port: p.RelativeID, Up: true})
+			if !p.Node.Up() {
+				continue
 			}
+			if err := d.fabric.SetPortMode(p.RelativeID, iscsi.PortUp); err != nil {
+				return res, err
+			}
+			post(ownership.PortState{Node: p.Node.Name, Port: p.RelativeID, Up: true})
 		}
 	default:
-		return res, fmt.Errorf("unknown fault %q (crash, restart, port-down, port-up, path-down, path-up, delay, clear)", f.Kind)
+		return res, fmt.Errorf("unknown fault %q (%s)", f.Kind, strings.Join(FaultKinds, ", "))
 	}
 	d.Events.Add(Event{Kind: EventFault, Fault: &f, Node: f.Node, Initiator: f.Initiator})
 	d.log.Info("fault injected", "kind", f.Kind, "node", f.Node, "port", f.Port, "initiator", f.Initiator, "delay", f.Delay)
 	return res, nil
 }
 
-// setPorts takes a node's ports down or up in the fabric (a crashed
-// node answers nothing).
-func (d *Daemon) setPorts(n *array.Node, up bool) {
+// setPorts puts a node's ports in a wire mode (a failed node's ports
+// are as its failure left them).
+func (d *Daemon) setPorts(n *array.Node, mode iscsi.PortMode) error {
 	if d.fabric == nil {
-		return
+		return nil
 	}
+	var first error
 	for _, p := range n.Ports {
-		d.fabric.SetPortUp(p.RelativeID, up)
+		if err := d.fabric.SetPortMode(p.RelativeID, mode); err != nil && first == nil {
+			first = err
+		}
 	}
+	return first
 }

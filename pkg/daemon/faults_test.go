@@ -43,6 +43,10 @@ func TestFaultInjection(t *testing.T) {
 		{Fault{Kind: FaultPortDown, Port: "q9"}, `no port "q9"`},
 		{Fault{Kind: FaultPathDown, Port: "a0"}, "needs an initiator"},
 		{Fault{Kind: FaultDelay, Port: "a0", Delay: time.Hour}, "delay must be"},
+		{Fault{Kind: FaultPowerLoss, Node: "z"}, `no node "z"`},
+		{Fault{Kind: FaultPanic}, `no node ""`},
+		{Fault{Kind: FaultCablePull}, "needs a port"},
+		{Fault{Kind: FaultCablePlug, Port: "c7"}, `no port "c7"`},
 	}
 	for _, b := range bad {
 		_, err := c.Inject(b.f)

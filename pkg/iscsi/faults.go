@@ -1,25 +1,64 @@
 package iscsi
 
 import (
+	"errors"
+	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
+// PortMode is what a target port does on the wire. Each fault has the
+// wire behaviour of the real event, since that is what a host's recovery
+// times depend on: a host learns of a closed or reset connection at once,
+// of a silent one only when its own timer (a NOP-Out timeout) fires.
+type PortMode int
+
+const (
+	// PortUp serves.
+	PortUp PortMode = iota
+	// PortDown: the port is disabled. Its connections are closed (FIN)
+	// and new ones closed as soon as they are accepted.
+	PortDown
+	// PortReset: the controller behind the port panicked or reboots. Its
+	// connections are reset (RST) and new ones refused (the listening
+	// socket is closed) until the port comes back.
+	PortReset
+	// PortSilent: the port lost power or its cable. Nothing is answered
+	// and nothing is closed: commands in flight get no response, open
+	// connections stay open and unread, and new connections are accepted
+	// (the host's kernel completes the handshake on loopback) and never
+	// read. When the port comes back, the connections it held are reset,
+	// as a controller that forgot them answers the host's next segment.
+	PortSilent
+)
+
+var portModeNames = []string{"up", "down", "reset", "silent"}
+
+func (m PortMode) String() string {
+	if int(m) < len(portModeNames) {
+		return portModeNames[m]
+	}
+	return fmt.Sprintf("PortMode(%d)", int(m))
+}
+
 // pathFaults are the fabric faults injected on a running target
-// (CONVENTIONS 8): a port down, one initiator's path to a port down, and
-// added latency on a path. A down port or path refuses connections and
-// drops the ones it has, as a cut link would (with a reset rather than a
+// (CONVENTIONS 8): a port's mode, one initiator's path to a port down,
+// and added latency on a path. A down path refuses connections and drops
+// the ones it has, as a cut link would (with a close rather than a
 // timeout, so tests and the lab see it at once).
 type pathFaults struct {
 	mu sync.Mutex
 	// delays is set while any delay is configured (the send path's
 	// lock-free check).
 	delays   atomic.Bool
-	portDown map[uint16]bool
+	portMode map[uint16]PortMode
 	pathDown map[pathKey]bool
 	delay    map[pathKey]time.Duration
+	// held: the connections a silent port keeps open and unanswered.
+	held map[uint16][]net.Conn
 }
 
 // pathKey is one initiator (lower-cased; "" for every initiator) on one
@@ -32,7 +71,7 @@ type pathKey struct {
 func (f *pathFaults) down(initiator string, port uint16) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.portDown[port] || (initiator != "" && f.pathDown[pathKey{strings.ToLower(initiator), port}])
+	return f.portMode[port] != PortUp || (initiator != "" && f.pathDown[pathKey{strings.ToLower(initiator), port}])
 }
 
 func (f *pathFaults) delayOf(initiator string, port uint16) time.Duration {
@@ -50,18 +89,149 @@ func (f *pathFaults) delayOf(initiator string, port uint16) time.Duration {
 	return f.delay[pathKey{"", port}]
 }
 
-// SetPortUp takes a target port down (its connections are dropped and new
-// ones refused) or brings it back.
+// SetPortUp disables a target port (PortDown: its connections are closed
+// and new ones closed at once) or brings it back.
 func (t *Target) SetPortUp(port uint16, up bool) {
+	m := PortDown
+	if up {
+		m = PortUp
+	}
+	t.SetPortMode(port, m) // only PortReset can fail (re-listening)
+}
+
+// ErrNoPort: no portal has the relative port id.
+var ErrNoPort = errors.New("iscsi: no such target port")
+
+// SetPortMode puts a target port in mode m (see PortMode). Leaving
+// PortSilent resets the connections it held; leaving PortReset listens
+// again on the same address, which can fail if another socket took it.
+func (t *Target) SetPortMode(port uint16, m PortMode) error {
+	idx := -1
+	for i, p := range t.cfg.Portals {
+		if p.RelativeID == port {
+			idx = i
+		}
+	}
+	if idx < 0 {
+		return ErrNoPort
+	}
+	if m < PortUp || m > PortSilent {
+		return fmt.Errorf("iscsi: unknown port mode %d", int(m))
+	}
 	t.faults.mu.Lock()
-	if t.faults.portDown == nil {
-		t.faults.portDown = map[uint16]bool{}
+	if t.faults.portMode == nil {
+		t.faults.portMode = map[uint16]PortMode{}
 	}
-	t.faults.portDown[port] = !up
+	was := t.faults.portMode[port]
+	if m == PortUp {
+		delete(t.faults.portMode, port)
+	} else {
+		t.faults.portMode[port] = m
+	}
+	var held []net.Conn
+	if was == PortSilent && m != PortSilent {
+		held = t.faults.held[port]
+		delete(t.faults.held, port)
+	}
 	t.faults.mu.Unlock()
-	if !up {
-		t.dropPaths("", port)
+	for _, nc := range held {
+		resetConn(nc)
 	}
+	switch m {
+	case PortDown:
+		t.dropPaths("", port, PortDown)
+	case PortReset:
+		t.closeListener(idx)
+		t.dropPaths("", port, PortReset)
+	case PortSilent:
+		t.dropPaths("", port, PortSilent)
+	}
+	if was == PortReset && m != PortReset {
+		return t.reopenListener(idx)
+	}
+	return nil
+}
+
+// resetConn closes a connection with a reset (RST), not a FIN.
+func resetConn(nc net.Conn) {
+	if w, ok := nc.(*wireConn); ok {
+		nc = w.Conn
+	}
+	if tc, ok := nc.(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
+	nc.Close()
+}
+
+// hold keeps a connection of a silent port open and unread.
+func (t *Target) hold(port uint16, nc net.Conn) {
+	t.faults.mu.Lock()
+	if t.faults.portMode[port] == PortSilent {
+		if t.faults.held == nil {
+			t.faults.held = map[uint16][]net.Conn{}
+		}
+		t.faults.held[port] = append(t.faults.held[port], nc)
+		nc = nil
+	}
+	t.faults.mu.Unlock()
+	if nc != nil { // the port came back meanwhile: the controller forgot it
+		resetConn(nc)
+	}
+}
+
+// wireConn is an accepted connection as the port's mode shapes it: once
+// silenced, it sends nothing, reads nothing, and closing it leaves the
+// socket open (held by the target until the port comes back).
+type wireConn struct {
+	net.Conn
+	t      *Target
+	port   uint16
+	silent atomic.Bool
+	// reset: closing it sends a RST.
+	reset atomic.Bool
+}
+
+// errSilenced is what a silenced connection's reads return.
+var errSilenced = errors.New("iscsi: port silenced")
+
+func (w *wireConn) Read(b []byte) (int, error) {
+	if w.silent.Load() {
+		return 0, errSilenced
+	}
+	n, err := w.Conn.Read(b)
+	if w.silent.Load() {
+		return 0, errSilenced // what arrived after the power went is lost
+	}
+	return n, err
+}
+
+func (w *wireConn) Write(b []byte) (int, error) {
+	if w.silent.Load() {
+		return len(b), nil // into the void
+	}
+	return w.Conn.Write(b)
+}
+
+func (w *wireConn) Close() error {
+	if w.silent.Load() {
+		return nil // held: see silence
+	}
+	if w.reset.Load() {
+		resetConn(w.Conn)
+		return nil
+	}
+	return w.Conn.Close()
+}
+
+// silence stops the connection on the wire without a word to the peer:
+// its reader and writer are woken (deadlines, which send nothing) and the
+// socket is handed to the target to hold.
+func (w *wireConn) silence() {
+	if w.silent.Swap(true) {
+		return
+	}
+	w.Conn.SetDeadline(time.Now())
+	w.t.hold(w.port, w.Conn)
 }
 
 // SetPathUp cuts or restores one initiator's path to a target port.
@@ -78,7 +248,7 @@ func (t *Target) SetPathUp(initiator string, port uint16, up bool) {
 	}
 	t.faults.mu.Unlock()
 	if !up {
-		t.dropPaths(initiator, port)
+		t.dropPaths(initiator, port, PortDown)
 	}
 }
 
@@ -100,16 +270,19 @@ func (t *Target) SetPathDelay(initiator string, port uint16, d time.Duration) {
 	t.faults.delays.Store(len(t.faults.delay) > 0)
 }
 
-// ClearFaults restores every port and path and removes added latency.
-func (t *Target) ClearFaults() {
+// ClearPathFaults restores every cut path and removes added latency;
+// port modes stay as they are.
+func (t *Target) ClearPathFaults() {
 	t.faults.mu.Lock()
 	defer t.faults.mu.Unlock()
-	t.faults.portDown, t.faults.pathDown, t.faults.delay = nil, nil, nil
+	t.faults.pathDown, t.faults.delay = nil, nil
 	t.faults.delays.Store(false)
 }
 
-// dropPaths closes the connections of initiator ("" for all) on port.
-func (t *Target) dropPaths(initiator string, port uint16) {
+// dropPaths ends the connections of initiator ("" for all) on port, on
+// the wire as mode says: closed (PortDown, and a cut path), reset or
+// silenced.
+func (t *Target) dropPaths(initiator string, port uint16, mode PortMode) {
 	t.mu.Lock()
 	var victims []*conn
 	for c := range t.conns {
@@ -122,13 +295,24 @@ func (t *Target) dropPaths(initiator string, port uint16) {
 	}
 	t.mu.Unlock()
 	for _, c := range victims {
+		if w, ok := c.nc.(*wireConn); ok {
+			switch mode {
+			case PortSilent:
+				w.silence()
+			case PortReset:
+				w.reset.Store(true)
+			}
+		}
 		c.close("path down")
 	}
 }
 
-// PortUp reports whether a target port is up (not taken down by a fault).
-func (t *Target) PortUp(port uint16) bool {
+// PortUp reports whether a target port is up (in no fault mode).
+func (t *Target) PortUp(port uint16) bool { return t.PortMode(port) == PortUp }
+
+// PortMode reports a target port's mode.
+func (t *Target) PortMode(port uint16) PortMode {
 	t.faults.mu.Lock()
 	defer t.faults.mu.Unlock()
-	return !t.faults.portDown[port]
+	return t.faults.portMode[port]
 }

@@ -78,7 +78,8 @@ type Target struct {
 	log     *slog.Logger
 
 	mu        sync.Mutex
-	listeners []net.Listener
+	listeners []net.Listener // by portal; nil while the port refuses
+	bound     []string       // by portal: the address it listens on
 	sessions  map[sessionKey]*session
 	conns     map[*conn]struct{}
 	nextTSIH  uint16
@@ -129,6 +130,7 @@ func (t *Target) Listen() error {
 		}
 		t.mu.Lock()
 		t.listeners = append(t.listeners, l)
+		t.bound = append(t.bound, l.Addr().String())
 		t.mu.Unlock()
 		t.wg.Add(1)
 		go t.accept(l, p)
@@ -140,27 +142,59 @@ func (t *Target) Listen() error {
 func (t *Target) Addrs() []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := make([]string, len(t.listeners))
-	for i, l := range t.listeners {
-		out[i] = l.Addr().String()
+	return append([]string(nil), t.bound...)
+}
+
+// closeListener stops a portal listening: connections to it are refused.
+func (t *Target) closeListener(i int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if i < len(t.listeners) && t.listeners[i] != nil {
+		t.listeners[i].Close()
+		t.listeners[i] = nil
 	}
-	return out
+}
+
+// reopenListener listens again on a portal's bound address.
+func (t *Target) reopenListener(i int) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closing || i >= len(t.listeners) || t.listeners[i] != nil {
+		return nil
+	}
+	l, err := net.Listen("tcp", t.bound[i])
+	if err != nil {
+		return fmt.Errorf("iscsi: portal %s/%s listening again on %s: %w", t.cfg.Portals[i].Node,
+			t.cfg.Portals[i].Name, t.bound[i], err)
+	}
+	t.listeners[i] = l
+	t.wg.Add(1)
+	go t.accept(l, t.cfg.Portals[i])
+	return nil
 }
 
 func (t *Target) accept(l net.Listener, p Portal) {
 	defer t.wg.Done()
 	for {
-		nc, err := l.Accept()
+		raw, err := l.Accept()
 		if err != nil {
 			return
 		}
-		if tc, ok := nc.(*net.TCPConn); ok {
+		if tc, ok := raw.(*net.TCPConn); ok {
 			tc.SetNoDelay(true)
 		}
-		if t.faults.down("", p.RelativeID) {
-			nc.Close() // the port is down
+		switch t.PortMode(p.RelativeID) {
+		case PortSilent:
+			t.hold(p.RelativeID, raw) // accepted by the kernel, never answered
+			continue
+		case PortReset:
+			resetConn(raw)
+			continue
+		case PortDown:
+			raw.Close() // the port is disabled
 			continue
 		}
+		nc := &wireConn{Conn: raw, t: t, port: p.RelativeID}
 		c := newConn(t, nc, p)
 		t.mu.Lock()
 		if t.closing {
@@ -176,6 +210,18 @@ func (t *Target) accept(l net.Listener, p Portal) {
 		}
 		t.conns[c] = struct{}{}
 		t.mu.Unlock()
+		// A mode change after the check above and before the connection
+		// was listed did not see it: apply the port's mode now.
+		switch t.PortMode(p.RelativeID) {
+		case PortSilent:
+			nc.silence()
+			c.close("path down")
+		case PortReset:
+			nc.reset.Store(true)
+			c.close("path down")
+		case PortDown:
+			c.close("path down")
+		}
 		t.wg.Add(1)
 		go func() {
 			defer t.wg.Done()
@@ -193,7 +239,9 @@ func (t *Target) Shutdown(ctx context.Context) error {
 	t.mu.Lock()
 	t.closing = true
 	for _, l := range t.listeners {
-		l.Close()
+		if l != nil {
+			l.Close()
+		}
 	}
 	conns := make([]*conn, 0, len(t.conns))
 	for c := range t.conns {
@@ -216,6 +264,15 @@ func (t *Target) Shutdown(ctx context.Context) error {
 	}
 	for _, c := range conns {
 		c.close("shutdown")
+	}
+	t.faults.mu.Lock()
+	held := t.faults.held
+	t.faults.held = nil
+	t.faults.mu.Unlock()
+	for _, hs := range held {
+		for _, nc := range hs {
+			resetConn(nc)
+		}
 	}
 	t.wg.Wait()
 	return ctx.Err()

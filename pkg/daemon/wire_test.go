@@ -1,0 +1,188 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/initiator"
+)
+
+// wireOf is what a host sees of a port on the wire.
+type wireOf int
+
+const (
+	serves  wireOf = iota
+	closes         // open connections get a FIN; a new one is accepted and closed
+	resets         // open connections get a RST; a new one is refused
+	silence        // nothing answered, nothing closed; a new one is accepted and never answered
+)
+
+// TestFaultWire: each fault kind has the wire behaviour of the real event
+// on the ports it hits, leaves the other ports serving, and its repair
+// resets what a silent port held.
+func TestFaultWire(t *testing.T) {
+	cases := []struct {
+		name           string
+		fault, restore Fault
+		// a0 and a1 are node a's ports; b0 is node b's.
+		a0, a1 wireOf
+	}{
+		{"power loss", Fault{Kind: FaultPowerLoss, Node: "a"}, Fault{Kind: FaultRestart, Node: "a"}, silence, silence},
+		{"panic", Fault{Kind: FaultPanic, Node: "a"}, Fault{Kind: FaultRestart, Node: "a"}, resets, resets},
+		{"crash", Fault{Kind: FaultCrash, Node: "a"}, Fault{Kind: FaultRestart, Node: "a"}, closes, closes},
+		{"port disable", Fault{Kind: FaultPortDown, Port: "a0"}, Fault{Kind: FaultPortUp, Port: "a0"}, closes, serves},
+		{"cable pull", Fault{Kind: FaultCablePull, Port: "a0"}, Fault{Kind: FaultCablePlug, Port: "a0"}, silence, serves},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := array.Loopback(t.TempDir(), 1<<20)
+			d, err := Start(cfg, Options{Logger: quiet(), StatsInterval: -1})
+			require.NoError(t, err)
+			defer d.Stop(5 * time.Second)
+			portals := d.Portals()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			login := func(i int, isid byte) (*initiator.Session, error) {
+				lctx, lcancel := context.WithTimeout(ctx, time.Second)
+				defer lcancel()
+				return initiator.Dial(lctx, initiator.Config{Addr: portals[i].Addr, Target: portals[i].Target,
+					InitiatorName: "iqn.2026-11.org.example:w", ISID: [6]byte{0x80, 0, 0, 0, 0, isid}, DialTimeout: time.Second})
+			}
+			// tur sends TEST UNIT READY and reports whether any answer came
+			// within the wait (a unit attention is an answer).
+			tur := func(s *initiator.Session, wait time.Duration) error {
+				cctx, ccancel := context.WithTimeout(ctx, wait)
+				defer ccancel()
+				_, err := s.Execute(cctx, 0, make([]byte, 6), nil, 0)
+				return err
+			}
+			var sess []*initiator.Session
+			for i := range 3 { // a0, a1, b0
+				s, err := login(i, byte(i+1))
+				require.NoError(t, err)
+				defer s.Close()
+				require.NoError(t, tur(s, 2*time.Second))
+				sess = append(sess, s)
+			}
+
+			_, err = d.Inject(tc.fault)
+			require.NoError(t, err)
+			var held []net.Conn
+			for i, want := range []wireOf{tc.a0, tc.a1, serves} {
+				s := sess[i]
+				switch want {
+				case serves:
+					require.NoError(t, tur(s, 2*time.Second), "port %d serves", i)
+				case closes, resets:
+					select {
+					case <-s.Done():
+					case <-time.After(2 * time.Second):
+						t.Fatalf("port %d: the session did not end", i)
+					}
+					err := tur(s, time.Second)
+					if want == resets {
+						require.ErrorIs(t, err, syscall.ECONNRESET, "port %d: reset", i)
+					} else {
+						require.ErrorIs(t, err, io.EOF, "port %d: closed", i)
+					}
+				case silence:
+					require.ErrorIs(t, tur(s, 300*time.Millisecond), context.DeadlineExceeded, "port %d: no answer", i)
+					select {
+					case <-s.Done():
+						t.Fatalf("port %d: a silent port closed the connection", i)
+					default:
+					}
+				}
+				// A new connection.
+				nc, err := net.DialTimeout("tcp", portals[i].Addr, time.Second)
+				if want == resets {
+					require.ErrorIs(t, err, syscall.ECONNREFUSED, "port %d refuses", i)
+					continue
+				}
+				require.NoError(t, err, "port %d accepts", i)
+				defer nc.Close()
+				nc.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+				_, err = nc.Read(make([]byte, 1))
+				switch want {
+				case closes:
+					require.ErrorIs(t, err, io.EOF, "port %d closes a new connection", i)
+				case silence:
+					require.ErrorIs(t, err, os.ErrDeadlineExceeded, "port %d holds a new connection", i)
+					held = append(held, nc)
+				default:
+					require.ErrorIs(t, err, os.ErrDeadlineExceeded, "port %d waits for a login", i)
+				}
+			}
+
+			_, err = d.Inject(tc.restore)
+			require.NoError(t, err)
+			// What a silent port held is reset when it comes back.
+			for i, want := range []wireOf{tc.a0, tc.a1} {
+				if want != silence {
+					continue
+				}
+				select {
+				case <-sess[i].Done():
+				case <-time.After(2 * time.Second):
+					t.Fatalf("port %d: the held session was not reset", i)
+				}
+				require.ErrorIs(t, tur(sess[i], time.Second), syscall.ECONNRESET)
+			}
+			for _, nc := range held {
+				nc.SetReadDeadline(time.Now().Add(2 * time.Second))
+				_, err := nc.Read(make([]byte, 1))
+				require.True(t, errors.Is(err, syscall.ECONNRESET), "a held new connection is reset: %v", err)
+			}
+			for i := range 3 {
+				require.Eventually(t, func() bool {
+					s, err := login(i, byte(10+i))
+					if err == nil {
+						s.Close()
+					}
+					return err == nil
+				}, 5*time.Second, 50*time.Millisecond, "port %d takes logins again", i)
+			}
+		})
+	}
+}
+
+// TestFaultOnFailedNode: a failed node cannot fail again, and its ports
+// follow it: no port fault or repair applies until it restarts.
+func TestFaultOnFailedNode(t *testing.T) {
+	cfg := array.Loopback(t.TempDir(), 1<<20)
+	d, err := Start(cfg, Options{Logger: quiet(), StatsInterval: -1})
+	require.NoError(t, err)
+	defer d.Stop(5 * time.Second)
+	_, err = d.Inject(Fault{Kind: FaultPowerLoss, Node: "a"})
+	require.NoError(t, err)
+	for _, f := range []Fault{{Kind: FaultPanic, Node: "a"}, {Kind: FaultCrash, Node: "a"}, {Kind: FaultPowerLoss, Node: "a"}} {
+		_, err = d.Inject(f)
+		require.ErrorContains(t, err, "already down", "%+v", f)
+	}
+	for _, k := range []string{FaultPortUp, FaultCablePlug, FaultPortDown, FaultCablePull} {
+		_, err = d.Inject(Fault{Kind: k, Port: "a0"})
+		require.ErrorContains(t, err, "node a is down", k)
+	}
+	// A clear leaves the failed node as it failed: silent.
+	_, err = d.Inject(Fault{Kind: FaultClear})
+	require.NoError(t, err)
+	nc, err := net.DialTimeout("tcp", d.Portals()[0].Addr, time.Second)
+	require.NoError(t, err)
+	defer nc.Close()
+	nc.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	_, err = nc.Read(make([]byte, 1))
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "still silent after a clear")
+	_, err = d.Inject(Fault{Kind: FaultRestart, Node: "a"})
+	require.NoError(t, err)
+	_, err = d.Inject(Fault{Kind: FaultRestart, Node: "a"})
+	require.ErrorContains(t, err, "not down")
+}
