@@ -135,7 +135,9 @@ func (a *Array) Hosts() []Host {
 
 // State returns the access state of group (a node) for lun as reported to
 // initiator (SPC-4 5.15.2.4). Order matters: a down node is unavailable
-// whatever else holds; a group in a move is transitioning; the owner is
+// whatever else holds; a group in a move is transitioning; while the
+// owner is down the others are transitioning (implicit: the array takes
+// the LUN over) or standby (explicit: a host's STPG does); the owner is
 // active/optimized; other groups take the host type's non-owner state.
 func (l *LUN) State(initiator string, group *Node) AccessState {
 	return l.stateIn(l.alua.Load(), initiator, group)
@@ -147,8 +149,14 @@ func (l *LUN) stateIn(s *aluaSnap, initiator string, group *Node) AccessState {
 		return Unavailable
 	case s.moving && (group == s.owner || group == s.target):
 		return Transitioning
-	case !s.owner.Up(): // the owner failed; its takeover is pending
-		return Transitioning
+	case !s.owner.Up():
+		if l.arr.Explicit() {
+			// The owner failed and only a host's STPG moves the LUN, as
+			// on an explicit-ALUA array: the survivors are standby
+			// (I/O gets 04/0B) and accept the STPG that takes it over.
+			return Standby
+		}
+		return Transitioning // the array's own takeover is pending
 	case group == s.owner:
 		return ActiveOptimized
 	}

@@ -387,3 +387,43 @@ func TestSetGroups(t *testing.T) {
 	_, err = a.SetGroups(42, nil)
 	require.ErrorContains(t, err, "no LUN 42")
 }
+
+// TestExplicitTakeoverByHost: in the explicit baseline, a failed owner's
+// LUNs wait for a host: the surviving group is standby (not
+// transitioning, which refuses STPG), and the STPG that makes it
+// active/optimized takes the LUN over with the mirrored writes. The
+// implicit array reports transitioning until its own takeover.
+func TestExplicitTakeoverByHost(t *testing.T) {
+	for _, mode := range []string{"implicit", "explicit"} {
+		t.Run(mode, func(t *testing.T) {
+			cfg := Loopback(t.TempDir(), 1<<20)
+			cfg.ALUA = mode
+			a, err := New(cfg, Options{})
+			require.NoError(t, err)
+			defer a.Close()
+			l := a.LUN(0)
+			require.Equal(t, a.Node("a"), l.Owner())
+			data := bytes.Repeat([]byte{0xab}, 4096)
+			require.NoError(t, l.WriteAt(1, data, 0, false))
+			_, err = a.CrashNode("a")
+			require.NoError(t, err)
+			b := a.Node("b")
+			if mode == "implicit" {
+				require.Equal(t, Transitioning, l.State("h", b), "the array's takeover is pending")
+				return
+			}
+			require.Equal(t, Standby, l.State("h", b))
+			require.Equal(t, Unavailable, l.State("h", a.Node("a")))
+			_, err = a.SetGroups(0, []GroupRequest{{Group: a.Node("a").GroupID, State: ActiveOptimized}})
+			require.ErrorIs(t, err, ErrBadRequest, "the failed group cannot be made active")
+			moved, err := a.SetGroups(0, []GroupRequest{{Group: b.GroupID, State: ActiveOptimized}})
+			require.NoError(t, err)
+			require.True(t, moved)
+			require.Equal(t, b, l.Owner())
+			require.Equal(t, ActiveOptimized, l.State("h", b))
+			got := make([]byte, len(data))
+			require.NoError(t, l.ReadAt(3, got, 0))
+			require.Equal(t, data, got, "the acknowledged write survived the takeover")
+		})
+	}
+}
