@@ -112,17 +112,22 @@ func (d *Daemon) Inject(f Fault) (FaultResult, error) {
 				// failed node's ports serving.
 				return res, tcmu.ErrNoWireModes
 			}
+			if n.Up() {
+				// The core hears of the node first: the sessions its
+				// ports drop are its loss, not a path fault of each host.
+				post(ownership.NodeState{Node: n.Name, Up: false})
+				// The wire goes as the power does, before the array
+				// notices: no answer to a command in flight (it would be
+				// 04/0C from the failed cache) leaves a silent port.
+				if err := d.setPorts(n, mode); err != nil {
+					return res, err
+				}
+			}
 			c, err := d.Array.CrashNode(n.Name)
 			if err != nil {
 				return res, err
 			}
 			res.Change = changeInfo(c)
-			// The core hears of the node first: the sessions its ports
-			// drop are its loss, not a path fault of each host.
-			post(ownership.NodeState{Node: n.Name, Up: false})
-			if err := d.setPorts(n, mode); err != nil {
-				return res, err
-			}
 		} else {
 			if n.Up() {
 				return res, fmt.Errorf("node %s is not down", n.Name)

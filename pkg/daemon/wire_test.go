@@ -186,3 +186,44 @@ func TestFaultOnFailedNode(t *testing.T) {
 	_, err = d.Inject(Fault{Kind: FaultRestart, Node: "a"})
 	require.ErrorContains(t, err, "not down")
 }
+
+// TestNopTimeoutFindsSilence: an initiator with a connection ping (as
+// open-iscsi's noop_out) keeps an idle session to a serving port, and
+// ends the one to a port that lost power after about interval + timeout.
+func TestNopTimeoutFindsSilence(t *testing.T) {
+	cfg := array.Loopback(t.TempDir(), 1<<20)
+	d, err := Start(cfg, Options{Logger: quiet(), StatsInterval: -1})
+	require.NoError(t, err)
+	defer d.Stop(5 * time.Second)
+	portals := d.Portals()
+	var ss []*initiator.Session
+	for i := range portals { // a0 a1 b0 b1
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		s, err := initiator.Dial(ctx, initiator.Config{Addr: portals[i].Addr, Target: portals[i].Target,
+			InitiatorName: "iqn.2026-11.org.example:n", ISID: [6]byte{0x80, 0, 0, 0, 0, byte(i + 1)},
+			NopInterval: 100 * time.Millisecond, NopTimeout: 100 * time.Millisecond})
+		cancel()
+		require.NoError(t, err)
+		defer s.Close()
+		ss = append(ss, s)
+	}
+	_, err = d.Inject(Fault{Kind: FaultPowerLoss, Node: "a"})
+	require.NoError(t, err)
+	for i, s := range ss[:2] {
+		select {
+		case <-s.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("session %d to a silent port outlived its ping", i)
+		}
+		_, err := s.Ping(context.Background(), nil)
+		require.ErrorIs(t, err, initiator.ErrNopTimeout)
+	}
+	time.Sleep(500 * time.Millisecond) // several ping rounds on b's idle sessions
+	for i, s := range ss[2:] {
+		select {
+		case <-s.Done():
+			t.Fatalf("idle session %d to a serving port ended", i+2)
+		default:
+		}
+	}
+}

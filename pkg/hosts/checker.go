@@ -130,6 +130,18 @@ func (h *Host) schedule(p *Path, reset bool) {
 	p.mu.Unlock()
 }
 
+// checkSoon brings a path's next check to within CheckEvery, as
+// multipathd does when the kernel fails a path ("if opportune, schedule
+// the next check earlier"): a path that grew to MaxCheckEvery while
+// healthy is not left failed for that long.
+func (h *Host) checkSoon(p *Path) {
+	p.mu.Lock()
+	if soon := time.Now().Add(h.P.CheckEvery); p.nextCheck.After(soon) {
+		p.nextCheck, p.checkInt = soon, h.P.CheckEvery
+	}
+	p.mu.Unlock()
+}
+
 // failback applies the failback policy after priorities changed (the
 // reinstated path, if one came back).
 func (h *Host) failback(l *lunState, reinstated *Path) {

@@ -139,7 +139,7 @@ func (h *Host) event(lun uint64, kind, path, detail string) {
 // Read reads blocks at lba of lun through the stack.
 func (h *Host) Read(ctx context.Context, lun, lba uint64, blocks uint32) ([]byte, error) {
 	var out []byte
-	err := h.do(ctx, lun, false, int(blocks)*BlockSize, func(nx Nexus) error {
+	err := h.do(ctx, lun, false, int(blocks)*BlockSize, func(ctx context.Context, nx Nexus) error {
 		var err error
 		out, err = nx.Read(ctx, lun, lba, blocks)
 		return err
@@ -149,14 +149,16 @@ func (h *Host) Read(ctx context.Context, lun, lba uint64, blocks uint32) ([]byte
 
 // Write writes data at lba of lun through the stack.
 func (h *Host) Write(ctx context.Context, lun, lba uint64, data []byte, fua bool) error {
-	return h.do(ctx, lun, true, len(data), func(nx Nexus) error { return nx.Write(ctx, lun, lba, data, fua) })
+	return h.do(ctx, lun, true, len(data), func(ctx context.Context, nx Nexus) error {
+		return nx.Write(ctx, lun, lba, data, fua)
+	})
 }
 
 // do runs one command until it completes, fails with an error the stack
 // passes up, or ctx ends. A command that failed on a path or got a UA or
 // an ALUA sense was not executed and is retried, as the SCSI midlayer and
 // the multipath layer do.
-func (h *Host) do(ctx context.Context, lun uint64, write bool, size int, fn func(Nexus) error) error {
+func (h *Host) do(ctx context.Context, lun uint64, write bool, size int, fn func(context.Context, Nexus) error) error {
 	l := h.luns[lun]
 	if l == nil {
 		return fmt.Errorf("host %s: no LUN %d", h.Name, lun)
@@ -171,6 +173,9 @@ func (h *Host) do(ctx context.Context, lun uint64, write bool, size int, fn func
 		p := h.choose(ctx, l, size)
 		if p == nil && h.rebooting() {
 			h.waitUp(ctx) // a command caught by the reboot goes out after it
+			continue
+		}
+		if p == nil && h.activate(ctx, l) {
 			continue
 		}
 		if p == nil {
@@ -192,7 +197,7 @@ func (h *Host) do(ctx context.Context, lun uint64, write bool, size int, fn func
 		}
 		p.begin(write, size)
 		t0 := time.Now()
-		err := fn(nx)
+		err := h.timed(ctx, nx, fn)
 		p.end(write, size, time.Since(t0), time.Since(start), err == nil)
 		if err == nil {
 			h.count(func(s *Stats) { s.IOs++ })
@@ -211,6 +216,65 @@ func (h *Host) do(ctx context.Context, lun uint64, write bool, size int, fn func
 		}
 		h.count(func(s *Stats) { s.Retries++ })
 	}
+}
+
+// activate is dm-multipath's path group initialisation: when the group
+// in use has no usable path, it switches to the next group and has the
+// device handler activate it (scsi_dh_alua reads RTPG on it), so a group
+// the driver last saw STANDBY or UNAVAILABLE is used as soon as the array
+// has made it active. It runs at most once per RetryEvery per LUN and
+// reports whether a path became usable.
+func (h *Host) activate(ctx context.Context, l *lunState) bool {
+	if h.P.Grouping != GroupByPrio || !h.P.ReadsRTPG {
+		return false
+	}
+	l.mu.Lock()
+	if time.Since(l.activated) < h.P.RetryEvery {
+		l.mu.Unlock()
+		return false
+	}
+	l.activated = time.Now()
+	var idle []*Path
+	for _, p := range h.paths {
+		if p.Up() && !l.failed[p] && !h.usable(l, p) {
+			idle = append(idle, p)
+		}
+	}
+	l.mu.Unlock()
+	for _, p := range idle {
+		nx := p.nexus()
+		if nx == nil {
+			continue
+		}
+		h.readRTPG(ctx, l, p, nx, false)
+		l.mu.Lock()
+		ok := h.usable(l, p)
+		l.mu.Unlock()
+		if ok {
+			h.event(l.id, "activated", p.Name, "")
+			return true
+		}
+	}
+	return false
+}
+
+// errCmdTimeout: a command outlived the stack's command timeout; the
+// path is failed as after a transport error (the disk class driver's
+// timeout, then MPIO fails the path over).
+var errCmdTimeout = errors.New("command timed out")
+
+// timed runs fn under the personality's command timeout.
+func (h *Host) timed(ctx context.Context, nx Nexus, fn func(context.Context, Nexus) error) error {
+	if h.P.CmdTimeout <= 0 {
+		return fn(ctx, nx)
+	}
+	cctx, cancel := context.WithTimeout(ctx, h.P.CmdTimeout)
+	defer cancel()
+	err := fn(cctx, nx)
+	if err != nil && ctx.Err() == nil && cctx.Err() != nil {
+		return errCmdTimeout
+	}
+	return err
 }
 
 // react handles a CHECK CONDITION on p; it reports whether the command
@@ -239,6 +303,7 @@ func (h *Host) react(ctx context.Context, l *lunState, p *Path, nx Nexus, key, a
 			l.mu.Lock()
 			l.failed[p] = true
 			l.mu.Unlock()
+			h.checkSoon(p)
 		}
 		if h.P.OtherGroup || !h.P.ReadsRTPG {
 			sleep(ctx, h.P.RetryEvery)
@@ -263,6 +328,7 @@ func (h *Host) transitioning(ctx context.Context, l *lunState, p *Path, nx Nexus
 			l.state[g] = scsi.StateStandby
 			l.failed[p] = true
 			l.mu.Unlock()
+			h.checkSoon(p)
 			h.event(l.id, "transition-timeout", p.Name, fmt.Sprintf("group %d", g))
 			return
 		}
@@ -278,6 +344,7 @@ func (h *Host) transitioning(ctx context.Context, l *lunState, p *Path, nx Nexus
 // the checker logs it in again.
 func (h *Host) pathFailed(p *Path, nx Nexus, err error) {
 	if p.fail(nx) {
+		h.checkSoon(p)
 		h.count(func(s *Stats) { s.PathFailures++ })
 		h.event(0, "path-failed", p.Name, err.Error())
 	}

@@ -199,6 +199,32 @@ func TestLinuxDM(t *testing.T) {
 			assert.Equal(t, 10*time.Second, time.Since(start).Round(100*time.Millisecond))
 		})
 	})
+	t.Run("a standby group is activated when the group in use is lost", func(t *testing.T) {
+		// The linux-dmmp host type: the non-owner group is STANDBY. The
+		// host loses its paths to the owner; the array moves the LUN a
+		// moment later. dm-multipath switches path group and scsi_dh_alua
+		// activates it (RTPG): I/O goes on within RetryEvery of the
+		// move, not at the path checker's next run (20 s by then).
+		synctest.Test(t, func(t *testing.T) {
+			ft := newFakeTarget()
+			ft.mu.Lock()
+			ft.state = map[uint16]scsi.AccessState{1: scsi.StateActiveOptimized, 2: scsi.StateStandby}
+			ft.mu.Unlock()
+			h := attach(t, ft, "h1", LinuxDM())
+			assert.Contains(t, []uint16{1, 2}, io(t, ft, h))
+			time.Sleep(time.Minute) // the checker's interval grows to 20 s
+			ft.setCut("h1", 1, true)
+			ft.setCut("h1", 2, true)
+			go func() {
+				time.Sleep(300 * time.Millisecond)
+				ft.move(map[uint16]scsi.AccessState{1: scsi.StateStandby, 2: scsi.StateActiveOptimized}, nil)
+			}()
+			start := time.Now()
+			assert.Contains(t, []uint16{3, 4}, io(t, ft, h))
+			assert.Less(t, time.Since(start), 300*time.Millisecond+h.P.RetryEvery+100*time.Millisecond,
+				"on the new owner within RetryEvery of the move")
+		})
+	})
 	t.Run("04/0B fails the path for the LUN and I/O moves on", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			ft := newFakeTarget()

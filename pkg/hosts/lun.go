@@ -36,6 +36,9 @@ type lunState struct {
 	stpgMu           sync.Mutex
 	stpgHold         time.Time
 	rtpgErr, stpgErr error
+	// activated: when the multipath layer last initialised a path group
+	// for this LUN (activate).
+	activated time.Time
 }
 
 func newLUN(id uint64) *lunState {

@@ -79,9 +79,18 @@ type Personality struct {
 	// on another, as an iSCSI session's recovery timeout holds it; 0
 	// fails the path at once. Real dm-multipath sets the timeout to its
 	// fast_io_fail_tmo, 5 s: the QEMU lab measured 5.1-5.8 s from a cut
-	// to I/O on the other node. Off by default, so the lab's failover row
-	// measures the array's move rather than the host's transport timer.
+	// to I/O on the other node. Off by default: the emulated path is not
+	// logged in again while the command is held, as open-iscsi does, so
+	// a short flap would outlast itself.
 	FastIOFail time.Duration
+	// NopInterval and NopTimeout are the iSCSI initiator's connection
+	// ping (open-iscsi noop_out_interval/noop_out_timeout, ESXi
+	// NoopOutInterval/NoopOutTimeout): how a host learns that a target
+	// went silent (a power loss or a pulled cable). Zero: no ping.
+	NopInterval, NopTimeout time.Duration
+	// CmdTimeout: a command with no answer this long fails its path
+	// (the disk timeout); zero waits for ever.
+	CmdTimeout time.Duration
 }
 
 var linuxUAs = []uint16{0x2a06, 0x2a07, 0x2900}
@@ -93,7 +102,8 @@ var linuxUAs = []uint16{0x2a06, 0x2a07, 0x2900}
 func LinuxDM() Personality {
 	return Personality{Name: "linux-dm", Grouping: GroupByPrio, Selector: "service-time", ReadsRTPG: true,
 		RTPGOn: linuxUAs, RetryEvery: time.Second, TransitionTimeout: true, CheckEvery: 5 * time.Second,
-		MaxCheckEvery: 20 * time.Second, PrioAtCheck: true, Failback: FailbackImmediate, NoPathRetry: QueueForever}
+		MaxCheckEvery: 20 * time.Second, PrioAtCheck: true, Failback: FailbackImmediate, NoPathRetry: QueueForever,
+		NopInterval: 5 * time.Second, NopTimeout: 5 * time.Second, CmdTimeout: 30 * time.Second}
 }
 
 // WindowsMSDSM is the Microsoft DSM with Round Robin with Subset and the
@@ -102,7 +112,7 @@ func LinuxDM() Personality {
 func WindowsMSDSM() Personality {
 	return Personality{Name: "windows-msdsm", Grouping: AOSubset, Selector: "round-robin", ReadsRTPG: true,
 		RTPGOn: []uint16{0x2a06, 0x2a07, 0x2900, 0x3f0e}, RetryEvery: time.Second, OtherGroup: true,
-		CheckEvery: time.Second, MaxCheckEvery: time.Second, NoPathRetry: 20}
+		CheckEvery: time.Second, MaxCheckEvery: time.Second, NoPathRetry: 20, CmdTimeout: 60 * time.Second}
 }
 
 // VMwareNMP is ESXi's NMP with VMW_SATP_ALUA: psp "mru" (follow-over to
@@ -111,7 +121,8 @@ func WindowsMSDSM() Personality {
 // 5 minutes on ESXi; a lost path is retried every 2 s here.
 func VMwareNMP(psp string) (Personality, error) {
 	p := Personality{Name: "vmware-nmp", ReadsRTPG: true, RTPGOn: linuxUAs, RetryEvery: time.Second,
-		CheckEvery: 2 * time.Second, MaxCheckEvery: 2 * time.Second, NoPathRetry: QueueForever, Selector: "round-robin"}
+		CheckEvery: 2 * time.Second, MaxCheckEvery: 2 * time.Second, NoPathRetry: QueueForever, Selector: "round-robin",
+		NopInterval: 15 * time.Second, NopTimeout: 10 * time.Second}
 	switch psp {
 	case "mru", "":
 		p.Grouping = MostRecentlyUsed
@@ -130,14 +141,16 @@ func VMwareNMP(psp string) (Personality, error) {
 func ExplicitALUA() Personality {
 	return Personality{Name: "explicit-alua", Grouping: AOSubset, Selector: "round-robin", ReadsRTPG: true,
 		RTPGOn: linuxUAs, RetryEvery: time.Second, TransitionTimeout: true, CheckEvery: 5 * time.Second,
-		MaxCheckEvery: 5 * time.Second, NoPathRetry: QueueForever, Explicit: true}
+		MaxCheckEvery: 5 * time.Second, NoPathRetry: QueueForever, Explicit: true,
+		NopInterval: 5 * time.Second, NopTimeout: 5 * time.Second}
 }
 
 // Naive round-robins over every path and never reads ALUA states; a
 // command refused on a path is retried on the next one after a second.
 func Naive() Personality {
 	return Personality{Name: "naive", Grouping: AllPaths, Selector: "round-robin", RetryEvery: time.Second,
-		CheckEvery: 5 * time.Second, MaxCheckEvery: 5 * time.Second, NoPathRetry: QueueForever}
+		CheckEvery: 5 * time.Second, MaxCheckEvery: 5 * time.Second, NoPathRetry: QueueForever,
+		NopInterval: 5 * time.Second, NopTimeout: 5 * time.Second}
 }
 
 // Names lists the personalities Lookup knows.
@@ -216,6 +229,12 @@ func (p *Personality) set(k, v string) error {
 		return dur(&p.RetryEvery)
 	case "fast_io_fail":
 		return dur(&p.FastIOFail)
+	case "noop_interval":
+		return dur(&p.NopInterval)
+	case "noop_timeout":
+		return dur(&p.NopTimeout)
+	case "cmd_timeout":
+		return dur(&p.CmdTimeout)
 	case "no_path_retry":
 		if v == "queue" {
 			p.NoPathRetry = QueueForever

@@ -17,6 +17,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aluad/aluad/pkg/iscsi"
@@ -40,7 +41,16 @@ type Config struct {
 	CHAP *iscsi.CHAPCreds
 	// CHAPAlgorithms is the CHAP_A list offered (default "5", MD5).
 	CHAPAlgorithms string
+	// NopInterval and NopTimeout are open-iscsi's connection ping
+	// (noop_out_interval, noop_out_timeout): when nothing has arrived
+	// for NopInterval a NOP-Out is sent, and when no answer comes within
+	// NopTimeout the connection is declared dead (ErrNopTimeout). Zero
+	// disables. It is how a host learns of a target that went silent.
+	NopInterval, NopTimeout time.Duration
 }
+
+// ErrNopTimeout ends a session whose NOP-Out ping went unanswered.
+var ErrNopTimeout = errors.New("initiator: NOP-Out timed out (the target is silent)")
 
 // Result is a completed SCSI command.
 type Result struct {
@@ -72,6 +82,8 @@ type Session struct {
 	calls     map[uint32]*call
 	err       error
 	done      chan struct{}
+	// lastRecv is when a PDU last arrived (unix nanoseconds).
+	lastRecv atomic.Int64
 }
 
 type call struct {
@@ -122,8 +134,37 @@ func Dial(ctx context.Context, cfg Config) (*Session, error) {
 		return nil, err
 	}
 	nc.SetDeadline(time.Time{})
+	s.lastRecv.Store(time.Now().UnixNano())
 	go s.readLoop()
+	if cfg.NopInterval > 0 && cfg.NopTimeout > 0 {
+		go s.keepalive()
+	}
 	return s, nil
+}
+
+// keepalive pings the target when nothing has arrived for NopInterval
+// and ends the session when a ping goes unanswered for NopTimeout.
+func (s *Session) keepalive() {
+	tick := min(s.cfg.NopInterval, s.cfg.NopTimeout) / 4
+	t := time.NewTicker(max(tick, time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-t.C:
+		}
+		if time.Since(time.Unix(0, s.lastRecv.Load())) < s.cfg.NopInterval {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.NopTimeout)
+		_, err := s.Ping(ctx, nil)
+		cancel()
+		if err != nil && ctx.Err() != nil {
+			s.fail(ErrNopTimeout)
+			return
+		}
+	}
 }
 
 // LoginError is a login rejected by the target.
@@ -432,6 +473,7 @@ func (s *Session) readLoop() {
 			s.fail(err)
 			return
 		}
+		s.lastRecv.Store(time.Now().UnixNano())
 		s.handle(p)
 	}
 }

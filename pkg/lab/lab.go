@@ -98,6 +98,13 @@ func Start(ctx context.Context, ec EnvConfig) (*Env, error) {
 	if ec.ALUA != "" {
 		cfg.ALUA = ec.ALUA
 	}
+	// The hosts of a stack are declared with their host type, as an
+	// administrator does; the quick followers stay undeclared (default).
+	for _, hs := range ec.Stacks {
+		if hs.Stack != "" && hs.Type != "" {
+			cfg.Hosts = append(cfg.Hosts, array.HostConfig{Name: hs.Name, Type: hs.Type, Initiators: []string{labIQN(hs.Name)}})
+		}
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -134,8 +141,8 @@ func Start(ctx context.Context, ec EnvConfig) (*Env, error) {
 				return nil, err
 			}
 		}
-		iqn := "iqn.2026-11.org.aluad.lab:" + hs.Name
-		h, err := hosts.New(ctx, hs.Name, p, pathSpecs(hs.Name, iqn, byte(i+1), d.Portals()), e.LUNs)
+		iqn := labIQN(hs.Name)
+		h, err := hosts.New(ctx, hs.Name, p, pathSpecs(hs.Name, iqn, byte(i+1), d.Portals(), p), e.LUNs)
 		if err != nil {
 			e.Close()
 			return nil, err
@@ -145,6 +152,9 @@ func Start(ctx context.Context, ec EnvConfig) (*Env, error) {
 	}
 	return e, nil
 }
+
+// labIQN is a lab host's initiator name.
+func labIQN(host string) string { return "iqn.2026-11.org.aluad.lab:" + host }
 
 // QuickFollower is the lab's stand-in host for runs about the array
 // rather than the host (crash check, transition and mirroring runs): the
@@ -158,12 +168,14 @@ func QuickFollower() hosts.Personality {
 	return p
 }
 
-// pathSpecs gives a host one path per target port.
-func pathSpecs(name, iqn string, hostNo byte, portals []daemon.PortalInfo) []hosts.PathSpec {
+// pathSpecs gives a host one path per target port, with its stack's
+// connection ping.
+func pathSpecs(name, iqn string, hostNo byte, portals []daemon.PortalInfo, p hosts.Personality) []hosts.PathSpec {
 	var out []hosts.PathSpec
 	for i, pi := range portals {
 		cfg := initiator.Config{Addr: pi.Addr, Target: pi.Target, InitiatorName: iqn,
-			ISID: [6]byte{0x80, 0, 0, 0, hostNo, byte(i + 1)}, DialTimeout: time.Second}
+			ISID: [6]byte{0x80, 0, 0, 0, hostNo, byte(i + 1)}, DialTimeout: time.Second,
+			NopInterval: p.NopInterval, NopTimeout: p.NopTimeout}
 		out = append(out, hosts.PathSpec{Name: name + ":" + pi.Port, Node: pi.Node, RelID: pi.RelativeID,
 			Dial: hosts.SessionDialer(cfg)})
 	}

@@ -102,7 +102,7 @@ func Run(ctx context.Context, s *Scenario, o RunOptions) (*Result, error) {
 		if m.stack != "" {
 			specs = nil
 			for _, h := range s.Hosts {
-				specs = append(specs, HostSpec{Name: h.Name, Stack: m.stack, Opts: m.opts})
+				specs = append(specs, HostSpec{Name: h.Name, Stack: m.stack, Type: s.CompareType, Opts: m.opts})
 			}
 		}
 		mr, err := runMode(ctx, s, m.alua, specs, o, fmt.Sprintf("run %d/%d", i+1, len(modes)))
@@ -258,14 +258,10 @@ func apply(env *Env, e EventSpec) error {
 			}
 		}
 		return nil
-	case "crash":
-		return inject(daemon.Fault{Kind: daemon.FaultCrash, Node: e.Node})
-	case "restart":
-		return inject(daemon.Fault{Kind: daemon.FaultRestart, Node: e.Node})
-	case "port-down":
-		return inject(daemon.Fault{Kind: daemon.FaultPortDown, Port: e.Port})
-	case "port-up":
-		return inject(daemon.Fault{Kind: daemon.FaultPortUp, Port: e.Port})
+	case "power-loss", "panic", "crash", "restart":
+		return inject(daemon.Fault{Kind: e.Kind, Node: e.Node})
+	case "port-down", "port-up", "cable-pull", "cable-plug":
+		return inject(daemon.Fault{Kind: e.Kind, Port: e.Port})
 	case "delay":
 		for _, p := range ports(e.Node) {
 			if err := inject(daemon.Fault{Kind: daemon.FaultDelay, Port: p.Port, Initiator: env.IQN[e.Host], Delay: e.Delay}); err != nil {

@@ -18,7 +18,7 @@ import (
 //	name default
 //	alua implicit                       # or explicit
 //	luns 8 size=64MiB                   # preferred owners alternate a, b
-//	host h1 linux-dm                    # NAME STACK [option=value ...]
+//	host h1 linux-dm                    # NAME STACK [type=HOSTTYPE] [option=value ...]
 //	host h3 vmware-nmp psp=mru
 //	workload luns=all hosts=all bs=4k read=70 qd=2 rate=0
 //	duration 60s
@@ -28,8 +28,12 @@ import (
 //	compare explicit-alua               # run again: alua explicit, every host this stack
 //
 // The array has nodes a and b with two ports each (a0, a1, b0, b1).
+// A host line declares the host on the array with the stack's host type
+// (StackHostTypes: linux-dm is linux-dmmp) or type=.
 // Events: cut/restore host=H node=N (H's paths to N's ports go down or
-// come back), crash/restart node=N, port-down/port-up port=P,
+// come back), power-loss/panic/crash node=N (the node fails: its ports go
+// silent, reset, or close; docs/faults.md), restart node=N,
+// port-down/port-up port=P, cable-pull/cable-plug port=P,
 // delay node=N [host=H] ms=X (added latency on those paths; ms=0 removes
 // it), clear (every fault), skew node=N (every LUN moved to N by an
 // operator), move lun=L node=N (one LUN moved by an operator), reboot
@@ -49,15 +53,39 @@ type Scenario struct {
 	// Light: the core's node capacity is calibrated so that the balanced
 	// placement runs each node at about 15% (not stressed) instead of 45%.
 	Light bool
-	// Compare is the stack of the explicit comparison run ("" for none).
-	Compare     string
-	CompareOpts map[string]string
+	// Compare is the stack of the explicit comparison run ("" for none),
+	// CompareType its hosts' type.
+	Compare, CompareType string
+	CompareOpts          map[string]string
 }
 
-// HostSpec is one host line.
+// HostSpec is one host line. Type is the host type the array is told
+// (array.HostTypes): the stack's default unless type= says otherwise.
 type HostSpec struct {
-	Name, Stack string
-	Opts        map[string]string
+	Name, Stack, Type string
+	Opts              map[string]string
+}
+
+// StackHostTypes is the host type an administrator declares on the array
+// for each stack: linux-dm hosts as linux-dmmp (STANDBY on the old owner,
+// so dm-multipath leaves it at once), the others as their OS.
+var StackHostTypes = map[string]string{
+	"linux-dm": "linux-dmmp", "windows-msdsm": "windows", "vmware-nmp": "vmware",
+	"explicit-alua": "default", "naive": "default",
+}
+
+// takeType removes type= from a host line's options and returns the host
+// type: the option's, or the stack's default.
+func takeType(stack string, opts map[string]string) (string, error) {
+	typ, ok := opts["type"]
+	delete(opts, "type")
+	if !ok {
+		return StackHostTypes[stack], nil
+	}
+	if _, known := array.HostTypes[typ]; !known {
+		return "", fmt.Errorf("type %q is not a host type (%s)", typ, strings.Join(array.HostTypeNames(), ", "))
+	}
+	return typ, nil
 }
 
 // LoadSpec is one workload line; nil LUNs or Hosts mean all.
@@ -88,10 +116,15 @@ type EventSpec struct {
 var nodeNames = []string{"a", "b"}
 
 var eventArgs = map[string][]string{
-	"cut": {"host", "node"}, "restore": {"host", "node"}, "crash": {"node"}, "restart": {"node"},
-	"port-down": {"port"}, "port-up": {"port"}, "delay": {"node", "ms"}, "clear": nil, "skew": {"node"},
-	"reboot": {"host"}, "move": {"lun", "node"},
+	"cut": {"host", "node"}, "restore": {"host", "node"}, "power-loss": {"node"}, "panic": {"node"},
+	"crash": {"node"}, "restart": {"node"}, "port-down": {"port"}, "port-up": {"port"}, "cable-pull": {"port"},
+	"cable-plug": {"port"}, "delay": {"node", "ms"}, "clear": nil, "skew": {"node"}, "reboot": {"host"},
+	"move": {"lun", "node"},
 }
+
+// eventNames lists the events in the order errors show them.
+var eventNames = []string{"cut", "restore", "power-loss", "panic", "crash", "restart", "port-down", "port-up",
+	"cable-pull", "cable-plug", "delay", "clear", "skew", "reboot", "move"}
 
 // ParseScenario reads a scenario; errors name the line.
 func ParseScenario(r io.Reader) (*Scenario, error) {
@@ -162,6 +195,10 @@ func (s *Scenario) directive(f []string) error {
 		if err != nil {
 			return err
 		}
+		typ, err := takeType(f[2], opts)
+		if err != nil {
+			return err
+		}
 		if _, err := hosts.Lookup(f[2], opts); err != nil {
 			return err
 		}
@@ -170,7 +207,7 @@ func (s *Scenario) directive(f []string) error {
 				return fmt.Errorf("host %s defined twice", f[1])
 			}
 		}
-		s.Hosts = append(s.Hosts, HostSpec{Name: f[1], Stack: f[2], Opts: opts})
+		s.Hosts = append(s.Hosts, HostSpec{Name: f[1], Stack: f[2], Type: typ, Opts: opts})
 	case "workload":
 		return s.parseLoad(f[1:])
 	case "duration":
@@ -194,10 +231,14 @@ func (s *Scenario) directive(f []string) error {
 		if err != nil {
 			return err
 		}
+		typ, err := takeType(f[1], opts)
+		if err != nil {
+			return err
+		}
 		if _, err := hosts.Lookup(f[1], opts); err != nil {
 			return err
 		}
-		s.Compare, s.CompareOpts = f[1], opts
+		s.Compare, s.CompareType, s.CompareOpts = f[1], typ, opts
 	default:
 		return fmt.Errorf("unknown directive %q (name, alua, luns, host, workload, load, duration, at, compare)", f[0])
 	}
@@ -325,7 +366,7 @@ func (s *Scenario) parseEvent(f []string) error {
 	e.Kind = rest[0]
 	need, ok := eventArgs[e.Kind]
 	if !ok {
-		return fmt.Errorf("unknown event %q (cut, restore, crash, restart, port-down, port-up, delay, clear, skew, reboot, move)", e.Kind)
+		return fmt.Errorf("unknown event %q (%s)", e.Kind, strings.Join(eventNames, ", "))
 	}
 	opts, err := kv(rest[1:])
 	if err != nil {

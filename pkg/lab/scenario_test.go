@@ -21,10 +21,14 @@ func TestParseScenario(t *testing.T) {
 	assert.Equal(t, map[string]string{"psp": "rr"}, s.Hosts[3].Opts)
 	assert.Equal(t, []LoadSpec{{BS: 4096, ReadPct: 70, QD: 1, Rate: 200}}, s.Loads)
 	assert.Equal(t, []EventSpec{
-		{At: 6 * time.Second, Label: "failover", Kind: "cut", Host: "h1", Node: "a"},
-		{At: 20 * time.Second, Label: "failback", Kind: "restore", Host: "h1", Node: "a"},
-		{At: 36 * time.Second, Label: "rebalance", Kind: "skew", Node: "a"},
+		{At: 5 * time.Second, Label: "failover", Kind: "cut", Host: "h1", Node: "a"},
+		{At: 15 * time.Second, Label: "failback", Kind: "restore", Host: "h1", Node: "a"},
+		{At: 24 * time.Second, Label: "rebalance", Kind: "skew", Node: "a"},
+		{At: 34 * time.Second, Label: "power-loss", Kind: "power-loss", Node: "a"},
+		{At: 70 * time.Second, Label: "restart", Kind: "restart", Node: "a"},
 	}, s.Events)
+	assert.Equal(t, []string{"linux-dmmp", "windows", "vmware", "vmware"},
+		[]string{s.Hosts[0].Type, s.Hosts[1].Type, s.Hosts[2].Type, s.Hosts[3].Type}, "each stack's host type")
 	assert.Equal(t, "explicit-alua", s.Compare)
 	assert.LessOrEqual(t, 2*s.Duration, 150*time.Second, "the default run must fit in about 3 minutes")
 
@@ -77,6 +81,11 @@ func TestParseScenarioErrors(t *testing.T) {
 		{minimal + "at 1s move lun=x node=a\n", "not a LUN number"},
 		{minimal + "at 1s move lun=99 node=a\n", "no LUN 99"},
 		{minimal + "load heavy\n", "load is light"},
+		{"host h1 linux-dm type=solaris\n", "type \"solaris\" is not a host type"},
+		{minimal + "compare explicit-alua type=hpux\n", "type \"hpux\" is not a host type"},
+		{minimal + "at 1s power-loss\n", "power-loss needs node="},
+		{minimal + "at 1s panic node=q\n", "no node \"q\""},
+		{minimal + "at 1s cable-pull port=a7\n", "no port \"a7\""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.want, func(t *testing.T) {
