@@ -35,6 +35,7 @@ type session struct {
 	evMu      sync.Mutex
 	announced bool
 	ended     chan struct{} // closed when end has run
+	prev      *session      // the session this one reinstated
 
 	// The fabric's view of the nexus: commands answered and their summed
 	// exchange time (command PDU in to status PDU out).
@@ -74,8 +75,12 @@ func (s *session) currentConn() *conn {
 	return s.conn
 }
 
-func (s *session) replaceConn(c *conn) {
+func (s *session) replaceConn(c *conn) bool {
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return false
+	}
 	old := s.conn
 	s.conn = c
 	s.mu.Unlock()
@@ -83,6 +88,7 @@ func (s *session) replaceConn(c *conn) {
 		old.detach()
 		old.close("connection reinstated")
 	}
+	return true
 }
 
 // window returns ExpCmdSN and MaxCmdSN for a PDU being sent now.
@@ -194,12 +200,16 @@ func (s *session) announce() {
 // end is the nexus-loss bookkeeping, run once: the logout pairs with an
 // announced login.
 func (s *session) end(reason string) {
-	s.t.dropSession(s)
 	s.evMu.Lock()
 	defer s.evMu.Unlock()
 	defer close(s.ended)
 	if s.announced {
 		s.t.handler.NexusLost(s.nexus)
 		s.t.event(Event{Kind: "logout", Nexus: s.nexus, Portal: s.portal, Reason: reason})
+	}
+	s.t.dropSession(s)
+	if s.prev != nil {
+		<-s.prev.ended
+		s.prev = nil // a successor's login must follow the predecessor's logout
 	}
 }

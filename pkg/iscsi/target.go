@@ -332,7 +332,9 @@ func (t *Target) bindSession(c *conn, l *Login) (*session, LoginStatus) {
 		if oc := old.currentConn(); oc != nil && oc.cid != l.CID {
 			return nil, LoginTooManyConnections
 		}
-		old.replaceConn(c)
+		if !old.replaceConn(c) {
+			return nil, LoginSessionDoesNotExist
+		}
 		return old, LoginSuccess
 	}
 	if old == nil && !t.sessionLimitLocked(key.initiator) {
@@ -345,6 +347,7 @@ func (t *Target) bindSession(c *conn, l *Login) (*session, LoginStatus) {
 		t.nextTSIH = 1
 	}
 	s := newSession(t, key, t.nextTSIH, l, c.portal)
+	s.prev = old
 	t.sessions[key] = s
 	t.mu.Unlock()
 	if old != nil {
