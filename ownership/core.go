@@ -47,6 +47,10 @@ type node struct {
 	up       bool
 	capacity float64
 	portDown map[uint16]bool
+	// movedOff: the LUNs failed over off the node, or moved off while it
+	// was down, and not back on it since (Node Offline names them);
+	// cleared when the node comes back up.
+	movedOff map[uint64]bool
 	// rt is the rolling mean response time of I/O served here (µs);
 	// bestRT the best rolling value seen with enough operations.
 	rt, bestRT float64
@@ -95,9 +99,6 @@ type lun struct {
 	// brings it home once the recovery is complete and stable.
 	// wasDisplaced: before the last move (a rollback restores it).
 	displaced, wasDisplaced bool
-	// failedOff: the node the LUN's last move failed it over from ("" if
-	// that move was not a failover); wasFailedOff: before the last move.
-	failedOff, wasFailedOff string
 	// prefOKSince: since when every user reaches the preferred owner
 	// (-1: not now).
 	prefOKSince int
@@ -175,6 +176,9 @@ func (c *Core) Step(e Event) error {
 		n := c.nodes[e.Node]
 		if n == nil {
 			return fmt.Errorf("ownership: unknown node %q", e.Node)
+		}
+		if e.Up && !n.up {
+			clear(n.movedOff)
 		}
 		n.up = e.Up
 		if !e.Up {
@@ -258,7 +262,7 @@ func (c *Core) declareNode(e NodeDecl) error {
 		n.capacity = e.Capacity
 		return nil
 	}
-	c.nodes[e.Node] = &node{name: e.Node, up: true, capacity: e.Capacity, portDown: map[uint16]bool{}}
+	c.nodes[e.Node] = &node{name: e.Node, up: true, capacity: e.Capacity, portDown: map[uint16]bool{}, movedOff: map[uint64]bool{}}
 	c.nodeNames = append(c.nodeNames, e.Node)
 	sort.Strings(c.nodeNames)
 	c.gen++
@@ -290,13 +294,18 @@ func (c *Core) setOwner(l *lun, to string, cause Cause) {
 		l.changes = append(l.changes, c.now)
 	}
 	if cause == CauseRollback {
-		l.displaced, l.failedOff = l.wasDisplaced, l.wasFailedOff // the move did not happen
+		l.displaced = l.wasDisplaced // the move did not happen
 	} else {
-		l.wasDisplaced, l.wasFailedOff = l.displaced, l.failedOff
-		l.failedOff = ""
-		if cause == CauseFailover {
-			l.failedOff = from
+		l.wasDisplaced = l.displaced
+		if f := c.nodes[from]; f != nil && (cause == CauseFailover || !f.up) {
+			// Off its node by a failover, or by any move (a host's STPG
+			// in explicit mode) while the node is down: Node Offline
+			// names it until the node is back.
+			f.movedOff[l.id] = true
 		}
+	}
+	if t := c.nodes[to]; t != nil {
+		delete(t.movedOff, l.id) // back (or a rolled-back move: never left)
 	}
 	switch cause {
 	case CauseRollback:

@@ -205,7 +205,7 @@ func (c *Core) offlineCause(n string) string {
 		switch {
 		case l.owner == n:
 			stuck = append(stuck, fmt.Sprint(id))
-		case l.failedOff == n:
+		case c.nodes[n].movedOff[id]:
 			moved = append(moved, fmt.Sprintf("%d->%s", id, l.owner))
 		}
 	}

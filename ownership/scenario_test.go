@@ -99,6 +99,10 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		var id uint64
 		d.ScanArgs(t, "lun", &id)
 		step(OwnerChanged{LUN: id, Owner: arg(d, "to", ""), Cause: CauseManual})
+	case "stpg-move": // a host's SET TARGET PORT GROUPS moved it (explicit ALUA)
+		var id uint64
+		d.ScanArgs(t, "lun", &id)
+		step(OwnerChanged{LUN: id, Owner: arg(d, "to", ""), Cause: Cause("stpg")})
 	case "clear":
 		var id uint64
 		if d.HasArg("lun") {

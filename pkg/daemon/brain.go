@@ -263,6 +263,9 @@ func (b *brain) apply(r ownership.Ready) {
 func (b *brain) executor() {
 	defer b.wg.Done()
 	for batch := range b.exec {
+		// Not while a fault is being injected (Inject).
+		b.d.faultMu.RLock()
+		b.d.faultMu.RUnlock()
 		for _, ids := range b.d.Array.ByOwner(batch.LUNs) {
 			_, err := b.d.Array.Move(ids, batch.To, array.Cause(batch.Cause))
 			// Tell the core where they are now: a rollback if the move

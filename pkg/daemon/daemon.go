@@ -34,7 +34,10 @@ type Daemon struct {
 	// TCMU is the LIO/TCMU front end (nil with the pure-Go target).
 	TCMU *tcmu.Frontend
 	// fabric is whichever of the two runs.
-	fabric   Fabric
+	fabric Fabric
+	// faultMu: Inject holds it; the core's executor waits on it before
+	// each batch.
+	faultMu  sync.RWMutex
 	aluaHook atomic.Pointer[aluaHook]
 	// Events is the feed of logins, logouts, RTPGs, I/O intervals and
 	// ALUA changes.

@@ -94,6 +94,12 @@ func (d *Daemon) portOf(s string) (*array.Port, error) {
 // failed over at once; a repair fails back after the stability window).
 func (d *Daemon) Inject(f Fault) (FaultResult, error) {
 	res := FaultResult{Fault: f}
+	// One fault at a time (a panic racing a cable-plug of its port must
+	// not leave the port serving), and no batch of the core starts while
+	// a node fails: a failover decided from the node's loss must find it
+	// failed in the array, not flush its cache as a planned move would.
+	d.faultMu.Lock()
+	defer d.faultMu.Unlock()
 	b := d.brain.Load()
 	post := func(e ownership.Event) {
 		if b != nil {
@@ -135,10 +141,12 @@ func (d *Daemon) Inject(f Fault) (FaultResult, error) {
 			if err := d.Array.RestartNode(n.Name); err != nil {
 				return res, err
 			}
-			if err := d.setPorts(n, iscsi.PortUp); err != nil {
-				return res, err
-			}
+			// The node is up whatever its ports do: the core hears it
+			// even if a port cannot listen again (port-up retries it).
 			post(ownership.NodeState{Node: n.Name, Up: true})
+			if err := d.setPorts(n, iscsi.PortUp); err != nil {
+				return res, fmt.Errorf("node %s restarted, but a port did not come back: %w", n.Name, err)
+			}
 		}
 	case FaultPortDown, FaultPortUp, FaultCablePull, FaultCablePlug, FaultPathDown, FaultPathUp, FaultDelay:
 		if d.fabric == nil {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/initiator"
+	"github.com/aluad/aluad/pkg/iscsi"
 )
 
 // wireOf is what a host sees of a port on the wire.
@@ -225,5 +227,56 @@ func TestNopTimeoutFindsSilence(t *testing.T) {
 			t.Fatalf("idle session %d to a serving port ended", i+2)
 		default:
 		}
+	}
+}
+
+// TestRestartListensAgain: a panicked node's restart finds its address
+// taken by another socket: the node is up (the core is told before the
+// ports), the port stays refusing, and a port-up once the address is free
+// listens again.
+func TestRestartListensAgain(t *testing.T) {
+	cfg := array.Loopback(t.TempDir(), 1<<20)
+	d, err := Start(cfg, Options{Logger: quiet(), StatsInterval: -1})
+	require.NoError(t, err)
+	defer d.Stop(5 * time.Second)
+	addr := d.Portals()[0].Addr
+	_, err = d.Inject(Fault{Kind: FaultPanic, Node: "a"})
+	require.NoError(t, err)
+	thief, err := net.Listen("tcp", addr)
+	require.NoError(t, err)
+	_, err = d.Inject(Fault{Kind: FaultRestart, Node: "a"})
+	require.ErrorContains(t, err, "did not come back")
+	require.True(t, d.Array.Node("a").Up())
+	thief.Close()
+	_, err = d.Inject(Fault{Kind: FaultPortUp, Port: "a0"})
+	require.NoError(t, err)
+	nc, err := net.DialTimeout("tcp", addr, time.Second)
+	require.NoError(t, err, "a0 serves again")
+	nc.Close()
+}
+
+// TestPortModeResetUpRace: a reset and an up of one port at once leave it
+// either refusing (reset) or listening (up), never up and refusing.
+func TestPortModeResetUpRace(t *testing.T) {
+	cfg := array.Loopback(t.TempDir(), 1<<20)
+	d, err := Start(cfg, Options{Logger: quiet(), StatsInterval: -1})
+	require.NoError(t, err)
+	defer d.Stop(5 * time.Second)
+	addr := d.Portals()[0].Addr
+	rel := d.Array.Node("a").Ports[0].RelativeID
+	for i := 0; i < 300; i++ {
+		require.NoError(t, d.Target.SetPortMode(rel, iscsi.PortReset))
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); d.Target.SetPortMode(rel, iscsi.PortUp) }()
+		go func() { defer wg.Done(); d.Target.SetPortMode(rel, iscsi.PortReset) }()
+		wg.Wait()
+		m := d.Target.PortMode(rel)
+		nc, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			nc.Close()
+		}
+		require.Equal(t, m == iscsi.PortUp, err == nil, "iteration %d: port mode %v, dial: %v", i, m, err)
+		require.NoError(t, d.Target.SetPortMode(rel, iscsi.PortUp))
 	}
 }

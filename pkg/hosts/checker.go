@@ -130,6 +130,17 @@ func (h *Host) schedule(p *Path, reset bool) {
 	p.mu.Unlock()
 }
 
+// learnTPGS reads the array's INQUIRY TPGS once, for the stacks that
+// activate path groups (scsi_dh_alua reads it at attach).
+func (h *Host) learnTPGS(ctx context.Context, nx Nexus) {
+	if h.P.Grouping != GroupByPrio || !h.P.ReadsRTPG || h.tpgs.Load() != 0 || len(h.order) == 0 {
+		return
+	}
+	if t, err := nx.TPGS(ctx, h.order[0]); err == nil {
+		h.tpgs.Store(uint32(t) | 0x100) // 0x100: known, even when 0
+	}
+}
+
 // checkSoon brings a path's next check to within CheckEvery, as
 // multipathd does when the kernel fails a path ("if opportune, schedule
 // the next check earlier"): a path that grew to MaxCheckEvery while
@@ -196,6 +207,7 @@ func (h *Host) hostFailback(l *lunState) {
 // checker scheduled.
 func (h *Host) attach(ctx context.Context, p *Path, nx Nexus, atBoot bool) {
 	p.reinstate(nx)
+	h.learnTPGS(ctx, nx)
 	for _, id := range h.order {
 		l := h.luns[id]
 		l.unfail(p)

@@ -219,6 +219,18 @@ func (n *fakeNexus) SetTargetPortGroups(ctx context.Context, lun uint64, reqs []
 	return nil
 }
 
+func (n *fakeNexus) TPGS(ctx context.Context, lun uint64) (byte, error) {
+	if err := n.begin("inquiry", false); err != nil {
+		return 0, err
+	}
+	n.t.mu.Lock()
+	defer n.t.mu.Unlock()
+	if n.t.explicit {
+		return 3, nil
+	}
+	return 1, nil
+}
+
 func (n *fakeNexus) Done() <-chan struct{} { return n.done }
 func (n *fakeNexus) Close() error {
 	n.t.mu.Lock()

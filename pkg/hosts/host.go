@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aluad/aluad/pkg/scsi"
@@ -31,6 +32,10 @@ type Host struct {
 
 	done chan struct{}
 	wg   sync.WaitGroup
+
+	// tpgs is the array's INQUIRY TPGS field, read at the first attach
+	// by stacks that activate path groups (0: not read yet).
+	tpgs atomic.Uint32
 }
 
 // Stats counts what a host saw and did.
@@ -77,6 +82,7 @@ func New(ctx context.Context, name string, p Personality, paths []PathSpec, luns
 		h.paths = append(h.paths, pa)
 		if nx, err := pa.login(ctx); err == nil {
 			pa.reinstate(nx)
+			h.learnTPGS(ctx, nx)
 			up++
 		}
 	}
@@ -234,6 +240,7 @@ func (h *Host) activate(ctx context.Context, l *lunState) bool {
 		return false
 	}
 	l.activated = time.Now()
+	explicit := h.tpgs.Load()&2 != 0
 	var idle []*Path
 	for _, p := range h.paths {
 		if p.Up() && !l.failed[p] && !h.usable(l, p) {
@@ -249,7 +256,18 @@ func (h *Host) activate(ctx context.Context, l *lunState) bool {
 		h.readRTPG(ctx, l, p, nx, false)
 		l.mu.Lock()
 		ok := h.usable(l, p)
+		st := l.stateOf(p)
 		l.mu.Unlock()
+		if !ok && explicit && (st == scsi.StateStandby || st == scsi.StateUnavailable) {
+			// scsi_dh_alua on an array that allows explicit ALUA: the
+			// activation asks for the group with SET TARGET PORT GROUPS.
+			l.stpgMu.Lock()
+			h.stpg(ctx, l, p)
+			l.stpgMu.Unlock()
+			l.mu.Lock()
+			ok = h.usable(l, p)
+			l.mu.Unlock()
+		}
 		if ok {
 			h.event(l.id, "activated", p.Name, "")
 			return true

@@ -225,6 +225,35 @@ func TestLinuxDM(t *testing.T) {
 				"on the new owner within RetryEvery of the move")
 		})
 	})
+	t.Run("on an explicit array the activation sends STPG", func(t *testing.T) {
+		// An array that allows explicit ALUA never moves the LUN itself
+		// here: scsi_dh_alua's activation of the standby group asks for
+		// it with SET TARGET PORT GROUPS. An implicit-only array is never
+		// sent one.
+		for _, explicit := range []bool{true, false} {
+			synctest.Test(t, func(t *testing.T) {
+				ft := newFakeTarget()
+				ft.explicit = explicit
+				ft.mu.Lock()
+				ft.state = map[uint16]scsi.AccessState{1: scsi.StateActiveOptimized, 2: scsi.StateStandby}
+				ft.mu.Unlock()
+				h := attach(t, ft, "h1", LinuxDM())
+				assert.Contains(t, []uint16{1, 2}, io(t, ft, h))
+				ft.setCut("h1", 1, true)
+				ft.setCut("h1", 2, true)
+				if explicit {
+					assert.Contains(t, []uint16{3, 4}, io(t, ft, h))
+					assert.EqualValues(t, 1, h.Stats().STPGs)
+					return
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				defer cancel()
+				_, err := h.Read(ctx, 0, 0, 8)
+				assert.ErrorIs(t, err, context.DeadlineExceeded, "queued: the array has not moved the LUN")
+				assert.Zero(t, ft.count(isOp("stpg")), "no STPG to an implicit-only array")
+			})
+		}
+	})
 	t.Run("04/0B fails the path for the LUN and I/O moves on", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			ft := newFakeTarget()

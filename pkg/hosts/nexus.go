@@ -17,6 +17,9 @@ type Nexus interface {
 	TestUnitReady(ctx context.Context, lun uint64) error
 	ReportTargetPortGroups(ctx context.Context, lun uint64) ([]byte, error)
 	SetTargetPortGroups(ctx context.Context, lun uint64, reqs []scsi.TPGRequest) error
+	// TPGS is the standard INQUIRY TPGS field: 01b implicit ALUA, 10b
+	// explicit, 11b both.
+	TPGS(ctx context.Context, lun uint64) (byte, error)
 	// Done is closed when the nexus dies.
 	Done() <-chan struct{}
 	Close() error
@@ -85,6 +88,17 @@ func (n sessionNexus) ReportTargetPortGroups(ctx context.Context, lun uint64) ([
 
 func (n sessionNexus) SetTargetPortGroups(ctx context.Context, lun uint64, reqs []scsi.TPGRequest) error {
 	return n.s.SetTargetPortGroups(ctx, lun, reqs)
+}
+
+func (n sessionNexus) TPGS(ctx context.Context, lun uint64) (byte, error) {
+	d, err := n.s.Inquiry(ctx, lun, false, 0)
+	if err != nil {
+		return 0, err
+	}
+	if len(d) < 6 {
+		return 0, errors.New("standard INQUIRY data too short for TPGS")
+	}
+	return d[5] >> 4 & 3, nil
 }
 
 func (n sessionNexus) Done() <-chan struct{} { return n.s.Done() }

@@ -121,7 +121,7 @@ func (c *conn) serve() {
 		go c.keepalive()
 	}
 	err := c.readLoop()
-	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !c.stopRead.Load() {
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, errSilenced) && !c.stopRead.Load() {
 		c.t.log.Debug("connection ended", "initiator", sess.initiator, "err", err)
 	}
 	c.abortAll()
@@ -154,7 +154,7 @@ func (c *conn) login() (*session, bool) {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
 				c.t.limits.loginTimeouts.Add(1)
-			} else if !errors.Is(err, io.EOF) {
+			} else if !errors.Is(err, io.EOF) && !errors.Is(err, errSilenced) {
 				c.t.limits.protoErrors.Add(1)
 			}
 			return nil, false
@@ -175,7 +175,8 @@ func (c *conn) login() (*session, bool) {
 			c.ini.Store(&name)
 		}
 		if c.t.faults.down(lg.Initiator, c.portal.RelativeID) {
-			return nil, false // the path is cut: no answer, the link drops
+			c.t.applyMode(c) // silent or reset as the port is; a cut path closes
+			return nil, false
 		}
 		var sess *session
 		if r.Status == LoginSuccess && r.Done {
@@ -304,7 +305,8 @@ func (c *conn) writer() {
 		}
 		if err != nil {
 			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
+			w, wired := c.nc.(*wireConn)
+			if errors.As(err, &ne) && ne.Timeout() && !(wired && w.silent.Load()) {
 				c.t.limits.writeTimeouts.Add(1)
 				c.t.log.Warn("initiator stopped reading; connection closed", "initiator", c.sess.initiator,
 					"after", c.t.cfg.WriteTimeout)
@@ -395,7 +397,7 @@ func (c *conn) readLoop() error {
 			if p != nil && errors.Is(err, ErrTooLarge) {
 				c.reject(&p.BHS, RejectProtocolError)
 			}
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !c.stopRead.Load() {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, errSilenced) && !c.stopRead.Load() {
 				c.t.limits.protoErrors.Add(1)
 			}
 			return err

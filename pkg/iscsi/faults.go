@@ -118,6 +118,17 @@ func (t *Target) SetPortMode(port uint16, m PortMode) error {
 	if m < PortUp || m > PortSilent {
 		return fmt.Errorf("iscsi: unknown port mode %d", int(m))
 	}
+	// One mode change at a time: the mode and the listener change
+	// together (a reset racing an up must not close the new listener).
+	t.modeMu.Lock()
+	defer t.modeMu.Unlock()
+	if t.PortMode(port) == PortReset && m != PortReset {
+		// Listen again first: if the address was taken, the port stays
+		// refusing and a later change tries again.
+		if err := t.reopenListener(idx); err != nil {
+			return err
+		}
+	}
 	t.faults.mu.Lock()
 	if t.faults.portMode == nil {
 		t.faults.portMode = map[uint16]PortMode{}
@@ -146,10 +157,22 @@ func (t *Target) SetPortMode(port uint16, m PortMode) error {
 	case PortSilent:
 		t.dropPaths("", port, PortSilent)
 	}
-	if was == PortReset && m != PortReset {
-		return t.reopenListener(idx)
-	}
 	return nil
+}
+
+// applyMode shapes a connection that a fault is ending as its port's
+// mode says: silenced or reset rather than closed with a FIN.
+func (t *Target) applyMode(c *conn) {
+	w, ok := c.nc.(*wireConn)
+	if !ok {
+		return
+	}
+	switch t.PortMode(c.portal.RelativeID) {
+	case PortSilent:
+		w.silence()
+	case PortReset:
+		w.reset.Store(true)
+	}
 }
 
 // resetConn closes a connection with a reset (RST), not a FIN.
@@ -305,6 +328,7 @@ func (t *Target) dropPaths(initiator string, port uint16, mode PortMode) {
 		}
 		c.close("path down")
 	}
+
 }
 
 // PortUp reports whether a target port is up (in no fault mode).

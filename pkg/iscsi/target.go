@@ -86,6 +86,7 @@ type Target struct {
 	closing   bool
 	wg        sync.WaitGroup
 	faults    pathFaults
+	modeMu    sync.Mutex // serialises port mode changes (SetPortMode)
 	limits    limitCounters
 }
 
@@ -212,14 +213,8 @@ func (t *Target) accept(l net.Listener, p Portal) {
 		t.mu.Unlock()
 		// A mode change after the check above and before the connection
 		// was listed did not see it: apply the port's mode now.
-		switch t.PortMode(p.RelativeID) {
-		case PortSilent:
-			nc.silence()
-			c.close("path down")
-		case PortReset:
-			nc.reset.Store(true)
-			c.close("path down")
-		case PortDown:
+		if t.PortMode(p.RelativeID) != PortUp {
+			t.applyMode(c)
 			c.close("path down")
 		}
 		t.wg.Add(1)

@@ -13,7 +13,7 @@ import (
 // steps events drawn by weight, with events tagged to run in the middle of
 // the next move after every event that may start one.
 func Generate(seed uint64, steps int) Script {
-	g := &gen{r: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))}
+	g := &gen{r: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)), kind: rand.New(rand.NewPCG(seed, 0x6a09e667f3bcc908))}
 	g.topology()
 	for _, h := range g.hosts {
 		g.add(Event{Verb: "login", Args: []string{h.name}})
@@ -25,7 +25,7 @@ func Generate(seed uint64, steps int) Script {
 			for range 1 + g.r.IntN(3) {
 				t := g.event(true)
 				t.At = phases[g.r.IntN(len(phases))]
-				if e.Verb == "crash" && g.r.Float64() < 0.7 {
+				if (e.Verb == "crash" || e.Verb == "panic" || e.Verb == "power-loss") && g.r.Float64() < 0.7 {
 					t.At = "takeover" // the failover that follows a crash
 				}
 				if g.r.Float64() < 0.2 {
@@ -46,16 +46,19 @@ func tagChance(verb string) float64 {
 	switch verb {
 	case "move":
 		return 0.8
-	case "crash":
+	case "crash", "panic", "power-loss":
 		return 0.6
-	case "tick", "restart", "port", "cut", "mend", "reboot", "logout", "login":
+	case "tick", "restart", "port", "cable-pull", "cable-plug", "cut", "mend", "reboot", "logout", "login":
 		return 0.25
 	}
 	return 0
 }
 
 type gen struct {
-	r     *rand.Rand
+	r *rand.Rand
+	// kind draws which failure a crash or port fault is, from a stream
+	// of its own so that the rest of a seed's script stays as it was.
+	kind  *rand.Rand
 	s     Script
 	top   int
 	nodes []nodeSpec
@@ -208,10 +211,19 @@ func (g *gen) event(tagged bool) Event {
 	case "destage":
 		e.Args = []string{node}
 		set("pages", strconv.Itoa(1+g.pick(32)))
-	case "destager", "crash", "restart":
+	case "destager", "restart":
 		e.Args = []string{node}
+	case "crash":
+		e.Args = []string{node}
+		// A node failure: the target software (closed), a panic (reset)
+		// or a power loss (silent until each host's ping times out).
+		e.Verb = []string{"crash", "panic", "power-loss", "power-loss"}[g.kind.IntN(4)]
 	case "port":
 		e.Args = []string{strconv.Itoa(int(g.ports[g.pick(len(g.ports))])), []string{"down", "up", "up"}[g.pick(3)]}
+		// A port fault: disabled (down/up) or its cable (pull/plug).
+		if g.kind.IntN(3) == 0 {
+			e.Verb, e.Args = map[string]string{"down": "cable-pull", "up": "cable-plug"}[e.Args[1]], e.Args[:1]
+		}
 	case "cut", "mend":
 		e.Args = []string{h.name, strconv.Itoa(int(h.paths[g.pick(len(h.paths))]))}
 	case "logout", "login", "reboot", "scan":

@@ -3,6 +3,7 @@ package sim
 import (
 	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strings"
 
@@ -26,6 +27,8 @@ type host struct {
 	luns      []uint64
 	sess      map[uint16]bool
 	cut       map[uint16]bool
+	// detect: ticks until the host's connection ping finds a silent port.
+	detect int
 	// states is the host's view: LUN -> target port -> access state.
 	states map[uint64]map[uint16]scsi.AccessState
 	rr     map[uint64]int
@@ -186,8 +189,18 @@ type nexusSeen struct {
 	ua    bool
 }
 
+// detectTicks is how many ticks (seconds) a host's connection ping takes
+// to find a silent port: 2 to 12, fixed per host name (open-iscsi's
+// 5 s + 5 s is 10; ESXi's 15 s + 10 s and a Windows disk timeout are
+// longer, cut short here by the checkers that probe paths).
+func detectTicks(name string) int {
+	f := fnv.New32a()
+	f.Write([]byte(name))
+	return 2 + int(f.Sum32()%11)
+}
+
 func newHost(w *World, hs hostSpec) *host {
-	return &host{w: w, name: hs.name, initiator: initiatorOf(hs.name), ht: array.HostTypes[hs.typ],
+	return &host{w: w, name: hs.name, detect: detectTicks(hs.name), initiator: initiatorOf(hs.name), ht: array.HostTypes[hs.typ],
 		paths: hs.paths, luns: hs.luns, sess: map[uint16]bool{}, cut: map[uint16]bool{},
 		states: map[uint64]map[uint16]scsi.AccessState{}, rr: map[uint64]int{}, seen: map[seenKey]*nexusSeen{},
 		mp: hs.mp, last: map[uint64]uint16{}, since: map[uint16]int{}, media: map[string]int{},
@@ -209,10 +222,12 @@ func (h *host) coreNexus(port uint16) ownership.Nexus {
 	return nx
 }
 
-// usable: the target port is up, its node is up, and the path is not cut.
+// usable: the target port is up and not silent, its node is up, and the
+// path is not cut.
 func (h *host) usable(port uint16) bool {
 	p := h.w.arr.Port(port)
-	return p != nil && h.w.portUp[port] && p.Node.Up() && !h.cut[port]
+	_, silent := h.w.silent[port]
+	return p != nil && h.w.portUp[port] && !silent && p.Node.Up() && !h.cut[port]
 }
 
 // connect logs in on one path if it is usable and not logged in.

@@ -113,10 +113,10 @@ func (w *World) servable(l *array.LUN) bool {
 	return false
 }
 
-// reaches: the host has a session on a port of n.
+// reaches: the host has a session on a port of n that is not silent.
 func (h *host) reaches(n *array.Node) bool {
 	for _, p := range n.Ports {
-		if h.sess[p.RelativeID] {
+		if _, silent := h.w.silent[p.RelativeID]; h.sess[p.RelativeID] && !silent {
 			return true
 		}
 	}

@@ -94,7 +94,8 @@ var verbs = map[string]int{
 	"read": 2, "write": 2, "ws": 2, "unmap": 2, "caw": 2, "sync": 2,
 	// the array and the fabric
 	"tick": 0, "destage": 1, "destager": 1, "bg": 0,
-	"crash": 1, "restart": 1, "port": 2, "cut": 2, "mend": 2,
+	"crash": 1, "panic": 1, "power-loss": 1, "restart": 1, "port": 2, "cable-pull": 1, "cable-plug": 1,
+	"cut": 2, "mend": 2,
 	"move": 2, "capacity": 2, "media": 1, "link": 1,
 }
 

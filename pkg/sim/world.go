@@ -59,6 +59,10 @@ type World struct {
 	// ticks counts the core's ticks.
 	ticks     int
 	portUp    map[uint16]bool
+	// silent: the ports that went silent (power loss, a pulled cable) and
+	// the tick they did; a host's session there lingers until its
+	// connection ping times out (host.detect ticks).
+	silent    map[uint16]int
 	sw        map[uint64]*media.Switch
 	crashes   int
 	downSince map[uint64]time.Time
@@ -103,7 +107,7 @@ func newWorldWrapped(s Script, wrap func(lun uint64, st media.Store) media.Store
 		return nil, err
 	}
 	w := &World{top: top, clock: time.Unix(1_000_000_000, 0).UTC(), byName: map[string]*host{},
-		byInit: map[string]*host{}, held: map[uint64]bool{}, portUp: map[uint16]bool{},
+		byInit: map[string]*host{}, held: map[uint64]bool{}, portUp: map[uint16]bool{}, silent: map[uint16]int{},
 		sw: map[uint64]*media.Switch{}, downSince: map[uint64]time.Time{}, recovery: map[uint64][]int{}, ioPrev: map[ioKey]scsi.NexusIO{},
 		script: s}
 	cfg := top.config()
@@ -301,13 +305,18 @@ func (w *World) exec(e Event) string {
 		w.bg = w.bg[1:]
 		f()
 		return fmt.Sprintf("ran (%d left)", len(w.bg))
-	case "crash":
+	case "crash", "panic":
 		return w.crash(e.arg(0))
+	case "power-loss":
+		return w.powerLoss(e.arg(0))
 	case "restart":
 		return w.restart(e.arg(0))
 	case "port":
 		id, _ := e.argInt(0)
 		return w.setPort(uint16(id), e.arg(1) == "up")
+	case "cable-pull", "cable-plug":
+		id, _ := e.argInt(0)
+		return w.cable(uint16(id), e.Verb == "cable-plug")
 	case "cut", "mend":
 		h := w.byName[e.arg(0)]
 		id, _ := e.argInt(1)
@@ -511,6 +520,7 @@ func (w *World) tick() {
 	}
 	w.ticks++
 	w.step(ownership.Tick{})
+	w.detectSilence()
 	w.checkMND()
 	for _, h := range w.hosts {
 		h.rejoinOne()
@@ -591,6 +601,88 @@ func (w *World) crash(name string) string {
 	return fmt.Sprintf("lost %s", lossString(c.Lost))
 }
 
+// powerLoss fails a node as a power loss does: the array loses it at
+// once (the core hears the node go), but its ports go silent, so each
+// host's sessions there end only when the host's ping times out.
+func (w *World) powerLoss(name string) string {
+	n := w.arr.Node(name)
+	if n == nil || !n.Up() {
+		return "refused: not an up node"
+	}
+	c, err := w.arr.CrashNode(name)
+	if err != nil {
+		return "refused: " + err.Error()
+	}
+	for _, p := range n.Ports {
+		w.silent[p.RelativeID] = w.ticks
+	}
+	w.crashes++
+	w.stats.Crashes++
+	w.m.lost(c.Lost)
+	w.step(ownership.NodeState{Node: name, Up: false})
+	return fmt.Sprintf("lost %s", lossString(c.Lost))
+}
+
+// cable pulls (silent, the controller sees its link go) or plugs one port.
+func (w *World) cable(id uint16, plug bool) string {
+	p := w.arr.Port(id)
+	if p == nil {
+		return "refused: no such port"
+	}
+	if !p.Node.Up() {
+		return "refused: its node is down"
+	}
+	if plug {
+		if _, pulled := w.silent[id]; !pulled {
+			return "no change"
+		}
+		w.unsilence(id)
+		w.portUp[id] = true
+		w.step(ownership.PortState{Node: p.Node.Name, Port: id, Up: true})
+		for _, h := range w.hosts {
+			h.reconnect()
+		}
+		return "ok"
+	}
+	if !w.portUp[id] {
+		return "no change"
+	}
+	w.stats.Faults++
+	w.portUp[id] = false
+	w.silent[id] = w.ticks
+	w.step(ownership.PortState{Node: p.Node.Name, Port: id, Up: false})
+	return "ok"
+}
+
+// unsilence ends a port's silence: the sessions hosts still had there
+// are reset (the controller forgot them).
+func (w *World) unsilence(id uint16) {
+	if _, ok := w.silent[id]; !ok {
+		return
+	}
+	delete(w.silent, id)
+	for _, h := range w.hosts {
+		h.drop(id)
+	}
+}
+
+// detectSilence ends, at each tick, the sessions whose host's ping to a
+// silent port has timed out.
+func (w *World) detectSilence() {
+	ids := make([]uint16, 0, len(w.silent))
+	for id := range w.silent {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	for _, id := range ids {
+		for _, h := range w.hosts {
+			if h.sess[id] && w.ticks-w.silent[id] >= h.detect {
+				h.drop(id)
+			}
+		}
+	}
+}
+
 func lossString(ls []array.Loss) string {
 	if len(ls) == 0 {
 		return "none"
@@ -611,6 +703,9 @@ func (w *World) restart(name string) string {
 	if err := w.arr.RestartNode(name); err != nil {
 		return "refused: " + err.Error()
 	}
+	for _, p := range n.Ports {
+		w.unsilence(p.RelativeID) // what a silent port held is reset
+	}
 	w.step(ownership.NodeState{Node: name, Up: true})
 	for _, h := range w.hosts {
 		h.reconnect()
@@ -629,6 +724,7 @@ func (w *World) setPort(id uint16, up bool) string {
 	}
 	w.portUp[id] = up
 	w.stats.Faults++
+	w.unsilence(id) // a pulled cable's sessions: reset, or closed by the port going down
 	if !up {
 		for _, h := range w.hosts {
 			h.drop(id)

@@ -20,7 +20,8 @@ import (
 func TestSessionChurnEventsPair(t *testing.T) {
 	cfg := array.Loopback(t.TempDir(), 64<<20)
 	require.NoError(t, cfg.Validate())
-	d, err := daemon.Start(cfg, daemon.Options{StatsInterval: -1})
+	// A ring that holds every event of the run: the check reads them all.
+	d, err := daemon.Start(cfg, daemon.Options{StatsInterval: -1, EventCapacity: 1 << 20})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
 	defer cancel()
