@@ -57,8 +57,8 @@ type World struct {
 	batches []ownership.Batch
 
 	// ticks counts the core's ticks.
-	ticks     int
-	portUp    map[uint16]bool
+	ticks  int
+	portUp map[uint16]bool
 	// silent: the ports that went silent (power loss, a pulled cable) and
 	// the tick they did; a host's session there lingers until its
 	// connection ping times out (host.detect ticks).
