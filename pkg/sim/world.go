@@ -677,6 +677,7 @@ func (w *World) detectSilence() {
 	for _, id := range ids {
 		for _, h := range w.hosts {
 			if h.sess[id] && w.ticks-w.silent[id] >= h.detect {
+				w.logf("%s: ping on port %d timed out after %d ticks", h.name, id, w.ticks-w.silent[id])
 				h.drop(id)
 			}
 		}
