@@ -134,21 +134,7 @@ func (c *Core) logout(e Logout) {
 	delete(h.nexuses, keyOf(n))
 	c.gen++
 	c.joinChange(h)
-	still := false
-	for _, s := range h.nexuses {
-		if s.n.Node == n.Node {
-			still = true
-		}
-	}
-	if !still {
-		// Media evidence is per node: a path that comes back proves
-		// itself again.
-		for k := range h.media {
-			if k.node == n.Node {
-				delete(h.media, k)
-			}
-		}
-	}
+	c.forgetIfUnconnected(h, n.Node)
 	if e.Orderly {
 		// It left the node when no path it used there is left (a path
 		// it never used may still be logged in).
@@ -165,6 +151,21 @@ func (c *Core) logout(e Logout) {
 			ports = ports[1:]
 		}
 		h.lostPorts[n.Node] = append(ports, n.Port)
+	}
+}
+
+// forgetIfUnconnected drops the host's media evidence for a node it has
+// no working path to any more (its paths logged out, or their ports or
+// the node went down while a session lingers, as on a silent port).
+// Media evidence is per node: a path that comes back proves itself again.
+func (c *Core) forgetIfUnconnected(h *host, node string) {
+	if c.connected(h, node) {
+		return
+	}
+	for k := range h.media {
+		if k.node == node {
+			delete(h.media, k)
+		}
 	}
 }
 

@@ -183,6 +183,9 @@ func (c *Core) Step(e Event) error {
 		n.up = e.Up
 		if !e.Up {
 			c.unflap(e.Node)
+			for _, name := range c.hostNames {
+				c.forgetIfUnconnected(c.hosts[name], e.Node)
+			}
 		}
 		c.gen++
 		c.reconcile(nil)
@@ -192,6 +195,11 @@ func (c *Core) Step(e Event) error {
 			return fmt.Errorf("ownership: unknown node %q", e.Node)
 		}
 		n.portDown[e.Port] = !e.Up
+		if !e.Up {
+			for _, name := range c.hostNames {
+				c.forgetIfUnconnected(c.hosts[name], e.Node)
+			}
+		}
 		c.gen++
 		c.reconcile(nil)
 	case Login:

@@ -68,8 +68,9 @@ func (c *Core) io(e IO) error {
 		c.use(l, h)
 	}
 	// Sustained media I/O on a node proves the host's driver uses a path
-	// there (the last interval of a path that has ended proves nothing).
-	if !c.hasNexusOn(h, e.Node) {
+	// there (the last interval of a path that has ended, or whose port
+	// or node went down, proves nothing).
+	if !c.connected(h, e.Node) {
 		return nil
 	}
 	k := mediaKey{e.Node, e.LUN}
@@ -182,16 +183,6 @@ func (l *lun) hostLoad(host string) float64 {
 		s += arr[n]
 	}
 	return s
-}
-
-// hasNexusOn: h has a nexus (up or not) to node.
-func (c *Core) hasNexusOn(h *host, node string) bool {
-	for _, s := range h.nexuses {
-		if s.n.Node == node {
-			return true
-		}
-	}
-	return false
 }
 
 // LUNLoad is a LUN's rolling work per tick, wherever it arrives (0 for

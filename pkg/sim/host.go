@@ -136,7 +136,7 @@ var mediaTicks = ownership.DefaultConfig().MediaTicks
 // that evidence is fresh; a mark lasts as long as the session.
 func (h *host) usesNode(n string) bool {
 	for _, p := range h.paths {
-		if h.sess[p] && h.rtpgOn[p] && h.w.arr.Port(p).Node.Name == n {
+		if _, silent := h.w.silent[p]; h.sess[p] && h.rtpgOn[p] && !silent && h.w.portUp[p] && h.w.arr.Port(p).Node.Name == n {
 			return true
 		}
 	}
@@ -267,14 +267,22 @@ func (h *host) end(port uint16, orderly bool) {
 	if orderly && !h.usesNode(n.Name) {
 		h.left[n.Name] = h.w.ticks // no path it used there is left
 	}
-	if !h.reaches(n) {
-		for k := range h.mediaTicks {
-			if k.node == n.Name {
-				delete(h.mediaTicks, k)
-			}
+	h.forgetIfUnreached(n)
+	h.w.step(ownership.Logout{Nexus: h.coreNexus(port), Orderly: orderly})
+}
+
+// forgetIfUnreached mirrors the core: media evidence for a node is
+// dropped when the host has no working path there (all logged out, or
+// only silent or down ports left).
+func (h *host) forgetIfUnreached(n *array.Node) {
+	if h.reaches(n) {
+		return
+	}
+	for k := range h.mediaTicks {
+		if k.node == n.Name {
+			delete(h.mediaTicks, k)
 		}
 	}
-	h.w.step(ownership.Logout{Nexus: h.coreNexus(port), Orderly: orderly})
 }
 
 // discover reads RTPG for every LUN on a new path (scsi_dh_alua's attach).

@@ -619,6 +619,9 @@ func (w *World) powerLoss(name string) string {
 	w.crashes++
 	w.stats.Crashes++
 	w.m.lost(c.Lost)
+	for _, h := range w.hosts {
+		h.forgetIfUnreached(n)
+	}
 	w.step(ownership.NodeState{Node: name, Up: false})
 	return fmt.Sprintf("lost %s", lossString(c.Lost))
 }
@@ -650,6 +653,9 @@ func (w *World) cable(id uint16, plug bool) string {
 	w.stats.Faults++
 	w.portUp[id] = false
 	w.silent[id] = w.ticks
+	for _, h := range w.hosts {
+		h.forgetIfUnreached(p.Node)
+	}
 	w.step(ownership.PortState{Node: p.Node.Name, Port: id, Up: false})
 	return "ok"
 }
