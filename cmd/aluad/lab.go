@@ -28,6 +28,7 @@ func labCmd(args []string) error {
 	luns := fs.Int("luns", 8, "LUNs")
 	qd := fs.Int("qd", 0, "queue depth per LUN (crash: writers per LUN, default 4; transition: 16; mirror: 16)")
 	secs := fs.Int("seconds", 4, "mirror: seconds per round; transition: seconds of steady load between events")
+	fault := fs.String("fault", "power-loss", "crash, transition: how a node fails: power-loss (silent), panic (reset) or crash (closed)")
 	verbose := fs.Bool("v", false, "print progress")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -40,11 +41,11 @@ func labCmd(args []string) error {
 	switch *scenario {
 	case "transition":
 		r, err := lab.RunTransition(ctx, lab.TransitionOptions{LUNs: *luns, QD: orDefault(*qd, 16), ReadPct: 70,
-			Steady: time.Duration(*secs) * time.Second, Seed: *seed, Out: os.Stdout})
+			Steady: time.Duration(*secs) * time.Second, Seed: *seed, Out: os.Stdout, Fault: *fault})
 		if err != nil {
 			return err
 		}
-		printTransition(r, *luns, orDefault(*qd, 16))
+		printTransition(r, *luns, orDefault(*qd, 16), *fault)
 		return nil
 	case "mirror":
 		r, err := lab.RunMirror(ctx, lab.MirrorOptions{LUNs: *luns, QD: orDefault(*qd, 16), Rounds: 3,
@@ -71,11 +72,11 @@ func labCmd(args []string) error {
 		}
 		for _, m := range modes {
 			r, err := lab.RunCrash(ctx, lab.CrashOptions{Iterations: *iters, Mirror: m, Seed: *seed, LUNs: *luns, QD: *qd,
-				Out: os.Stdout, Verbose: *verbose})
+				Out: os.Stdout, Verbose: *verbose, Fault: *fault})
 			if err != nil {
 				return err
 			}
-			printCrash(r, m)
+			printCrash(r, m, *fault)
 		}
 		return nil
 	case "", "default":
@@ -108,14 +109,14 @@ func onOff(b bool) string {
 	return "off"
 }
 
-func printCrash(r lab.CrashResult, mirror bool) {
+func printCrash(r lab.CrashResult, mirror bool, fault string) {
 	var nodes []string
 	for n, c := range r.Crashes {
 		nodes = append(nodes, fmt.Sprintf("%s x%d", n, c))
 	}
 	sort.Strings(nodes)
-	fmt.Printf("crash check, write-cache mirroring %s: %d iterations, node crashes: %s\n", onOff(mirror), r.Iterations,
-		strings.Join(nodes, ", "))
+	fmt.Printf("crash check (node failure: %s), write-cache mirroring %s: %d iterations, node failures: %s\n", fault,
+		onOff(mirror), r.Iterations, strings.Join(nodes, ", "))
 	fmt.Printf("  acknowledged writes verified through the survivor: %d\n", r.Acked)
 	fmt.Printf("  mirrored pages replayed by takeovers: %d; failbacks after restart: %d\n", r.Replayed, r.Failbacks)
 	fmt.Printf("  array-reported acknowledged data lost: %d blocks\n", r.ReportedLostBlocks)
@@ -131,7 +132,7 @@ func orDefault(v, def int) int {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
 
-func printTransition(r lab.TransitionResult, luns, qd int) {
+func printTransition(r lab.TransitionResult, luns, qd int, fault string) {
 	b := r.Baseline
 	fmt.Printf("\ntransition benchmark: 4 KiB random I/O (70%% reads), QD %d on each of %d LUNs, 2 hosts, implicit ALUA\n", qd, luns)
 	fmt.Printf("steady state: %.0f IOPS, latency p50 %s, p99 %s, max %s\n\n", b.IOPS, ms(b.P50), ms(b.P99), ms(b.Max))
@@ -147,7 +148,7 @@ func printTransition(r lab.TransitionResult, luns, qd int) {
 	for _, w := range []struct {
 		name string
 		s    lab.Stats
-	}{{"failover (node crash)", r.Failover}, {"failback (node restart)", r.Failback}, {"rebalance (load skew)", r.Rebalance}} {
+	}{{"failover (node " + fault + ")", r.Failover}, {"failback (node restart)", r.Failback}, {"rebalance (load skew)", r.Rebalance}} {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\n", w.name, w.s.Count, ms(w.s.P50), ms(w.s.P99), ms(w.s.Max), w.s.Errors)
 	}
 	tw.Flush()

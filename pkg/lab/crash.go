@@ -18,11 +18,14 @@ import (
 type CrashOptions struct {
 	Iterations int
 	Mirror     bool
-	Seed       uint64
-	LUNs       int
-	QD         int // writers per LUN
-	Out        io.Writer
-	Verbose    bool
+	// Fault is how the node fails: power-loss (the default), panic or
+	// crash (daemon.FaultPowerLoss, FaultPanic, FaultCrash).
+	Fault   string
+	Seed    uint64
+	LUNs    int
+	QD      int // writers per LUN
+	Out     io.Writer
+	Verbose bool
 }
 
 // CrashResult is what the crash check found.
@@ -52,6 +55,9 @@ func tagBlock(b []byte, tag uint64) {
 // then reads back every acknowledged write through the survivor; it
 // restarts the node and waits for the failback before the next round.
 func RunCrash(ctx context.Context, o CrashOptions) (CrashResult, error) {
+	if err := CheckNodeFault(o.Fault); err != nil {
+		return CrashResult{}, err
+	}
 	if o.Iterations <= 0 || o.LUNs <= 0 || o.QD <= 0 {
 		return CrashResult{}, fmt.Errorf("crash: iterations, LUNs and QD must be positive")
 	}
@@ -151,7 +157,7 @@ func crashRound(ctx context.Context, env *Env, o CrashOptions, rng *rand.Rand, i
 	}
 	time.Sleep(time.Duration(20+rng.IntN(200)) * time.Millisecond)
 	victim := env.D.Array.Nodes[rng.IntN(len(env.D.Array.Nodes))].Name
-	r, err := env.D.Inject(daemon.Fault{Kind: daemon.FaultCrash, Node: victim})
+	r, err := env.D.Inject(daemon.Fault{Kind: NodeFault(o.Fault), Node: victim})
 	if err != nil {
 		stop()
 		wg.Wait()
@@ -209,4 +215,21 @@ func holdsOneOf(got, scratch []byte, acked uint64, maybe []uint64) bool {
 		}
 	}
 	return false
+}
+
+// NodeFault is the node failure a run injects: kind, or a power loss.
+func NodeFault(kind string) string {
+	if kind == "" {
+		return daemon.FaultPowerLoss
+	}
+	return kind
+}
+
+// CheckNodeFault refuses a kind that is not a node failure.
+func CheckNodeFault(kind string) error {
+	switch NodeFault(kind) {
+	case daemon.FaultPowerLoss, daemon.FaultPanic, daemon.FaultCrash:
+		return nil
+	}
+	return fmt.Errorf("--fault must be power-loss, panic or crash, not %q", kind)
 }

@@ -163,3 +163,18 @@ func TestParseIDs(t *testing.T) {
 	_, err = parseIDs("256")
 	require.ErrorContains(t, err, "0 to 255")
 }
+
+// TestBuiltinScenariosParse: every scenario shipped with aluad parses.
+func TestBuiltinScenariosParse(t *testing.T) {
+	entries, err := scenarioFS.ReadDir("scenarios")
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(entries), 5)
+	for _, e := range entries {
+		name := strings.TrimSuffix(e.Name(), ".txt")
+		text, ok := BuiltinScenario(name)
+		require.True(t, ok, name)
+		s, err := ParseScenarioText(text)
+		require.NoError(t, err, name)
+		assert.Equal(t, name, s.Name, "a scenario's name line matches its file")
+	}
+}

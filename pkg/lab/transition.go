@@ -18,6 +18,8 @@ type TransitionOptions struct {
 	Steady  time.Duration // steady load between events
 	Seed    uint64
 	Out     io.Writer
+	// Fault is how node b fails: power-loss (the default), panic or crash.
+	Fault string
 }
 
 // Moment is one ownership event of the run as the array recorded it.
@@ -51,6 +53,9 @@ type TransitionResult struct {
 // worst I/O latency through the move.
 func RunTransition(ctx context.Context, o TransitionOptions) (TransitionResult, error) {
 	const lunSize = 64 << 20
+	if err := CheckNodeFault(o.Fault); err != nil {
+		return TransitionResult{}, err
+	}
 	env, err := Start(ctx, EnvConfig{LUNs: o.LUNs, LUNSize: lunSize, Hosts: 2, Mirror: true,
 		Tick: 100 * time.Millisecond, FailbackWindow: time.Second, Cooldown: 5 * time.Second, PlanInterval: time.Second,
 		Penalty: 50 * time.Microsecond, NodeCapacity: 1e9}) // never stressed until calibrated below
@@ -71,10 +76,10 @@ func RunTransition(ctx context.Context, o TransitionOptions) (TransitionResult, 
 	t1, c1 := time.Now(), w.Completed()
 	time.Sleep(200 * time.Millisecond) // the baseline's last I/Os finish before the fault
 	seq := lastSeq(env.D)
-	say("steady load for %v; crashing node b", o.Steady)
+	say("steady load for %v; node b fails (%s)", o.Steady, NodeFault(o.Fault))
 
-	// Failover: node b crashes; its LUNs move to a at once.
-	if _, err := env.D.Inject(daemon.Fault{Kind: daemon.FaultCrash, Node: "b"}); err != nil {
+	// Failover: node b fails; its LUNs move to a at once.
+	if _, err := env.D.Inject(daemon.Fault{Kind: NodeFault(o.Fault), Node: "b"}); err != nil {
 		w.Stop()
 		return res, err
 	}
