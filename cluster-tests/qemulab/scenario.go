@@ -3,6 +3,7 @@ package qemulab
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -59,6 +60,8 @@ var (
 		Desc: "dm-multipath: prio alua, group_by_prio, failback immediate, queue_if_no_path", Follows: true}
 	cFollowover = ClientSpec{Name: "c4", Conf: "multipath-followover.conf", HostType: "linux",
 		Desc: "dm-multipath: prio alua, group_by_prio, failback followover, no_path_retry 30, queue-length"}
+	cALUADMMP = ClientSpec{Name: "c7", Conf: "multipath-alua.conf", HostType: "linux-dmmp",
+		Desc: "as c3 (prio alua, group_by_prio, failback immediate), declared Linux DM-MP (non-owner paths STANDBY)", Follows: true}
 	cLibISCSI = ClientSpec{Name: "c5", Conf: "multipath-alua.conf", HostType: "linux", LibISCSI: true,
 		Desc: "QEMU libiscsi + scsi-block; guest dm-multipath as c3 (scsi_dh_alua talks RTPG through QEMU)", Follows: true}
 )
@@ -92,6 +95,16 @@ var Scenarios = map[string]Scenario{
 	// node a's: Multipath Not Discovering Paths for node b; a dm-multipath
 	// guest that reads RTPG on every path raises none.
 	"nomp": {Name: "nomp", Clients: []ClientSpec{cNoMP, cALUA}, Steps: []string{"observe"}},
+	// powerloss: LUN 0's owner loses power (silent on the wire) and
+	// comes back: the guest's stall is its NOP-Out timeout plus
+	// fast_io_fail, then the array's takeover; no application error.
+	"powerloss": {Name: "powerloss", Clients: []ClientSpec{cALUA}, Steps: []string{"power-loss", "restart"}},
+	// personality: the schedule the emulated linux-dm personality runs in
+	// pkg/lab's "personality" scenario (two planned moves, a power loss,
+	// the restart and its failback), with the same stack declared linux
+	// (ANO) and linux-dmmp (STANDBY): their follow times side by side.
+	"personality": {Name: "personality", Clients: []ClientSpec{cALUA, cALUADMMP},
+		Steps: []string{"move", "move", "power-loss", "restart"}},
 	// full: every client configuration, every kind of move. The libiscsi
 	// client is measured but judged only alone ("libiscsi"): with five
 	// TCG guests on two cores its multipathd checker starves (it logs
@@ -207,6 +220,8 @@ type lab struct {
 	dir   string
 	img   Image
 	initr string
+	// down is the node a power-loss step took down (restart brings it back).
+	down string
 }
 
 // Run runs a scenario and writes its results to opt.Out.
@@ -676,6 +691,27 @@ func (l *lab) step(ctx context.Context, name string) (*StepResult, error) {
 		if _, err := cl.Inject(daemon.Fault{Kind: daemon.FaultClear}); err != nil {
 			return st, err
 		}
+		want = func(e daemon.Event) bool { return e.Change.Cause == "failback" }
+		wait = 90 * time.Second
+	case "power-loss":
+		// LUN 0's owner loses power: its ports go silent, so the guests
+		// learn of it only when their NOP-Out pings time out.
+		if l.opt.TCMU {
+			return st, errors.New("power-loss needs the pure-Go target (LIO has only the TPG switch)")
+		}
+		if _, err := cl.Inject(daemon.Fault{Kind: daemon.FaultPowerLoss, Node: owner0}); err != nil {
+			return st, err
+		}
+		l.down = owner0
+		want = func(e daemon.Event) bool { return e.Change.Cause == "failover" }
+	case "restart":
+		if l.down == "" {
+			return st, errors.New("restart needs a power-loss step before it")
+		}
+		if _, err := cl.Inject(daemon.Fault{Kind: daemon.FaultRestart, Node: l.down}); err != nil {
+			return st, err
+		}
+		l.down = ""
 		want = func(e daemon.Event) bool { return e.Change.Cause == "failback" }
 		wait = 90 * time.Second
 	case "observe":
