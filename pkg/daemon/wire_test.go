@@ -280,3 +280,29 @@ func TestPortModeResetUpRace(t *testing.T) {
 		require.NoError(t, d.Target.SetPortMode(rel, iscsi.PortUp))
 	}
 }
+
+// TestSilentPortHoldsBounded: a silent port holds what it accepts, but
+// not without bound: past 256, the oldest held connection is let go.
+func TestSilentPortHoldsBounded(t *testing.T) {
+	cfg := array.Loopback(t.TempDir(), 1<<20)
+	d, err := Start(cfg, Options{Logger: quiet(), StatsInterval: -1})
+	require.NoError(t, err)
+	defer d.Stop(5 * time.Second)
+	_, err = d.Inject(Fault{Kind: FaultCablePull, Port: "a0"})
+	require.NoError(t, err)
+	addr := d.Portals()[0].Addr
+	var conns []net.Conn
+	for range 260 {
+		nc, err := net.DialTimeout("tcp", addr, time.Second)
+		require.NoError(t, err)
+		defer nc.Close()
+		conns = append(conns, nc)
+	}
+	first, last := conns[0], conns[len(conns)-1]
+	first.SetReadDeadline(time.Now().Add(2 * time.Second))
+	_, err = first.Read(make([]byte, 1))
+	require.ErrorIs(t, err, syscall.ECONNRESET, "the oldest held connection is let go")
+	last.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	_, err = last.Read(make([]byte, 1))
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "the newest is held, silent")
+}

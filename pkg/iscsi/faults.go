@@ -186,6 +186,9 @@ func resetConn(nc net.Conn) {
 	nc.Close()
 }
 
+// maxHeld bounds the connections a silent port holds.
+const maxHeld = 256
+
 // hold keeps a connection of a silent port open and unread.
 func (t *Target) hold(port uint16, nc net.Conn) {
 	t.faults.mu.Lock()
@@ -193,8 +196,15 @@ func (t *Target) hold(port uint16, nc net.Conn) {
 		if t.faults.held == nil {
 			t.faults.held = map[uint16][]net.Conn{}
 		}
-		t.faults.held[port] = append(t.faults.held[port], nc)
+		held := append(t.faults.held[port], nc)
 		nc = nil
+		if len(held) > maxHeld {
+			// Hosts retrying their logins every second for a long
+			// outage: the oldest held sockets (their initiators gave up
+			// on them long ago) are let go, so descriptors stay bounded.
+			nc, held = held[0], held[1:]
+		}
+		t.faults.held[port] = held
 	}
 	t.faults.mu.Unlock()
 	if nc != nil { // the port came back meanwhile: the controller forgot it
