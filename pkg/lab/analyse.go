@@ -35,8 +35,10 @@ type EventResult struct {
 	Moves  int `json:"moves"`
 	Thrash int `json:"thrash"`
 	// Follow is the longest time from an ownership move to the last host
-	// using that LUN moving its I/O to the new owner.
-	Follow time.Duration `json:"follow_ns"`
+	// using that LUN moving its I/O to the new owner; HostFollow is each
+	// host's longest in the phase.
+	Follow     time.Duration            `json:"follow_ns"`
+	HostFollow map[string]time.Duration `json:"host_follow_ns,omitempty"`
 }
 
 // HistBucket counts I/Os with latency below Below.
@@ -93,6 +95,11 @@ func analyse(mr *ModeResult, s *Scenario, env *Env, actual []time.Time) {
 				for _, f := range follows {
 					if f.move == mi && f.lun == lun {
 						er.Follow = max(er.Follow, f.d)
+						if er.HostFollow == nil {
+							er.HostFollow = map[string]time.Duration{}
+						}
+						name := env.Hosts[f.host].Name
+						er.HostFollow[name] = max(er.HostFollow[name], f.d)
 					}
 				}
 			}

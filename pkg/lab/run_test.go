@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -48,6 +49,16 @@ func TestRunScenario(t *testing.T) {
 		causes[m.Cause] += len(m.LUNs)
 	}
 	assert.Equal(t, map[string]int{"failover": 2, "failback": 2}, causes)
+	// Each event says how long each host took to follow its moves; the
+	// slowest of them is the event's follow time.
+	for _, e := range imp.Events {
+		require.NotEmpty(t, e.HostFollow, e.Label)
+		var slowest time.Duration
+		for _, d := range e.HostFollow {
+			slowest = max(slowest, d)
+		}
+		assert.Equal(t, e.Follow, slowest, e.Label)
+	}
 	// Explicit: h1 moves them to b by STPG, h2 moves them back: thrash.
 	assert.Positive(t, exp.Events[0].Thrash)
 	assert.Positive(t, exp.Hosts[0].Stats.STPGs)
