@@ -755,6 +755,9 @@ func (l *lab) step(ctx context.Context, name string) (*StepResult, error) {
 		for _, e := range l.w.Changes(st.Start) {
 			st.Changes = append(st.Changes, fmt.Sprintf("LUNs %v %s -> %s (%s; I/O held %v)", e.Change.LUNs, e.Change.From, e.Change.To,
 				e.Change.Cause, e.Change.Stop.Round(time.Microsecond)))
+			if e.Change.To == "" {
+				continue // a node going down or up moves no LUN: nothing to follow
+			}
 			for _, lun := range e.Change.LUNs {
 				for _, c := range l.res.Clients {
 					f := l.w.follow(c.IQN, lun, e, now)
@@ -902,9 +905,11 @@ func (l *lab) judge() {
 			if c == nil || f.Cause == "manual" && st.Name == "rebalance" {
 				continue // the skew is the operator's; the balance move is judged
 			}
-			// A host at multipathd's defaults declared Linux DM-MP must
-			// run I/O on the new owner within 1 s of a planned move.
-			if c.Spec.HostType == "linux-dmmp" && st.Name != "failover" {
+			// A host declared Linux DM-MP must run I/O on the new owner
+			// within 1 s of a planned move (a failover waits for the
+			// host to find its path gone: its own timers).
+			planned := f.Cause == "manual" || f.Cause == "failback" || f.Cause == "balance" || f.Cause == "shipping"
+			if c.Spec.HostType == "linux-dmmp" && planned {
 				l.res.check(fmt.Sprintf("%s: %s (%s) of LUN %d: I/O on the new owner within 1 s", f.Host, st.Name, f.Cause, f.LUN),
 					f.Done() && f.MoveToSwitch() <= time.Second, "%s", describe(f))
 			} else if c.Spec.Follows {
