@@ -755,7 +755,7 @@ func (l *lab) step(ctx context.Context, name string) (*StepResult, error) {
 		for _, e := range l.w.Changes(st.Start) {
 			st.Changes = append(st.Changes, fmt.Sprintf("LUNs %v %s -> %s (%s; I/O held %v)", e.Change.LUNs, e.Change.From, e.Change.To,
 				e.Change.Cause, e.Change.Stop.Round(time.Microsecond)))
-			if e.Change.To == "" {
+			if e.Change.To == "" || e.Change.From == "" {
 				continue // a node going down or up moves no LUN: nothing to follow
 			}
 			for _, lun := range e.Change.LUNs {
