@@ -147,6 +147,11 @@ func (d *Daemon) Inject(f Fault) (FaultResult, error) {
 			if err := d.setPorts(n, iscsi.PortUp); err != nil {
 				return res, fmt.Errorf("node %s restarted, but a port did not come back: %w", n.Name, err)
 			}
+			// Every port serves again (a port disabled or a cable pulled
+			// before the failure included): the core hears each.
+			for _, p := range n.Ports {
+				post(ownership.PortState{Node: n.Name, Port: p.RelativeID, Up: true})
+			}
 		}
 	case FaultPortDown, FaultPortUp, FaultCablePull, FaultCablePlug, FaultPathDown, FaultPathUp, FaultDelay:
 		if d.fabric == nil {

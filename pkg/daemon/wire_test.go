@@ -306,3 +306,36 @@ func TestSilentPortHoldsBounded(t *testing.T) {
 	_, err = last.Read(make([]byte, 1))
 	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "the newest is held, silent")
 }
+
+// TestRestartBringsPortsBack: a port whose cable was pulled before its
+// node lost power serves again after the restart, and the core counts a
+// path through it as working.
+func TestRestartBringsPortsBack(t *testing.T) {
+	cfg := array.Loopback(t.TempDir(), 1<<20)
+	d, err := Start(cfg, Options{Logger: quiet(), StatsInterval: -1})
+	require.NoError(t, err)
+	defer d.Stop(5 * time.Second)
+	for _, f := range []Fault{{Kind: FaultCablePull, Port: "a0"}, {Kind: FaultPowerLoss, Node: "a"}, {Kind: FaultRestart, Node: "a"}} {
+		_, err = d.Inject(f)
+		require.NoError(t, err, "%+v", f)
+	}
+	p := d.Portals()[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	s, err := initiator.Dial(ctx, initiator.Config{Addr: p.Addr, Target: p.Target, InitiatorName: "iqn.2026-11.org.example:r",
+		ISID: [6]byte{0x80, 0, 0, 0, 0, 1}})
+	require.NoError(t, err, "a0 serves after the restart")
+	defer s.Close()
+	require.Eventually(t, func() bool {
+		v := d.view()
+		if v == nil {
+			return false
+		}
+		for k, ps := range v.paths {
+			if k.port == p.RelativeID && ps.Up {
+				return true
+			}
+		}
+		return false
+	}, 5*time.Second, 10*time.Millisecond, "the core counts the path through a0 as up")
+}

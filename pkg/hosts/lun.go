@@ -316,8 +316,8 @@ func (h *Host) stpg(ctx context.Context, l *lunState, p *Path) {
 		l.mu.Lock()
 		l.stpgErr, l.stpgHold = err, time.Now().Add(h.P.CheckEvery)
 		l.mu.Unlock()
-		if _, _, _, sensed := senseOf(err); !sensed {
-			h.pathFailed(p, nx, err)
+		if _, _, _, sensed := senseOf(err); !sensed && ctx.Err() == nil {
+			h.pathFailed(p, nx, err) // not when the caller gave up
 		}
 		return
 	}

@@ -355,7 +355,7 @@ func (c *collector) records(t0 time.Time) ([]MoveRecord, []ReportRecord) {
 	var reps []ReportRecord
 	for _, e := range c.evs {
 		switch {
-		case e.Kind == daemon.EventALUA && e.Change != nil && !e.Change.Failed && e.Change.To != "" && e.Change.To != e.Change.From:
+		case e.Kind == daemon.EventALUA && e.Change != nil && !e.Change.Failed && e.Change.To != "" && e.Change.From != "" && e.Change.To != e.Change.From:
 			ch := e.Change
 			moves = append(moves, MoveRecord{At: e.Time.Sub(t0), LUNs: ch.LUNs, From: ch.From, To: ch.To, Cause: ch.Cause,
 				Flush: ch.Flush, Stop: ch.Stop})
