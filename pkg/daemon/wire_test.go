@@ -46,10 +46,8 @@ func TestFaultWire(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := array.Loopback(t.TempDir(), 1<<20)
-			d, err := Start(cfg, Options{Logger: quiet(), StatsInterval: -1})
-			require.NoError(t, err)
-			defer d.Stop(5 * time.Second)
+			d := wireDaemon(t)
+			var err error
 			portals := d.Portals()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -160,10 +158,8 @@ func TestFaultWire(t *testing.T) {
 // TestFaultOnFailedNode: a failed node cannot fail again, and its ports
 // follow it: no port fault or repair applies until it restarts.
 func TestFaultOnFailedNode(t *testing.T) {
-	cfg := array.Loopback(t.TempDir(), 1<<20)
-	d, err := Start(cfg, Options{Logger: quiet(), StatsInterval: -1})
-	require.NoError(t, err)
-	defer d.Stop(5 * time.Second)
+	d := wireDaemon(t)
+	var err error
 	_, err = d.Inject(Fault{Kind: FaultPowerLoss, Node: "a"})
 	require.NoError(t, err)
 	for _, f := range []Fault{{Kind: FaultPanic, Node: "a"}, {Kind: FaultCrash, Node: "a"}, {Kind: FaultPowerLoss, Node: "a"}} {
@@ -193,10 +189,8 @@ func TestFaultOnFailedNode(t *testing.T) {
 // open-iscsi's noop_out) keeps an idle session to a serving port, and
 // ends the one to a port that lost power after about interval + timeout.
 func TestNopTimeoutFindsSilence(t *testing.T) {
-	cfg := array.Loopback(t.TempDir(), 1<<20)
-	d, err := Start(cfg, Options{Logger: quiet(), StatsInterval: -1})
-	require.NoError(t, err)
-	defer d.Stop(5 * time.Second)
+	d := wireDaemon(t)
+	var err error
 	portals := d.Portals()
 	var ss []*initiator.Session
 	for i := range portals { // a0 a1 b0 b1
@@ -235,10 +229,8 @@ func TestNopTimeoutFindsSilence(t *testing.T) {
 // ports), the port stays refusing, and a port-up once the address is free
 // listens again.
 func TestRestartListensAgain(t *testing.T) {
-	cfg := array.Loopback(t.TempDir(), 1<<20)
-	d, err := Start(cfg, Options{Logger: quiet(), StatsInterval: -1})
-	require.NoError(t, err)
-	defer d.Stop(5 * time.Second)
+	d := wireDaemon(t)
+	var err error
 	addr := d.Portals()[0].Addr
 	_, err = d.Inject(Fault{Kind: FaultPanic, Node: "a"})
 	require.NoError(t, err)
@@ -258,10 +250,7 @@ func TestRestartListensAgain(t *testing.T) {
 // TestPortModeResetUpRace: a reset and an up of one port at once leave it
 // either refusing (reset) or listening (up), never up and refusing.
 func TestPortModeResetUpRace(t *testing.T) {
-	cfg := array.Loopback(t.TempDir(), 1<<20)
-	d, err := Start(cfg, Options{Logger: quiet(), StatsInterval: -1})
-	require.NoError(t, err)
-	defer d.Stop(5 * time.Second)
+	d := wireDaemon(t)
 	addr := d.Portals()[0].Addr
 	rel := d.Array.Node("a").Ports[0].RelativeID
 	for i := 0; i < 300; i++ {
@@ -284,10 +273,8 @@ func TestPortModeResetUpRace(t *testing.T) {
 // TestSilentPortHoldsBounded: a silent port holds what it accepts, but
 // not without bound: past 256, the oldest held connection is let go.
 func TestSilentPortHoldsBounded(t *testing.T) {
-	cfg := array.Loopback(t.TempDir(), 1<<20)
-	d, err := Start(cfg, Options{Logger: quiet(), StatsInterval: -1})
-	require.NoError(t, err)
-	defer d.Stop(5 * time.Second)
+	d := wireDaemon(t)
+	var err error
 	_, err = d.Inject(Fault{Kind: FaultCablePull, Port: "a0"})
 	require.NoError(t, err)
 	addr := d.Portals()[0].Addr
@@ -311,10 +298,8 @@ func TestSilentPortHoldsBounded(t *testing.T) {
 // node lost power serves again after the restart, and the core counts a
 // path through it as working.
 func TestRestartBringsPortsBack(t *testing.T) {
-	cfg := array.Loopback(t.TempDir(), 1<<20)
-	d, err := Start(cfg, Options{Logger: quiet(), StatsInterval: -1})
-	require.NoError(t, err)
-	defer d.Stop(5 * time.Second)
+	d := wireDaemon(t)
+	var err error
 	for _, f := range []Fault{{Kind: FaultCablePull, Port: "a0"}, {Kind: FaultPowerLoss, Node: "a"}, {Kind: FaultRestart, Node: "a"}} {
 		_, err = d.Inject(f)
 		require.NoError(t, err, "%+v", f)
@@ -338,4 +323,14 @@ func TestRestartBringsPortsBack(t *testing.T) {
 		}
 		return false
 	}, 5*time.Second, 10*time.Millisecond, "the core counts the path through a0 as up")
+}
+
+// wireDaemon starts a loopback array with its fabric, stopped at the end
+// of the test.
+func wireDaemon(t *testing.T) *Daemon {
+	t.Helper()
+	d, err := Start(array.Loopback(t.TempDir(), 1<<20), Options{Logger: quiet(), StatsInterval: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { d.Stop(5 * time.Second) })
+	return d
 }

@@ -161,14 +161,7 @@ func TestConnReinstatementRefusedIntoEndingSession(t *testing.T) {
 		// Find the session and close it from the side, as a cold reset
 		// from the host's other path or a port fault would, while the
 		// host reinstates the connection.
-		tg.mu.Lock()
-		var s *session
-		for _, x := range tg.sessions {
-			if x.tsih == tsih {
-				s = x
-			}
-		}
-		tg.mu.Unlock()
+		s := sessionByTSIH(tg, tsih)
 		require.NotNil(t, s)
 		done := make(chan struct{})
 		go func() {
@@ -225,14 +218,7 @@ func TestConnReinstatementAfterDropNeverRevives(t *testing.T) {
 		c1, _, st, tsih, err := rawLogin(t, addr, isid, 0)
 		require.NoError(t, err)
 		require.Zero(t, st)
-		tg.mu.Lock()
-		var s *session
-		for _, x := range tg.sessions {
-			if x.tsih == tsih {
-				s = x
-			}
-		}
-		tg.mu.Unlock()
+		s := sessionByTSIH(tg, tsih)
 		go func() {
 			time.Sleep(time.Duration(i%40) * 5 * time.Microsecond)
 			c1.Close()
@@ -301,4 +287,16 @@ func TestLoginDuringEndFollowsLogout(t *testing.T) {
 	h.mu.Unlock()
 	evs := rec.get()
 	require.Equal(t, "login", evs[len(evs)-1])
+}
+
+// sessionByTSIH finds the target's session with tsih (nil if none).
+func sessionByTSIH(tg *Target, tsih uint16) *session {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	for _, x := range tg.sessions {
+		if x.tsih == tsih {
+			return x
+		}
+	}
+	return nil
 }
