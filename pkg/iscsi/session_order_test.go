@@ -180,15 +180,7 @@ func TestConnReinstatementRefusedIntoEndingSession(t *testing.T) {
 				// Is the connection served? send a NOP-Out and see.
 				t.Logf("iteration %d: connection reinstatement answered success on an ended session; events tail %v; sessions %d",
 					i, rec.get()[max(0, len(rec.get())-4):], tg.SessionCount())
-				var nop BHS
-				nop.SetOpcode(OpNOPOut)
-				nop[0] |= FlagImmediate
-				nop.SetFlags(FlagFinal)
-				nop.SetITT(7)
-				nop.SetTTT(ReservedTag)
-				c2.Write(AppendPDU(nil, &PDU{BHS: nop}, Digests{}))
-				c2.SetReadDeadline(time.Now().Add(time.Second))
-				r, err := ReadPDU(bufio.NewReader(c2), Digests{}, 1<<20, nil)
+				r, err := pingRaw(c2)
 				if err == nil {
 					hits++
 					t.Logf("the connection answers: opcode %v", r.BHS.Opcode())
@@ -227,15 +219,7 @@ func TestConnReinstatementAfterDropNeverRevives(t *testing.T) {
 		if err == nil && st2 == 0 {
 			ok++
 			time.Sleep(2 * time.Millisecond)
-			var nop BHS
-			nop.SetOpcode(OpNOPOut)
-			nop[0] |= FlagImmediate
-			nop.SetFlags(FlagFinal)
-			nop.SetITT(7)
-			nop.SetTTT(ReservedTag)
-			c2.Write(AppendPDU(nil, &PDU{BHS: nop}, Digests{}))
-			c2.SetReadDeadline(time.Now().Add(time.Second))
-			_, err := ReadPDU(bufio.NewReader(c2), Digests{}, 1<<20, nil)
+			_, err := pingRaw(c2)
 			s.mu.Lock()
 			closed := s.closed
 			s.mu.Unlock()
@@ -299,4 +283,20 @@ func sessionByTSIH(tg *Target, tsih uint16) *session {
 		}
 	}
 	return nil
+}
+
+// pingRaw sends an immediate NOP-Out on a raw connection and reads the
+// next PDU (within a second).
+func pingRaw(c net.Conn) (*PDU, error) {
+	var nop BHS
+	nop.SetOpcode(OpNOPOut)
+	nop[0] |= FlagImmediate
+	nop.SetFlags(FlagFinal)
+	nop.SetITT(7)
+	nop.SetTTT(ReservedTag)
+	if _, err := c.Write(AppendPDU(nil, &PDU{BHS: nop}, Digests{})); err != nil {
+		return nil, err
+	}
+	c.SetReadDeadline(time.Now().Add(time.Second))
+	return ReadPDU(bufio.NewReader(c), Digests{}, 1<<20, nil)
 }
