@@ -259,6 +259,12 @@ func (h *host) end(port uint16, orderly bool) {
 	if !h.sess[port] {
 		return
 	}
+	if _, silent := h.w.silent[port]; silent {
+		// A Logout sent to a silent port never arrives: the array
+		// learns of the end as a fault, as the daemon's silent port
+		// drops the session without a word from the host.
+		orderly = false
+	}
 	h.sess[port] = false
 	h.away = orderly && h.sessions() == 0
 	h.w.srv.NexusLost(h.nexus(port))

@@ -591,13 +591,16 @@ func (w *World) crash(name string) string {
 	w.crashes++
 	w.stats.Crashes++
 	w.m.lost(c.Lost)
+	// The core hears of the node first, as the daemon tells it before
+	// the node's ports drop their sessions: those ends are the node's
+	// loss, not a path fault of each host.
+	w.step(ownership.NodeState{Node: name, Up: false})
 	n := w.arr.Node(name)
 	for _, h := range w.hosts {
 		for _, p := range n.Ports {
 			h.drop(p.RelativeID)
 		}
 	}
-	w.step(ownership.NodeState{Node: name, Up: false})
 	return fmt.Sprintf("lost %s", lossString(c.Lost))
 }
 
@@ -614,7 +617,11 @@ func (w *World) powerLoss(name string) string {
 		return "refused: " + err.Error()
 	}
 	for _, p := range n.Ports {
-		w.silent[p.RelativeID] = w.ticks
+		if _, pulled := w.silent[p.RelativeID]; !pulled {
+			// A port already silent (its cable pulled) keeps the
+			// tick it went quiet: the hosts' pings started then.
+			w.silent[p.RelativeID] = w.ticks
+		}
 	}
 	w.crashes++
 	w.stats.Crashes++
@@ -636,7 +643,9 @@ func (w *World) cable(id uint16, plug bool) string {
 		return "refused: its node is down"
 	}
 	if plug {
-		if _, pulled := w.silent[id]; !pulled {
+		// As the daemon's cable-plug: the port serves again, whether
+		// its cable was pulled or it was disabled.
+		if _, pulled := w.silent[id]; !pulled && w.portUp[id] {
 			return "no change"
 		}
 		w.unsilence(id)
@@ -714,6 +723,13 @@ func (w *World) restart(name string) string {
 		w.unsilence(p.RelativeID) // what a silent port held is reset
 	}
 	w.step(ownership.NodeState{Node: name, Up: true})
+	// Every port serves again, one disabled or with its cable pulled
+	// before the failure included, and the core hears each (as the
+	// daemon's restart).
+	for _, p := range n.Ports {
+		w.portUp[p.RelativeID] = true
+		w.step(ownership.PortState{Node: name, Port: p.RelativeID, Up: true})
+	}
 	for _, h := range w.hosts {
 		h.reconnect()
 	}
@@ -725,6 +741,9 @@ func (w *World) setPort(id uint16, up bool) string {
 	p := w.arr.Port(id)
 	if p == nil {
 		return "refused: no such port"
+	}
+	if !p.Node.Up() {
+		return "refused: its node is down" // as the daemon: restart it first
 	}
 	if w.portUp[id] == up {
 		return "no change"
