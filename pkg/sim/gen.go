@@ -13,7 +13,8 @@ import (
 // steps events drawn by weight, with events tagged to run in the middle of
 // the next move after every event that may start one.
 func Generate(seed uint64, steps int) Script {
-	g := &gen{r: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)), kind: rand.New(rand.NewPCG(seed, 0x6a09e667f3bcc908))}
+	g := &gen{r: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)), kind: rand.New(rand.NewPCG(seed, 0x6a09e667f3bcc908)),
+		down: map[string]bool{}}
 	g.topology()
 	for _, h := range g.hosts {
 		g.add(Event{Verb: "login", Args: []string{h.name}})
@@ -65,13 +66,37 @@ type gen struct {
 	ports []uint16
 	luns  []lunSpec
 	hosts []hostSpec
+	// down: the nodes the script failed and has not restarted yet.
+	down map[string]bool
 }
 
 func (g *gen) add(e Event) {
 	if e.AtLUN == 0 && e.At == "" {
 		e.AtLUN = -1
 	}
+	switch e.Verb {
+	case "crash", "panic", "power-loss":
+		g.down[e.arg(0)] = true
+	case "restart":
+		delete(g.down, e.arg(0))
+	}
 	g.s = append(g.s, e)
+}
+
+// upPorts: the ports of the nodes the script has not failed so far (an
+// estimate: an event tagged for a move may run later than it is listed).
+func (g *gen) upPorts() []uint16 {
+	var ps []uint16
+	rel := uint16(1)
+	for _, n := range g.nodes {
+		for range n.ports {
+			if !g.down[n.name] {
+				ps = append(ps, rel)
+			}
+			rel++
+		}
+	}
+	return ps
 }
 
 func (g *gen) pick(n int) int { return g.r.IntN(n) }
@@ -219,7 +244,13 @@ func (g *gen) event(tagged bool) Event {
 		// or a power loss (silent until each host's ping times out).
 		e.Verb = []string{"crash", "panic", "power-loss", "power-loss"}[g.kind.IntN(4)]
 	case "port":
-		e.Args = []string{strconv.Itoa(int(g.ports[g.pick(len(g.ports))])), []string{"down", "up", "up"}[g.pick(3)]}
+		// Ports of nodes the script has not failed: the array refuses
+		// a port fault on a down node (its ports follow it).
+		ports := g.ports
+		if up := g.upPorts(); len(up) > 0 {
+			ports = up
+		}
+		e.Args = []string{strconv.Itoa(int(ports[g.pick(len(ports))])), []string{"down", "up", "up"}[g.pick(3)]}
 		// A port fault: disabled (down/up) or its cable (pull/plug).
 		if g.kind.IntN(3) == 0 {
 			e.Verb, e.Args = map[string]string{"down": "cable-pull", "up": "cable-plug"}[e.Args[1]], e.Args[:1]

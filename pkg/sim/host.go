@@ -255,6 +255,20 @@ func (h *host) drop(port uint16) { h.end(port, false) }
 // leave ends a path's session with a Logout (an orderly departure).
 func (h *host) leave(port uint16) { h.end(port, true) }
 
+// leaveAll sends a Logout on every session. Those to silent ports are
+// lost and go first: the daemon's silent port ended them as faults when
+// it went quiet, so the array hears the host's last end as its orderly
+// departure whatever the order of its paths.
+func (h *host) leaveAll() {
+	for _, silentFirst := range []bool{true, false} {
+		for _, p := range h.paths {
+			if _, silent := h.w.silent[p]; silent == silentFirst {
+				h.leave(p)
+			}
+		}
+	}
+}
+
 func (h *host) end(port uint16, orderly bool) {
 	if !h.sess[port] {
 		return
@@ -348,9 +362,7 @@ func (h *host) exec(e Event) string {
 	case "logout":
 		// A Logout on every session (a shutdown): an orderly departure.
 		h.rejoin = nil
-		for _, p := range h.paths {
-			h.leave(p)
-		}
+		h.leaveAll()
 		return "0 sessions"
 	case "reboot":
 		// A Logout on every session, then, from the next tick, a login
@@ -358,9 +370,7 @@ func (h *host) exec(e Event) string {
 		// scsi_dh_alua bring the paths back.
 		rejoin := append([]uint16(nil), h.paths...)
 		h.rejoin = rejoin // mid-reboot from its first Logout on
-		for _, p := range h.paths {
-			h.leave(p)
-		}
+		h.leaveAll()
 		h.rejoin = rejoin
 		return fmt.Sprintf("0 sessions, %d to log in", len(h.rejoin))
 	case "scan":

@@ -746,6 +746,13 @@ func (w *World) setPort(id uint16, up bool) string {
 		return "refused: its node is down" // as the daemon: restart it first
 	}
 	if w.portUp[id] == up {
+		if _, pulled := w.silent[id]; pulled && !up {
+			// A pulled cable's port disabled: the daemon resets what
+			// it held, so its hosts learn at once.
+			w.stats.Faults++
+			w.unsilence(id)
+			return "ok"
+		}
 		return "no change"
 	}
 	w.portUp[id] = up
