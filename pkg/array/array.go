@@ -314,23 +314,38 @@ func (a *Array) Node(name string) *Node {
 	return nil
 }
 
-// NAA returns the LU's NAA-6 designator: an IEEE company id field followed
-// by a vendor-specific hash of the target name and LUN id, so it is stable
-// across restarts and the same on every path.
-func (a *Array) NAA(l *LUN) [16]byte {
-	var b [16]byte
-	sum := sha256.Sum256([]byte(fmt.Sprintf("%s/%d", a.cfg.Target, l.ID)))
-	// NAA 6h, IEEE company id 0x000000 (locally administered use), then 100 bits of hash.
-	b[0] = 0x60
-	copy(b[3:], sum[:13])
-	b[3] = b[3]&0x0f | 0x00
+// NAA returns the LU's NAA designator in the locally assigned format
+// (NAA 3h, SPC-4 7.8.6.6.3: 60 bits the array assigns): a hash of the
+// array id and the LUN id, so it is the same on every path and across
+// restarts, and two arrays with different ids do not share one (but by a
+// 2^-60 chance). No IEEE company id is claimed.
+func (a *Array) NAA(l *LUN) []byte {
+	sum := a.identity(l)
+	b := make([]byte, 8)
+	copy(b, sum[:8])
+	b[0] = 0x30 | b[0]&0x0f
 	return b
 }
 
-// Serial is the LU's unit serial number (VPD 0x80).
+// Serial is the LU's unit serial number (VPD 0x80): the LUN id and 48
+// bits of the same hash.
 func (a *Array) Serial(l *LUN) string {
-	sum := sha256.Sum256([]byte(fmt.Sprintf("%s/%d", a.cfg.Target, l.ID)))
-	return fmt.Sprintf("ALUAD%03d%x", l.ID, sum[:6])
+	sum := a.identity(l)
+	return fmt.Sprintf("ALUAD%03d%X", l.ID, sum[8:14])
+}
+
+// ID is the array id the LUNs' identities derive from (the config's
+// array_id; the target name when none is set, as in tests built
+// without a daemon).
+func (a *Array) ID() string {
+	if a.cfg.ArrayID != "" {
+		return a.cfg.ArrayID
+	}
+	return a.cfg.Target
+}
+
+func (a *Array) identity(l *LUN) [32]byte {
+	return sha256.Sum256(fmt.Appendf(nil, "aluad-lu\x00%s\x00%d", a.ID(), l.ID))
 }
 
 // ErrOwnerDown is returned for I/O to a LUN whose owner has failed and
@@ -392,14 +407,47 @@ func (l *LUN) ReadAt(via uint16, p []byte, off int64) error {
 
 // WriteAt implements scsi.Backend; fua makes the write durable before it completes.
 func (l *LUN) WriteAt(via uint16, p []byte, off int64, fua bool) error {
+	return l.WriteAtIf(via, p, off, fua, nil)
+}
+
+// WriteAtIf implements scsi.GuardedBackend: the write goes ahead only if
+// live (when set) still holds once nothing holds it (a move's stop may
+// have held it while a PREEMPT AND ABORT aborted its task).
+func (l *LUN) WriteAtIf(via uint16, p []byte, off int64, fua bool, live func() bool) error {
 	l.io.RLock()
 	defer l.io.RUnlock()
+	if live != nil && !live() {
+		return ErrTaskAborted
+	}
 	owner, err := l.route(via, len(p))
 	if err != nil {
 		return err
 	}
 	return cacheErr(owner.Cache.WriteAt(l.ID, p, off, fua))
 }
+
+// UnmapIf implements scsi.GuardedBackend, as WriteAtIf.
+func (l *LUN) UnmapIf(via uint16, off, length int64, live func() bool) error {
+	l.io.RLock()
+	defer l.io.RUnlock()
+	if live != nil && !live() {
+		return ErrTaskAborted
+	}
+	owner, err := l.route(via, 0)
+	if err != nil {
+		return err
+	}
+	return cacheErr(owner.Cache.Unmap(l.ID, off, length))
+}
+
+// ErrTaskAborted is returned for a write whose task was aborted while it
+// waited (the device server answers TASK ABORTED).
+var ErrTaskAborted error = taskAborted{}
+
+type taskAborted struct{}
+
+func (taskAborted) Error() string     { return "array: task aborted (PREEMPT AND ABORT) while it waited" }
+func (taskAborted) TaskAborted() bool { return true }
 
 // Flush implements scsi.Backend (SYNCHRONIZE CACHE).
 func (l *LUN) Flush(via uint16) error {
@@ -414,13 +462,20 @@ func (l *LUN) Flush(via uint16) error {
 
 // Unmap implements scsi.Backend.
 func (l *LUN) Unmap(via uint16, off, length int64) error {
+	return l.UnmapIf(via, off, length, nil)
+}
+
+// LBAStatus implements scsi.LBAStatuser: the provisioning of the bytes
+// from off as the owner's cache and the media see it.
+func (l *LUN) LBAStatus(via uint16, off int64) (end int64, mapped bool, err error) {
 	l.io.RLock()
 	defer l.io.RUnlock()
 	owner, err := l.route(via, 0)
 	if err != nil {
-		return err
+		return 0, false, err
 	}
-	return cacheErr(owner.Cache.Unmap(l.ID, off, length))
+	end, mapped, err = owner.Cache.Mapped(l.ID, off)
+	return end, mapped, cacheErr(err)
 }
 
 // Sync destages every node's cache and flushes every LUN to stable storage.

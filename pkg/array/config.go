@@ -18,6 +18,10 @@ import (
 type Config struct {
 	// Target is the iSCSI target name served on every port.
 	Target string `yaml:"target"`
+	// ArrayID names this array: every LUN's NAA designator and serial
+	// number derive from it. Empty: the daemon creates one at the first
+	// start and keeps it in the state directory.
+	ArrayID string `yaml:"array_id"`
 	// Data is the directory holding one sparse file per LUN.
 	Data string `yaml:"data"`
 	// ALUA is "implicit" (the product) or "explicit" (the baseline that
@@ -328,8 +332,27 @@ func ParseConfig(raw []byte, path string) (Config, error) {
 	return c, nil
 }
 
+// ValidArrayID checks an array id: 1 to 64 letters, digits, '.', '-'
+// or '_'.
+func ValidArrayID(id string) error {
+	if id == "" || len(id) > 64 {
+		return fmt.Errorf("array id %q: 1 to 64 characters", id)
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_') {
+			return fmt.Errorf("array id %q: letters, digits, '.', '-' and '_' only", id)
+		}
+	}
+	return nil
+}
+
 // Validate checks the configuration and fills per-LUN defaults.
 func (c *Config) Validate() error {
+	if c.ArrayID != "" {
+		if err := ValidArrayID(c.ArrayID); err != nil {
+			return err
+		}
+	}
 	if !strings.HasPrefix(c.Target, "iqn.") && !strings.HasPrefix(c.Target, "eui.") && !strings.HasPrefix(c.Target, "naa.") {
 		return fmt.Errorf("target %q is not an iSCSI name (iqn.YYYY-MM.reverse.domain:name)", c.Target)
 	}

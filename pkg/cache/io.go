@@ -3,6 +3,8 @@ package cache
 import (
 	"fmt"
 	"sort"
+
+	"github.com/aluad/aluad/pkg/media"
 )
 
 // ReadAt reads len(p) bytes of LUN id at off: cached pages from memory,
@@ -432,4 +434,37 @@ func (c *Cache) sortedLUNs() []*lunState {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
 	return out
+}
+
+// Mapped reports the provisioning of LUN id from byte off (GET LBA
+// STATUS): whether the bytes from off are mapped, held by a page not yet
+// on media or allocated on the media, and where that run ends.
+func (c *Cache) Mapped(id uint64, off int64) (end int64, mapped bool, err error) {
+	ls, err := c.lun(id)
+	if err != nil {
+		return 0, false, err
+	}
+	end, mapped, err = media.Run(ls.store, off)
+	if err != nil || mapped {
+		return end, mapped, err
+	}
+	// A deallocated run is cut where a page that will be written (dirty,
+	// or being written) begins: that page is mapped.
+	ps := int64(c.cfg.PageSize)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for idx, pg := range ls.pages {
+		if !pg.dirty && !pg.busy {
+			continue
+		}
+		s, e := idx*ps, (idx+1)*ps
+		if e <= off || s >= end {
+			continue
+		}
+		if s <= off {
+			return min(e, ls.store.Size()), true, nil
+		}
+		end = s
+	}
+	return end, false, nil
 }

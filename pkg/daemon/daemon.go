@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -116,6 +117,17 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 	if opt.EventCapacity <= 0 {
 		opt.EventCapacity = 16384
 	}
+	id, fresh, err := arrayID(cfg, opt.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case opt.StateDir == "" && cfg.ArrayID == "":
+		opt.Logger.Warn("no state directory: the array id is new at each start, so are its LUNs' WWIDs", "array_id", id)
+	case fresh:
+		opt.Logger.Info("new array id", "array_id", id, "file", filepath.Join(opt.StateDir, IdentityFile))
+	}
+	cfg.ArrayID = id
 	arr, err := array.New(cfg, array.Options{Now: opt.Now, Sleep: opt.Sleep, WrapStore: opt.WrapStore, Logger: opt.Logger})
 	if err != nil {
 		return nil, err
@@ -148,6 +160,7 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 	})
 	srv.SetALUA(arrayview.View{Arr: arr, Srv: srv, HostBlind: cfg.Fabric.TCMU()})
 	srv.SetObserver(d)
+	srv.SetOnPersist(func(uint64) { d.stateDirty() })
 	srv.SetLUNMapper(lunMapper{arr})
 	arr.OnChange(func(c array.Change) {
 		arrayview.Announce(srv, c)

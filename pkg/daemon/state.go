@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/scsi"
 )
 
 // Persistent state: what an array must come back with after a restart or
@@ -57,6 +58,12 @@ type State struct {
 	Capacity map[string]float64 `json:"capacity,omitempty"`
 	// Reports is the report history (raised and cleared), oldest first.
 	Reports []ReportRecord `json:"reports"`
+	// Mode holds, per LUN id, the mode parameters a host saved (MODE
+	// SELECT with SP=1), where they differ from the defaults.
+	Mode map[string]scsi.ModeParams `json:"mode,omitempty"`
+	// PR holds, per LUN id, the persistent reservations registered with
+	// APTPL=1 (kept through a restart, as through a power loss).
+	PR map[string]scsi.SavedPR `json:"pr,omitempty"`
 }
 
 // ReportRecord is one raise or clear in the report history.
@@ -212,6 +219,20 @@ func (d *Daemon) Snapshot() State {
 		id := strconv.FormatUint(l.ID, 10)
 		s.Owners[id] = array.SavedOwner{Node: l.Owner().Name, Gen: l.Generation()}
 		s.Preferred[id] = l.Preferred.Name
+		if lu := d.SCSI.LU(l.ID); lu != nil {
+			if m := lu.SavedMode(); m != scsi.DefaultModeParams() {
+				if s.Mode == nil {
+					s.Mode = map[string]scsi.ModeParams{}
+				}
+				s.Mode[id] = m
+			}
+			if pr := lu.SavedPR(); pr != nil {
+				if s.PR == nil {
+					s.PR = map[string]scsi.SavedPR{}
+				}
+				s.PR[id] = *pr
+			}
+		}
 	}
 	if st := d.state; st != nil {
 		st.mu.Lock()
@@ -380,8 +401,34 @@ func (d *Daemon) applyState(s State) error {
 				"lun", l.ID, "saved", p, "config", l.Preferred.Name)
 		}
 	}
+	modes := map[uint64]scsi.ModeParams{}
+	for k, m := range s.Mode {
+		id, err := strconv.ParseUint(k, 10, 64)
+		if err != nil {
+			return fmt.Errorf("mode entry %q: not a LUN id", k)
+		}
+		if d.SCSI.LU(id) != nil {
+			modes[id] = m
+		}
+	}
+	prs := map[uint64]scsi.SavedPR{}
+	for k, pr := range s.PR {
+		id, err := strconv.ParseUint(k, 10, 64)
+		if err != nil {
+			return fmt.Errorf("reservation entry %q: not a LUN id", k)
+		}
+		if d.SCSI.LU(id) != nil {
+			prs[id] = pr
+		}
+	}
 	if err := d.Array.RestoreOwners(owners); err != nil {
 		return err
+	}
+	for id, m := range modes {
+		d.SCSI.LU(id).RestoreMode(m)
+	}
+	for id, pr := range prs {
+		d.SCSI.LU(id).RestorePR(pr)
 	}
 	if _, err := d.Array.SetMappings(mappings); err != nil {
 		return err

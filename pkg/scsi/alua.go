@@ -169,10 +169,11 @@ func setTargetPortGroups(x *exec) ([]byte, error) {
 	if plen == 0 {
 		return nil, nil
 	}
-	if len(x.c.Data) < plen {
-		return nil, Sense(ReasonParamListLength)
+	d, err := x.dataOut(plen)
+	if err != nil {
+		return nil, err
 	}
-	reqs, err := ParseSTPG(x.c.Data[:plen])
+	reqs, err := ParseSTPG(d)
 	if err != nil {
 		return nil, err
 	}

@@ -52,6 +52,10 @@ func mediaErr(err error, write bool) error {
 	}
 	// The array's "owner failed, failover in progress": the LU is
 	// transitioning (SPC-4 5.15.2.4.6), so the host retries.
+	var ab interface{ TaskAborted() bool }
+	if errors.As(err, &ab) && ab.TaskAborted() {
+		return statusErr(StatusTaskAborted)
+	}
 	var tr interface{ ALUATransitioning() bool }
 	if errors.As(err, &tr) && tr.ALUATransitioning() {
 		return Sense(ReasonNotReadyTransitioning)
@@ -84,7 +88,7 @@ func (x *exec) read(a rwArgs) ([]byte, error) {
 	}
 	buf := make([]byte, int(a.blocks)*x.lu.blockSize())
 	if err := x.lu.cfg.Backend.ReadAt(x.via(), buf, x.off(a.lba)); err != nil {
-		return nil, mediaErr(err, false)
+		return nil, x.lu.countMediaErr(mediaErr(err, false))
 	}
 	return buf, nil
 }
@@ -112,9 +116,8 @@ func writeVerify(x *exec) ([]byte, error) {
 	return nil, nil
 }
 
-// write writes the data-out buffer. When the initiator sent less than the
-// CDB asks for (iSCSI EDTL < transfer length), only the whole blocks sent
-// are written and the fabric reports the overflow residual.
+// write writes the data-out buffer: the transfer length's worth of it
+// (see dataOut for a transport that sent more or less).
 func (x *exec) write(a rwArgs, fua bool) error {
 	bs := x.lu.blockSize()
 	x.dataOutLen = int(a.blocks) * bs
@@ -127,13 +130,62 @@ func (x *exec) write(a rwArgs, fua bool) error {
 	if err := x.writable(); err != nil {
 		return err
 	}
-	n := min(int(a.blocks), len(x.c.Data)/bs)
-	if n == 0 {
+	if a.blocks == 0 {
 		return nil
+	}
+	data, err := x.dataOut(int(a.blocks) * bs)
+	if err != nil {
+		return err
 	}
 	x.lu.rw.RLock()
 	defer x.lu.rw.RUnlock()
-	if err := x.lu.cfg.Backend.WriteAt(x.via(), x.c.Data[:n*bs], x.off(a.lba), fua); err != nil {
+	return x.writeAt(data, x.off(a.lba), fua)
+}
+
+// dataOut takes the n bytes of data-out the CDB asks for. A transport
+// that carried fewer (iSCSI EDTL below the CDB's length) gets INVALID
+// FIELD IN COMMAND INFORMATION UNIT and nothing is done, as LIO answers;
+// one that carried more has the rest ignored. Either way the fabric
+// reports the residual against n (SAM-5 5.4.3, RFC 7143 11.4.5.1).
+func (x *exec) dataOut(n int) ([]byte, error) {
+	x.dataOutLen = n
+	if len(x.c.Data) < n {
+		return nil, Sense(ReasonInvalidFieldInIU)
+	}
+	return x.c.Data[:n], nil
+}
+
+// writeAt writes to the LU's backend. With the write cache disabled
+// (WCE=0) every write is on stable media before GOOD, as with FUA
+// (SBC-3 6.4.5).
+// A task a PREEMPT AND ABORT aborted is not carried out (TASK ABORTED).
+func (x *exec) writeAt(p []byte, off int64, fua bool) error {
+	fua = fua || x.lu.writeThrough.Load()
+	var err error
+	if g, ok := x.lu.cfg.Backend.(GuardedBackend); ok {
+		err = g.WriteAtIf(x.via(), p, off, fua, x.live)
+	} else if !x.live() {
+		return statusErr(StatusTaskAborted)
+	} else {
+		err = x.lu.cfg.Backend.WriteAt(x.via(), p, off, fua)
+	}
+	if err != nil {
+		return x.lu.countMediaErr(mediaErr(err, true))
+	}
+	return nil
+}
+
+// unmapAt deallocates through the LU's backend, as writeAt writes.
+func (x *exec) unmapAt(off, length int64) error {
+	var err error
+	if g, ok := x.lu.cfg.Backend.(GuardedBackend); ok {
+		err = g.UnmapIf(x.via(), off, length, x.live)
+	} else if !x.live() {
+		return statusErr(StatusTaskAborted)
+	} else {
+		err = x.lu.cfg.Backend.Unmap(x.via(), off, length)
+	}
+	if err != nil {
 		return mediaErr(err, true)
 	}
 	return nil
@@ -177,8 +229,8 @@ func verify(x *exec) ([]byte, error) {
 	if a.blocks == 0 || bytchk == 0 {
 		return nil, nil
 	}
-	if len(x.c.Data) < x.dataOutLen {
-		return nil, Sense(ReasonParamListLength)
+	if _, err := x.dataOut(x.dataOutLen); err != nil {
+		return nil, err
 	}
 	buf, err := x.read(a)
 	if err != nil {
@@ -268,26 +320,22 @@ func writeSame(x *exec) ([]byte, error) {
 	if ndob {
 		block = make([]byte, bs)
 	} else {
-		if len(x.c.Data) < bs {
-			return nil, Sense(ReasonParamListLength)
+		var err error
+		if block, err = x.dataOut(bs); err != nil {
+			return nil, err
 		}
-		block = x.c.Data[:bs]
 	}
-	be := x.lu.cfg.Backend
 	x.lu.rw.RLock()
 	defer x.lu.rw.RUnlock()
 	if a.flags&0x08 != 0 && allZero(block) { // UNMAP with zeroed data: deallocate
-		if err := be.Unmap(x.via(), x.off(a.lba), int64(a.blocks)*int64(bs)); err != nil {
-			return nil, mediaErr(err, true)
-		}
-		return nil, nil
+		return nil, x.unmapAt(x.off(a.lba), int64(a.blocks)*int64(bs))
 	}
 	const chunkBlocks = 2048
 	buf := bytes.Repeat(block, int(min(a.blocks, chunkBlocks)))
 	for done := uint64(0); done < a.blocks; {
 		n := min(a.blocks-done, chunkBlocks)
-		if err := be.WriteAt(x.via(), buf[:int(n)*bs], x.off(a.lba+done), false); err != nil {
-			return nil, mediaErr(err, true)
+		if err := x.writeAt(buf[:int(n)*bs], x.off(a.lba+done), false); err != nil {
+			return nil, err
 		}
 		done += n
 	}
@@ -314,13 +362,16 @@ func unmap(x *exec) ([]byte, error) {
 	if plen == 0 {
 		return nil, nil
 	}
-	if plen < 8 || len(x.c.Data) < plen {
+	if plen < 8 {
 		return nil, Sense(ReasonParamListLength)
+	}
+	d, err := x.dataOut(plen)
+	if err != nil {
+		return nil, err
 	}
 	if err := x.writable(); err != nil {
 		return nil, err
 	}
-	d := x.c.Data[:plen]
 	descLen := int(be16(d[2:]))
 	if descLen > plen-8 {
 		descLen = (plen - 8) &^ 15
@@ -348,7 +399,7 @@ func unmap(x *exec) ([]byte, error) {
 		if e.n == 0 {
 			continue
 		}
-		if err := x.lu.cfg.Backend.Unmap(x.via(), int64(e.lba)*bs, int64(e.n)*bs); err != nil {
+		if err := x.unmapAt(int64(e.lba)*bs, int64(e.n)*bs); err != nil {
 			return nil, mediaErr(err, true)
 		}
 	}
@@ -381,8 +432,9 @@ func compareAndWrite(x *exec) ([]byte, error) {
 	if err := x.writable(); err != nil {
 		return nil, err
 	}
-	if len(x.c.Data) != x.dataOutLen {
-		return nil, Sense(ReasonParamListLength)
+	data, err := x.dataOut(x.dataOutLen)
+	if err != nil {
+		return nil, err
 	}
 	size := int(n) * bs
 	x.lu.rw.Lock()
@@ -392,13 +444,10 @@ func compareAndWrite(x *exec) ([]byte, error) {
 	if err := be.ReadAt(x.via(), cur, x.off(lba)); err != nil {
 		return nil, mediaErr(err, false)
 	}
-	if i := firstDiff(cur, x.c.Data[:size]); i >= 0 {
+	if i := firstDiff(cur, data[:size]); i >= 0 {
 		return nil, &SenseError{Reason: ReasonMiscompare, Info: uint64(i), HasInfo: true}
 	}
-	if err := be.WriteAt(x.via(), x.c.Data[size:], x.off(lba), cdb[1]&0x08 != 0); err != nil {
-		return nil, mediaErr(err, true)
-	}
-	return nil, nil
+	return nil, x.writeAt(data[size:], x.off(lba), cdb[1]&0x08 != 0)
 }
 
 // orWrite implements ORWRITE(16) (SBC-3 5.8) as a single-command OR of the
@@ -422,8 +471,9 @@ func orWrite(x *exec) ([]byte, error) {
 	if err := x.writable(); err != nil {
 		return nil, err
 	}
-	if len(x.c.Data) < x.dataOutLen {
-		return nil, Sense(ReasonParamListLength)
+	data, err := x.dataOut(x.dataOutLen)
+	if err != nil {
+		return nil, err
 	}
 	x.lu.rw.Lock()
 	defer x.lu.rw.Unlock()
@@ -433,12 +483,9 @@ func orWrite(x *exec) ([]byte, error) {
 		return nil, mediaErr(err, false)
 	}
 	for i := range cur {
-		cur[i] |= x.c.Data[i]
+		cur[i] |= data[i]
 	}
-	if err := be.WriteAt(x.via(), cur, x.off(a.lba), a.flags&0x08 != 0); err != nil {
-		return nil, mediaErr(err, true)
-	}
-	return nil, nil
+	return nil, x.writeAt(cur, x.off(a.lba), a.flags&0x08 != 0)
 }
 
 // readDefect answers READ DEFECT DATA 10/12 (SBC-3 5.19, 5.20) with an

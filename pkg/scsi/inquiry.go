@@ -37,11 +37,13 @@ func inquiry(x *exec) ([]byte, error) {
 	var page []byte
 	switch cdb[2] {
 	case 0x00:
-		page = vpdPage(0x00, []byte{0x00, 0x80, 0x83, 0xb0, 0xb1, 0xb2})
+		page = vpdPage(0x00, []byte{0x00, 0x80, 0x83, 0x86, 0xb0, 0xb1, 0xb2})
 	case 0x80:
 		page = vpdPage(0x80, []byte(x.lu.cfg.Identity.Serial))
 	case 0x83:
 		page = vpdPage(0x83, x.deviceIdentification())
+	case 0x86:
+		page = vpdPage(0x86, extendedInquiry())
 	case 0xb0:
 		page = vpdPage(0xb0, blockLimits(x.lu))
 	case 0xb1:
@@ -119,7 +121,9 @@ const protoISCSI = 0x5
 func (x *exec) deviceIdentification() []byte {
 	id := x.lu.cfg.Identity
 	var b []byte
-	b = append(b, designator(0, 1, 0, 3, false, id.NAA[:])...)
+	if len(id.NAA) > 0 {
+		b = append(b, designator(0, 1, 0, 3, false, id.NAA)...)
+	}
 	t10 := append(pad(id.Vendor, 8), []byte(id.Serial)...)
 	b = append(b, designator(0, 2, 0, 1, false, t10)...)
 	port := x.c.Nexus.TargetPort
@@ -142,6 +146,18 @@ func scsiName(s string) []byte {
 	n := (len(s) + 1 + 3) &^ 3
 	b := make([]byte, n)
 	copy(b, s)
+	return b
+}
+
+// extendedInquiry is the Extended INQUIRY Data page (SPC-4 7.8.7): no
+// protection information, SIMPLE task attributes (every command is run as
+// one), a volatile write cache (WCE), unit attentions cleared per I_T_L
+// nexus (LUICLR).
+func extendedInquiry() []byte {
+	b := make([]byte, 0x3c)
+	b[1] = 0x01 // SIMPSUP
+	b[2] = 0x01 // V_SUP: a volatile cache; NV_SUP=0
+	b[3] = 0x01 // LUICLR
 	return b
 }
 
@@ -210,6 +226,8 @@ func serviceActionIn16(x *exec) ([]byte, error) {
 	switch x.cdb()[1] & 0x1f {
 	case SAReadCapacity16:
 		return readCapacity16(x)
+	case SAGetLBAStatus:
+		return getLBAStatus(x)
 	}
 	return nil, InvalidCDBField(1, 4)
 }
@@ -280,4 +298,52 @@ func (s *Server) tpgs() byte {
 // String describes a LU for logs.
 func (lu *LU) String() string {
 	return fmt.Sprintf("LUN %d (%d x %d B)", lu.cfg.LUN, lu.cfg.Blocks, lu.cfg.BlockSize)
+}
+
+// maxLBAStatusDescs bounds one GET LBA STATUS answer.
+const maxLBAStatusDescs = 256
+
+// getLBAStatus answers GET LBA STATUS (SBC-3 5.16): from the starting LBA,
+// consecutive runs of mapped (0) and deallocated (1) blocks, as many as
+// the allocation length holds. A block partly mapped is mapped.
+func getLBAStatus(x *exec) ([]byte, error) {
+	cdb := x.cdb()
+	lba := be64(cdb[2:])
+	allocLen := int(be32(cdb[10:]))
+	if lba >= x.lu.blocks() {
+		return nil, Sense(ReasonLBAOutOfRange)
+	}
+	descs := min(maxLBAStatusDescs, max(allocLen-8, 0)/16)
+	bs := int64(x.lu.blockSize())
+	st, _ := x.lu.cfg.Backend.(LBAStatuser)
+	b := make([]byte, 8, 8+16*max(descs, 1))
+	for i := 0; lba < x.lu.blocks() && (i < descs || i == 0); i++ {
+		end, mapped := x.lu.blocks(), true
+		if st != nil {
+			e, m, err := st.LBAStatus(x.via(), int64(lba)*bs)
+			if err != nil {
+				return nil, mediaErr(err, false)
+			}
+			mapped = m
+			if mapped {
+				end = uint64((e + bs - 1) / bs)
+			} else {
+				end = uint64(e / bs)
+			}
+			if end <= lba { // a block partly mapped
+				end, mapped = lba+1, true
+			}
+		}
+		end = min(end, x.lu.blocks(), lba+0xffffffff)
+		d := make([]byte, 16)
+		binary.BigEndian.PutUint64(d, lba)
+		binary.BigEndian.PutUint32(d[8:], uint32(end-lba))
+		if !mapped {
+			d[12] = 0x01 // deallocated
+		}
+		b = append(b, d...)
+		lba = end
+	}
+	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
+	return alloc(b, allocLen), nil
 }

@@ -1,6 +1,9 @@
 package scsi
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // LU is one logical unit's device-server state: mode parameters, power
 // state, reservations and unit attentions. Media lives behind Backend.
@@ -10,22 +13,28 @@ type LU struct {
 	// the read side (they may run concurrently), CAW takes the write side.
 	rw sync.RWMutex
 
-	mu      sync.Mutex
-	mode    modeState
-	stopped bool
-	prevent map[Nexus]bool
+	mu   sync.Mutex
+	mode modeState
+	// saved: the mode parameters MODE SELECT saved (SP=1).
+	saved modeState
+	// writeThrough mirrors !mode.wce for the write path (no lock there).
+	writeThrough atomic.Bool
+	stopped      bool
+	prevent      map[Nexus]bool
 	// SPC-2 RESERVE(6) holder.
 	resv *Nexus
 	pr   prState
 	ua   uaQueues
 	io   ioStats
+	logs logCounters
 }
 
 func newLU(cfg LUConfig) *LU {
 	lu := &LU{cfg: cfg, prevent: map[Nexus]bool{}}
-	lu.mode = defaultModeState()
+	lu.saved = defaultModeState()
+	lu.setMode(lu.saved)
 	lu.ua.q = map[Nexus][]Reason{}
-	lu.pr.regs = map[Nexus]uint64{}
+	lu.pr = newPRState()
 	return lu
 }
 

@@ -12,6 +12,51 @@ type modeState struct {
 
 func defaultModeState() modeState { return modeState{wce: true} }
 
+// ModeParams are a LU's changeable mode parameters: what MODE SELECT with
+// SP=1 saves, MODE SENSE reports as saved values, and a restart restores
+// (the daemon keeps them in its state).
+type ModeParams struct {
+	// WCE: write-back caching (false: every write is on stable media
+	// before GOOD, as with FUA).
+	WCE    bool `json:"wce"`
+	RCD    bool `json:"rcd,omitempty"`
+	DSense bool `json:"dsense,omitempty"`
+	SWP    bool `json:"swp,omitempty"`
+}
+
+// DefaultModeParams are the parameters a LU starts with.
+func DefaultModeParams() ModeParams { return defaultModeState().params() }
+
+func (m modeState) params() ModeParams {
+	return ModeParams{WCE: m.wce, RCD: m.rcd, DSense: m.dsense, SWP: m.swp}
+}
+
+func (p ModeParams) state() modeState {
+	return modeState{wce: p.WCE, rcd: p.RCD, dsense: p.DSense, swp: p.SWP}
+}
+
+// SavedMode returns the LU's saved mode parameters.
+func (lu *LU) SavedMode() ModeParams {
+	lu.mu.Lock()
+	defer lu.mu.Unlock()
+	return lu.saved.params()
+}
+
+// RestoreMode makes p the LU's saved and current mode parameters (at
+// start, from the saved state).
+func (lu *LU) RestoreMode(p ModeParams) {
+	lu.mu.Lock()
+	defer lu.mu.Unlock()
+	lu.saved = p.state()
+	lu.setMode(lu.saved)
+}
+
+// setMode makes m current; lu.mu is held.
+func (lu *LU) setMode(m modeState) {
+	lu.mode = m
+	lu.writeThrough.Store(!m.wce)
+}
+
 // modePage is one supported page: its code, how to render it for a page
 // control value, and the mask of changeable bits.
 type modePage struct {
@@ -91,14 +136,11 @@ func findModePage(code byte) *modePage {
 
 // modePagesFor renders the requested page(s) for page control pc.
 func (x *exec) modePagesFor(pc, code, sub byte) ([]byte, error) {
-	if pc == 3 {
-		return nil, Sense(ReasonSavingParamsUnsupported)
-	}
 	if sub != 0 && !(code == 0x3f && sub == 0xff) {
 		return nil, InvalidCDBField(3, 7)
 	}
 	x.lu.mu.Lock()
-	cur := x.lu.mode
+	cur, saved := x.lu.mode, x.lu.saved
 	x.lu.mu.Unlock()
 	one := func(p *modePage) []byte {
 		switch pc {
@@ -106,6 +148,8 @@ func (x *exec) modePagesFor(pc, code, sub byte) ([]byte, error) {
 			return append([]byte{p.code, p.mask[1]}, p.mask[2:]...)
 		case 2:
 			return p.render(defaultModeState())
+		case 3:
+			return p.render(saved)
 		}
 		return p.render(cur)
 	}
@@ -210,16 +254,17 @@ func modeSelect10(x *exec) ([]byte, error) {
 // INVALID FIELD IN PARAMETER LIST and nothing is applied.
 func (x *exec) modeSelect(flags byte, plen, hdrLen int) error {
 	x.dataOutLen = plen
-	if flags&0x01 != 0 { // SP: saving pages is not supported
-		return InvalidCDBField(1, 0)
-	}
+	save := flags&0x01 != 0 // SP: save the pages as well
 	if plen == 0 {
 		return nil
 	}
-	if len(x.c.Data) < plen || plen < hdrLen {
+	if plen < hdrLen {
 		return Sense(ReasonParamListLength)
 	}
-	d := x.c.Data[:plen]
+	d, err := x.dataOut(plen)
+	if err != nil {
+		return err
+	}
 	var bdLen int
 	if hdrLen == 4 {
 		bdLen = int(d[3])
@@ -258,8 +303,15 @@ func (x *exec) modeSelect(flags byte, plen, hdrLen int) error {
 	}
 	x.lu.mu.Lock()
 	changed := x.lu.mode != next
-	x.lu.mode = next
+	x.lu.setMode(next)
+	saved := save && x.lu.saved != next
+	if save {
+		x.lu.saved = next
+	}
 	x.lu.mu.Unlock()
+	if saved && x.s.onPersist != nil {
+		x.s.onPersist(x.c.LUN)
+	}
 	if changed {
 		x.desc = next.dsense
 		x.s.mu.RLock()

@@ -29,6 +29,7 @@ const (
 	OpReadDefect10      = 0x37
 	OpWriteSame10       = 0x41
 	OpUnmap             = 0x42
+	OpLogSense          = 0x4d
 	OpModeSelect10      = 0x55
 	OpModeSense10       = 0x5a
 	OpPRIn              = 0x5e
@@ -163,6 +164,8 @@ func buildOpTable() [256]opEntry {
 		usage: u(0x41, 0xe8, 0xff, 0xff, 0xff, 0xff, 0x1f, 0xff, 0xff, 0)}
 	t[OpUnmap] = opEntry{io: ioWrite, name: "UNMAP", cdbLen: 10, handler: unmap, needsMedium: true, pr: prWrite,
 		usage: u(0x42, 0x01, 0, 0, 0, 0, 0x1f, 0xff, 0xff, 0)}
+	t[OpLogSense] = opEntry{alua: allowStandby, name: "LOG SENSE", cdbLen: 10, handler: logSense,
+		usage: u(0x4d, 0x03, 0xff, 0xff, 0, 0xff, 0xff, 0xff, 0xff, 0)}
 	t[OpModeSelect10] = opEntry{alua: allowStandby, name: "MODE SELECT(10)", cdbLen: 10, handler: modeSelect10, pr: prWrite,
 		usage: u(0x55, 0x11, 0, 0, 0, 0, 0, 0xff, 0xff, 0)}
 	t[OpModeSense10] = opEntry{alua: allowStandby, name: "MODE SENSE(10)", cdbLen: 10, handler: modeSense10, pr: prRead,
@@ -228,10 +231,13 @@ func buildOpTable() [256]opEntry {
 	return t
 }
 
-// conflicts applies SPC-2 and persistent reservations (SPC-4 5.13.1).
-func (op *opEntry) conflicts(lu *LU, c *Command) bool {
+// conflicts applies SPC-2 and persistent reservations (SPC-4 5.13.1). It
+// also reads, under the same lock, how many PREEMPT AND ABORTs the LU has
+// seen: the task is aborted if a later one preempts its nexus.
+func (op *opEntry) conflicts(lu *LU, c *Command, aborts *uint64) bool {
 	lu.mu.Lock()
 	defer lu.mu.Unlock()
+	*aborts = lu.pr.aborts
 	if lu.resv != nil && *lu.resv != c.Nexus {
 		return !op.resv2OK
 	}

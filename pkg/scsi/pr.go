@@ -2,7 +2,10 @@ package scsi
 
 import (
 	"encoding/binary"
+	"fmt"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -16,34 +19,78 @@ const (
 	prTypeEAAR = 8 // Exclusive Access, All Registrants
 )
 
+// itn names an I_T nexus as reservations do: the initiator port and the
+// relative target port (SPC-4 5.13.2); registrations outlive sessions.
+type itn struct {
+	iport string
+	tport uint16
+}
+
+func itnOf(n Nexus) itn { return itn{normPort(n.InitiatorPort), n.TargetPort} }
+
+// normPort writes an iSCSI initiator port name one way: lower case, the
+// ISID in 12 hex digits ("<name>,i,0x<isid>"), so a TransportID typed by
+// hand names the nexus the target saw.
+func normPort(s string) string {
+	s = strings.ToLower(s)
+	name, isid, ok := strings.Cut(s, ",i,0x")
+	if !ok || len(isid) == 12 {
+		return s
+	}
+	v, err := strconv.ParseUint(isid, 16, 48)
+	if err != nil {
+		return s
+	}
+	return fmt.Sprintf("%s,i,0x%012x", name, v)
+}
+
 // prState is the persistent reservation state of one LU (SPC-4 5.13).
 // Registrations are per I_T nexus. Guarded by LU.mu.
 type prState struct {
 	generation uint32
-	regs       map[Nexus]uint64
-	holder     *Nexus // nil when not reserved
-	typ        byte
+	regs       map[itn]uint64
+	// allTgPt: the initiator ports registered with ALL_TG_PT=1 (on every
+	// target port at once; changed and removed together).
+	allTgPt map[string]bool
+	holder  *itn // nil when not reserved
+	typ     byte
+	// aptpl: the last REGISTER asked for persistence through power loss.
+	aptpl bool
+	// aborts counts the PREEMPT AND ABORTs that preempted someone;
+	// abortedAt is, per I_T nexus, the count after the last one that
+	// preempted it: its tasks that passed the reservation check before
+	// are not carried out (queued, or held in a move, when it happened).
+	aborts    uint64
+	abortedAt map[itn]uint64
+}
+
+func newPRState() prState {
+	return prState{regs: map[itn]uint64{}, allTgPt: map[string]bool{}, abortedAt: map[itn]uint64{}}
 }
 
 func (p *prState) allRegistrants() bool { return p.typ == prTypeWEAR || p.typ == prTypeEAAR }
 
-func (p *prState) isHolder(n Nexus) bool {
+func (p *prState) isHolder(k itn) bool {
 	if p.holder == nil {
 		return false
 	}
 	if p.allRegistrants() {
-		_, ok := p.regs[n]
+		_, ok := p.regs[k]
 		return ok
 	}
-	return *p.holder == n
+	return *p.holder == k
 }
 
 // conflicts implements SPC-4 table 68 for media commands.
 func (p *prState) conflicts(n Nexus, write bool) bool {
-	if p.holder == nil || p.isHolder(n) {
+	if p.holder == nil {
 		return false
 	}
-	_, registered := p.regs[n]
+	k := itnOf(n)
+	if p.isHolder(k) {
+		return false
+	}
+	_, registered := p.regs[k]
 	switch p.typ {
 	case prTypeWE:
 		return write
@@ -55,6 +102,21 @@ func (p *prState) conflicts(n Nexus, write bool) bool {
 		return !registered
 	}
 	return false
+}
+
+// group is the registration k belongs to: every I_T nexus of its
+// initiator port when it was made with ALL_TG_PT, else k alone.
+func (p *prState) group(k itn) []itn {
+	if !p.allTgPt[k.iport] {
+		return []itn{k}
+	}
+	var g []itn
+	for r := range p.regs {
+		if r.iport == k.iport {
+			g = append(g, r)
+		}
+	}
+	return g
 }
 
 func validPRType(t byte) bool {
@@ -79,8 +141,8 @@ func prIn(x *exec) ([]byte, error) {
 	case 0: // READ KEYS
 		b = make([]byte, 8)
 		binary.BigEndian.PutUint32(b, p.generation)
-		for _, n := range sortedNexuses(p.regs) {
-			b = binary.BigEndian.AppendUint64(b, p.regs[n])
+		for _, k := range sortedITNs(p.regs) {
+			b = binary.BigEndian.AppendUint64(b, p.regs[k])
 		}
 		binary.BigEndian.PutUint32(b[4:], uint32(len(b)-8))
 	case 1: // READ RESERVATION
@@ -98,22 +160,35 @@ func prIn(x *exec) ([]byte, error) {
 	case 2: // REPORT CAPABILITIES (SPC-4 6.15.4)
 		b = make([]byte, 8)
 		binary.BigEndian.PutUint16(b, 8)
-		b[2] = 0x10                             // CRH: compatible reservation handling
-		b[3] = 0x80                             // TMV: type mask valid; ALLOW COMMANDS 000b
+		b[2] = 0x10 | 0x04 | 0x01 // CRH, ATP_C (ALL_TG_PT), PTPL_C (APTPL)
+		b[3] = 0x80               // TMV: type mask valid; ALLOW COMMANDS 000b
+		if p.aptpl {
+			b[3] |= 0x01 // PTPL_A
+		}
 		b[4] = 0x80 | 0x40 | 0x20 | 0x08 | 0x02 // WR_EX_AR EX_AC_RO WR_EX_RO EX_AC WR_EX
 		b[5] = 0x01                             // EX_AC_AR
 	case 3: // READ FULL STATUS (SPC-4 6.15.5)
 		b = make([]byte, 8)
 		binary.BigEndian.PutUint32(b, p.generation)
-		for _, n := range sortedNexuses(p.regs) {
+		shown := map[string]bool{}
+		for _, k := range sortedITNs(p.regs) {
+			all := p.allTgPt[k.iport]
+			if all && shown[k.iport] {
+				continue // one descriptor for a registration on every port
+			}
+			shown[k.iport] = true
 			d := make([]byte, 24)
-			binary.BigEndian.PutUint64(d, p.regs[n])
-			if p.isHolder(n) {
-				d[12] = 0x01 // R_HOLDER
+			binary.BigEndian.PutUint64(d, p.regs[k])
+			if all {
+				d[12] |= 0x02 // ALL_TG_PT; the relative target port is not used
+			} else {
+				binary.BigEndian.PutUint16(d[18:], k.tport)
+			}
+			if p.isHolder(k) || all && p.holder != nil && p.holder.iport == k.iport {
+				d[12] |= 0x01 // R_HOLDER
 				d[13] = p.typ
 			}
-			binary.BigEndian.PutUint16(d[18:], n.TargetPort)
-			tid := iscsiTransportID(n.InitiatorPort)
+			tid := iscsiTransportID(k.iport)
 			binary.BigEndian.PutUint32(d[20:], uint32(len(tid)))
 			b = append(b, d...)
 			b = append(b, tid...)
@@ -140,125 +215,254 @@ func iscsiTransportID(port string) []byte {
 	return b
 }
 
-func sortedNexuses(m map[Nexus]uint64) []Nexus {
-	out := make([]Nexus, 0, len(m))
-	for n := range m {
-		out = append(out, n)
+// parseISCSITransportID reads an iSCSI TransportID naming an initiator
+// port (format 01b: "<name>,i,0x<isid>"), as REGISTER AND MOVE carries it.
+func parseISCSITransportID(b []byte) (string, bool) {
+	if len(b) < 4 || b[0]&0x0f != 0x05 || b[0]>>6 != 1 {
+		return "", false
+	}
+	n := int(be16(b[2:]))
+	if n < 4 || 4+n > len(b) {
+		return "", false
+	}
+	s := string(b[4 : 4+n])
+	if i := strings.IndexByte(s, 0); i >= 0 {
+		s = s[:i]
+	}
+	name, isid, ok := strings.Cut(strings.ToLower(s), ",i,0x")
+	if !ok || name == "" || len(isid) == 0 || len(isid) > 12 {
+		return "", false
+	}
+	if _, err := strconv.ParseUint(isid, 16, 48); err != nil {
+		return "", false
+	}
+	return normPort(s), true
+}
+
+func sortedITNs(m map[itn]uint64) []itn {
+	out := make([]itn, 0, len(m))
+	for k := range m {
+		out = append(out, k)
 	}
 	sort.Slice(out, func(i, j int) bool {
-		if c := strings.Compare(out[i].InitiatorPort, out[j].InitiatorPort); c != 0 {
+		if c := strings.Compare(out[i].iport, out[j].iport); c != 0 {
 			return c < 0
 		}
-		return out[i].TargetPort < out[j].TargetPort
+		return out[i].tport < out[j].tport
 	})
 	return out
 }
 
-// prOut carries out PERSISTENT RESERVE OUT (SPC-4 6.16, 5.13).
+// prOut carries out PERSISTENT RESERVE OUT (SPC-4 6.16, 5.13). A PREEMPT
+// AND ABORT returns only once no task of a preempted I_T nexus can still
+// change the medium: those that began before it are aborted (TASK
+// ABORTED when they reach the media) and the writes already past that
+// point have finished.
 func prOut(x *exec) ([]byte, error) {
+	ports := x.s.targetPortIDs()
+	x.lu.mu.Lock()
+	was := x.lu.pr.aptpl
+	x.lu.mu.Unlock()
+	aborted, err := x.prOutLocked(ports)
+	if aborted {
+		x.lu.rw.Lock() // every write that took the read side has ended
+		x.lu.rw.Unlock()
+	}
+	x.lu.mu.Lock()
+	persist := was || x.lu.pr.aptpl
+	x.lu.mu.Unlock()
+	if err == nil && persist && x.s.onPersist != nil {
+		x.s.onPersist(x.c.LUN) // APTPL: saved across power loss
+	}
+	return nil, err
+}
+
+func (x *exec) prOutLocked(ports []uint16) (aborted bool, err error) {
 	cdb := x.cdb()
 	sa := cdb[1] & 0x1f
 	scope, typ := cdb[2]>>4, cdb[2]&0x0f
 	plen := int(be32(cdb[5:]))
 	x.dataOutLen = plen
-	if sa > 6 {
-		return nil, InvalidCDBField(1, 4) // REGISTER AND MOVE is not supported
+	if sa > 7 {
+		return false, InvalidCDBField(1, 4)
 	}
-	if plen != 24 {
-		return nil, Sense(ReasonParamListLength)
+	if sa == 7 && plen < 24 || sa != 7 && plen != 24 {
+		return false, Sense(ReasonParamListLength)
 	}
-	if len(x.c.Data) < 24 {
-		return nil, Sense(ReasonParamListLength)
+	d, err := x.dataOut(plen)
+	if err != nil {
+		return false, err
 	}
-	d := x.c.Data[:24]
 	key, saKey := be64(d), be64(d[8:])
 	flags := d[20]
-	if flags&0x08 != 0 || flags&0x04 != 0 { // SPEC_I_PT, ALL_TG_PT unsupported
-		return nil, Sense(ReasonInvalidFieldInParam)
-	}
-	if flags&0x01 != 0 { // APTPL: persist through power loss is not offered
-		return nil, Sense(ReasonInvalidFieldInParam)
+	if sa != 7 && flags&0x08 != 0 { // SPEC_I_PT is not offered
+		return false, Sense(ReasonInvalidFieldInParam)
 	}
 	lu := x.lu
 	lu.mu.Lock()
 	defer lu.mu.Unlock()
 	if lu.resv != nil { // SPC-2 reservation present (SPC-4 5.13.3, CRH)
-		return nil, statusErr(StatusReservationConflict)
+		return false, statusErr(StatusReservationConflict)
 	}
 	p := &lu.pr
-	n := x.c.Nexus
-	cur, registered := p.regs[n]
+	k := itnOf(x.c.Nexus)
+	cur, registered := p.regs[k]
 	switch sa {
 	case 0, 6: // REGISTER, REGISTER AND IGNORE EXISTING KEY
 		if sa == 0 {
 			if !registered && key != 0 || registered && key != cur {
-				return nil, statusErr(StatusReservationConflict)
+				return false, statusErr(StatusReservationConflict)
 			}
 		}
 		if !registered {
 			if saKey == 0 {
-				return nil, nil
+				return false, nil
 			}
-			p.regs[n] = saKey
+			targets := []itn{k}
+			if flags&0x04 != 0 { // ALL_TG_PT: every target port of the array
+				targets = targets[:0]
+				for _, tp := range ports {
+					t := itn{k.iport, tp}
+					if _, taken := p.regs[t]; taken {
+						return false, statusErr(StatusReservationConflict)
+					}
+					targets = append(targets, t)
+				}
+				p.allTgPt[k.iport] = true
+			}
+			for _, t := range targets {
+				p.regs[t] = saKey
+			}
 		} else if saKey == 0 {
-			x.unregister(n)
+			for _, g := range p.group(k) {
+				x.unregister(g)
+			}
+			delete(p.allTgPt, k.iport)
 		} else {
-			p.regs[n] = saKey
+			for _, g := range p.group(k) {
+				p.regs[g] = saKey
+			}
 		}
+		p.aptpl = flags&0x01 != 0
 		p.generation++
-		return nil, nil
+		return false, nil
 	}
 	if !registered || key != cur {
-		return nil, statusErr(StatusReservationConflict)
+		return false, statusErr(StatusReservationConflict)
 	}
 	switch sa {
 	case 1: // RESERVE
 		if scope != 0 {
-			return nil, InvalidCDBField(2, 7)
+			return false, InvalidCDBField(2, 7)
 		}
 		if !validPRType(typ) {
-			return nil, InvalidCDBField(2, 3)
+			return false, InvalidCDBField(2, 3)
 		}
 		if p.holder == nil {
-			h := n
+			h := k
 			p.holder, p.typ = &h, typ
-			return nil, nil
+			return false, nil
 		}
-		if p.isHolder(n) && p.typ == typ {
-			return nil, nil
+		if p.isHolder(k) && p.typ == typ {
+			return false, nil
 		}
-		return nil, statusErr(StatusReservationConflict)
+		return false, statusErr(StatusReservationConflict)
 	case 2: // RELEASE
-		if p.holder == nil || !p.isHolder(n) {
-			return nil, nil
+		if p.holder == nil || !p.isHolder(k) {
+			return false, nil
 		}
 		if scope != 0 || p.typ != typ {
-			return nil, Sense(ReasonInvalidReleaseOfPR)
+			return false, Sense(ReasonInvalidReleaseOfPR)
 		}
-		x.releasePR(n)
-		return nil, nil
+		x.releasePR(k)
+		return false, nil
 	case 3: // CLEAR
 		for r := range p.regs {
-			if r != n {
-				lu.ua.add(r, ReasonUAReservationsPreempted)
+			if r != k {
+				x.uaTo(r, ReasonUAReservationsPreempted)
 			}
 		}
-		p.regs = map[Nexus]uint64{}
+		p.regs = map[itn]uint64{}
+		p.allTgPt = map[string]bool{}
 		p.holder = nil
 		p.generation++
-		return nil, nil
+		return false, nil
 	case 4, 5: // PREEMPT, PREEMPT AND ABORT
-		return nil, x.preempt(n, saKey, scope, typ)
+		preempted, err := x.preempt(k, saKey, scope, typ)
+		if err != nil || sa == 4 {
+			return false, err
+		}
+		if len(preempted) == 0 {
+			return false, nil
+		}
+		p.aborts++
+		for _, r := range preempted {
+			p.abortedAt[r] = p.aborts
+		}
+		return true, nil
+	case 7: // REGISTER AND MOVE
+		return false, x.registerAndMove(k, d, saKey, typ, scope, ports)
 	}
-	return nil, InvalidCDBField(1, 4)
+	return false, InvalidCDBField(1, 4)
 }
 
-// unregister removes n's registration; a holder's reservation goes with it
-// (for all-registrants types, only when the last registrant leaves).
-func (x *exec) unregister(n Nexus) {
+// registerAndMove implements REGISTER AND MOVE (SPC-4 5.13.8): the
+// reservation holder registers another I_T nexus, named by a TransportID
+// and a relative target port, and hands it the reservation.
+func (x *exec) registerAndMove(k itn, d []byte, saKey uint64, typ, scope byte, ports []uint16) error {
 	p := &x.lu.pr
-	wasHolder := p.isHolder(n)
-	delete(p.regs, n)
+	if p.holder == nil || !p.isHolder(k) || p.allRegistrants() {
+		return statusErr(StatusReservationConflict)
+	}
+	if d[17]&0x04 != 0 || saKey == 0 {
+		return Sense(ReasonInvalidFieldInParam)
+	}
+	tidLen := int(be32(d[20:]))
+	if 24+tidLen > len(d) {
+		return Sense(ReasonParamListLength)
+	}
+	iport, ok := parseISCSITransportID(d[24 : 24+tidLen])
+	tport := be16(d[18:])
+	if !ok || !slices.Contains(ports, tport) {
+		return Sense(ReasonInvalidFieldInParam)
+	}
+	dest := itn{iport, tport}
+	if dest == k {
+		return Sense(ReasonInvalidFieldInParam)
+	}
+	_ = scope
+	p.regs[dest] = saKey
+	h := dest
+	p.holder, p.typ = &h, typ
+	if !validPRType(typ) {
+		p.typ = prTypeWE
+	}
+	if d[17]&0x02 != 0 { // UNREG: the source leaves
+		delete(p.regs, k)
+		delete(p.allTgPt, k.iport)
+	}
+	p.aptpl = d[17]&0x01 != 0
+	p.generation++
+	return nil
+}
+
+// uaTo queues a unit attention for every logged-in nexus that is k.
+func (x *exec) uaTo(k itn, r Reason) {
+	x.s.mu.RLock()
+	defer x.s.mu.RUnlock()
+	for n := range x.s.nexuses {
+		if itnOf(n) == k {
+			x.lu.ua.add(n, r)
+		}
+	}
+}
+
+// unregister removes k's registration; a holder's reservation goes with it
+// (for all-registrants types, only when the last registrant leaves).
+func (x *exec) unregister(k itn) {
+	p := &x.lu.pr
+	wasHolder := p.isHolder(k)
+	delete(p.regs, k)
 	if !wasHolder {
 		return
 	}
@@ -268,12 +472,12 @@ func (x *exec) unregister(n Nexus) {
 		}
 		return
 	}
-	x.releasePR(n)
+	x.releasePR(k)
 }
 
 // releasePR drops the reservation; registrants of RO/AR types learn of it
 // through RESERVATIONS RELEASED (SPC-4 5.13.11.2).
-func (x *exec) releasePR(by Nexus) {
+func (x *exec) releasePR(by itn) {
 	p := &x.lu.pr
 	typ := p.typ
 	p.holder = nil
@@ -282,25 +486,28 @@ func (x *exec) releasePR(by Nexus) {
 	}
 	for r := range p.regs {
 		if r != by {
-			x.lu.ua.add(r, ReasonUAReservationsReleased)
+			x.uaTo(r, ReasonUAReservationsReleased)
 		}
 	}
 }
 
-// preempt implements SPC-4 5.13.11.4.
-func (x *exec) preempt(n Nexus, saKey uint64, scope, typ byte) error {
+// preempt implements SPC-4 5.13.11.4 and returns the I_T nexuses whose
+// registrations it removed.
+func (x *exec) preempt(k itn, saKey uint64, scope, typ byte) ([]itn, error) {
 	p := &x.lu.pr
+	var removed []itn
 	remove := func(match func(uint64) bool) int {
-		removed := 0
-		for r, k := range p.regs {
-			if r == n || !match(k) {
+		n := 0
+		for r, key := range p.regs {
+			if r == k || !match(key) {
 				continue
 			}
 			delete(p.regs, r)
-			x.lu.ua.add(r, ReasonUARegistrationsPreempted)
-			removed++
+			removed = append(removed, r)
+			x.uaTo(r, ReasonUARegistrationsPreempted)
+			n++
 		}
-		return removed
+		return n
 	}
 	takeOver := func() error {
 		if scope != 0 {
@@ -309,42 +516,47 @@ func (x *exec) preempt(n Nexus, saKey uint64, scope, typ byte) error {
 		if !validPRType(typ) {
 			return InvalidCDBField(2, 3)
 		}
-		h := n
+		h := k
 		p.holder, p.typ = &h, typ
 		return nil
 	}
 	switch {
 	case p.holder == nil:
 		if saKey == 0 {
-			return Sense(ReasonInvalidFieldInParam)
+			return nil, Sense(ReasonInvalidFieldInParam)
 		}
-		if remove(func(k uint64) bool { return k == saKey }) == 0 {
-			return statusErr(StatusReservationConflict)
+		if remove(func(key uint64) bool { return key == saKey }) == 0 {
+			return nil, statusErr(StatusReservationConflict)
 		}
 	case p.allRegistrants():
 		if saKey == 0 {
 			remove(func(uint64) bool { return true })
 			if err := takeOver(); err != nil {
-				return err
+				return nil, err
 			}
-		} else if remove(func(k uint64) bool { return k == saKey }) == 0 {
-			return statusErr(StatusReservationConflict)
+		} else if remove(func(key uint64) bool { return key == saKey }) == 0 {
+			return nil, statusErr(StatusReservationConflict)
 		}
 	case p.regs[*p.holder] == saKey:
-		remove(func(k uint64) bool { return k == saKey })
+		remove(func(key uint64) bool { return key == saKey })
 		if err := takeOver(); err != nil {
-			return err
+			return nil, err
 		}
 	default:
 		if saKey == 0 {
-			return Sense(ReasonInvalidFieldInParam)
+			return nil, Sense(ReasonInvalidFieldInParam)
 		}
-		if remove(func(k uint64) bool { return k == saKey }) == 0 {
-			return statusErr(StatusReservationConflict)
+		if remove(func(key uint64) bool { return key == saKey }) == 0 {
+			return nil, statusErr(StatusReservationConflict)
+		}
+	}
+	for _, r := range removed {
+		if !slices.ContainsFunc(sortedITNs(p.regs), func(o itn) bool { return o.iport == r.iport }) {
+			delete(p.allTgPt, r.iport)
 		}
 	}
 	p.generation++
-	return nil
+	return removed, nil
 }
 
 // reserve6 implements RESERVE(6) (SPC-2 7.21): an exclusive reservation
@@ -378,4 +590,61 @@ func release6(x *exec) ([]byte, error) {
 		lu.resv = nil
 	}
 	return nil, nil
+}
+
+// SavedPR is a LU's persistent reservation state as APTPL keeps it
+// through a power loss (SPC-4 5.13.5): what the daemon saves.
+type SavedPR struct {
+	Generation    uint32              `json:"generation"`
+	Type          byte                `json:"type,omitempty"`
+	Registrations []SavedRegistration `json:"registrations"`
+}
+
+// SavedRegistration is one registered I_T nexus.
+type SavedRegistration struct {
+	InitiatorPort string `json:"initiator_port"`
+	TargetPort    uint16 `json:"target_port"`
+	Key           uint64 `json:"key"`
+	AllTgPt       bool   `json:"all_tg_pt,omitempty"`
+	Holder        bool   `json:"holder,omitempty"`
+}
+
+// SavedPR returns the state to keep, or nil when the last REGISTER did
+// not ask for persistence (APTPL=0): a power loss then clears it.
+func (lu *LU) SavedPR() *SavedPR {
+	lu.mu.Lock()
+	defer lu.mu.Unlock()
+	p := &lu.pr
+	if !p.aptpl {
+		return nil
+	}
+	s := &SavedPR{Generation: p.generation, Registrations: []SavedRegistration{}}
+	if p.holder != nil {
+		s.Type = p.typ
+	}
+	for _, k := range sortedITNs(p.regs) {
+		s.Registrations = append(s.Registrations, SavedRegistration{InitiatorPort: k.iport, TargetPort: k.tport,
+			Key: p.regs[k], AllTgPt: p.allTgPt[k.iport], Holder: p.holder != nil && *p.holder == k})
+	}
+	return s
+}
+
+// RestorePR brings back saved state at start.
+func (lu *LU) RestorePR(s SavedPR) {
+	lu.mu.Lock()
+	defer lu.mu.Unlock()
+	p := newPRState()
+	p.generation, p.aptpl = s.Generation, true
+	for _, r := range s.Registrations {
+		k := itn{normPort(r.InitiatorPort), r.TargetPort}
+		p.regs[k] = r.Key
+		if r.AllTgPt {
+			p.allTgPt[k.iport] = true
+		}
+		if r.Holder && validPRType(s.Type) {
+			h := k
+			p.holder, p.typ = &h, s.Type
+		}
+	}
+	lu.pr = p
 }

@@ -65,6 +65,9 @@ const (
 	ReasonLowPowerCondition
 	ReasonDataPhaseError
 	ReasonSTPGFailed // 67/0A
+	// ReasonInvalidFieldInIU: the transport carried less data-out than
+	// the CDB asks for (05/0E/03, SAM-5 5.4.3, RFC 7143 11.4.5.1).
+	ReasonInvalidFieldInIU
 )
 
 type senseCode struct {
@@ -78,6 +81,7 @@ var reasons = map[Reason]senseCode{
 	ReasonInvalidFieldInCDB:                 {KeyIllegalRequest, 0x24, 0x00, "INVALID FIELD IN CDB"},
 	ReasonInvalidFieldInParam:               {KeyIllegalRequest, 0x26, 0x00, "INVALID FIELD IN PARAMETER LIST"},
 	ReasonParamListLength:                   {KeyIllegalRequest, 0x1a, 0x00, "PARAMETER LIST LENGTH ERROR"},
+	ReasonInvalidFieldInIU:                  {KeyIllegalRequest, 0x0e, 0x03, "INVALID FIELD IN COMMAND INFORMATION UNIT"},
 	ReasonLBAOutOfRange:                     {KeyIllegalRequest, 0x21, 0x00, "LOGICAL BLOCK ADDRESS OUT OF RANGE"},
 	ReasonLUNotSupported:                    {KeyIllegalRequest, 0x25, 0x00, "LOGICAL UNIT NOT SUPPORTED"},
 	ReasonSavingParamsUnsupported:           {KeyIllegalRequest, 0x39, 0x00, "SAVING PARAMETERS NOT SUPPORTED"},

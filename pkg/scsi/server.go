@@ -2,6 +2,7 @@ package scsi
 
 import (
 	"encoding/binary"
+	"slices"
 	"fmt"
 	"sort"
 	"sync"
@@ -19,15 +20,22 @@ type Backend interface {
 	Unmap(via uint16, off, length int64) error
 }
 
+// LBAStatuser is a Backend that reports provisioning (GET LBA STATUS):
+// whether the bytes from off are mapped, and where that run ends. A
+// Backend without it reports every block mapped.
+type LBAStatuser interface {
+	LBAStatus(via uint16, off int64) (end int64, mapped bool, err error)
+}
+
 // Identity is what INQUIRY reports about a LU; equal on every path.
 type Identity struct {
 	Vendor   string // 8 chars
 	Product  string // 16 chars
 	Revision string // 4 chars
 	Serial   string // VPD 0x80
-	// NAA is the 16-byte NAA IEEE Registered Extended designator (type 3,
-	// NAA 6) that hosts use to group paths into one device.
-	NAA [16]byte
+	// NAA is the LU's NAA designator (type 3; 8 bytes for NAA 2h, 3h
+	// and 5h, 16 for 6h) that hosts use to group paths into one device.
+	NAA []byte
 }
 
 // LUConfig describes one logical unit.
@@ -59,9 +67,28 @@ type Server struct {
 	alua     ALUA
 	mapper   atomic.Pointer[mapperBox]
 	observer Observer
+	// onPersist: a LU's saved parameters changed (SetOnPersist).
+	onPersist func(lun uint64)
 	// now reads the clock for per-nexus busy time.
 	now func() time.Time
 }
+
+// targetPortIDs lists the relative ids of the target ports.
+func (s *Server) targetPortIDs() []uint16 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	ids := make([]uint16, 0, len(s.ports))
+	for id := range s.ports {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// SetOnPersist sets what is called when a LU's persistent parameters
+// change (mode pages saved with SP=1, reservations under APTPL): the
+// daemon saves them in its state. Set before serving.
+func (s *Server) SetOnPersist(f func(lun uint64)) { s.onPersist = f }
 
 // SetObserver attaches the control path's listener (RTPG receipts).
 func (s *Server) SetObserver(o Observer) {
@@ -108,6 +135,9 @@ func (s *Server) AddLU(cfg LUConfig) (*LU, error) {
 	}
 	if cfg.Backend == nil {
 		return nil, fmt.Errorf("scsi: LUN %d: no backend", cfg.LUN)
+	}
+	if err := checkNAA(cfg.Identity.NAA); err != nil {
+		return nil, fmt.Errorf("scsi: LUN %d: %w", cfg.LUN, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -312,7 +342,7 @@ func (s *Server) gateAndRun(op *opEntry, x *exec) Response {
 	if x.state, e = s.aluaGate(c); e != nil {
 		return checkCondition(e, desc)
 	}
-	if op.conflicts(lu, c) {
+	if op.conflicts(lu, c, &x.aborts) {
 		return Response{Status: StatusReservationConflict, DataOutLen: 0}
 	}
 	if lu.isStopped() && op.needsMedium {
@@ -359,6 +389,31 @@ type exec struct {
 	dataOutLen int
 	// state is the ALUA access state the command arrived in.
 	state AccessState
+	// aborts: the LU's PREEMPT AND ABORT count when the task passed the
+	// reservation check (see live).
+	aborts uint64
+}
+
+// live reports whether the task may still change the medium: no PREEMPT
+// AND ABORT has preempted its nexus since it passed the reservation
+// check (SPC-4 5.13.11.2.4).
+func (x *exec) live() bool {
+	x.lu.mu.Lock()
+	defer x.lu.mu.Unlock()
+	p := &x.lu.pr
+	if p.aborts == x.aborts {
+		return true
+	}
+	return p.abortedAt[itnOf(x.c.Nexus)] <= x.aborts
+}
+
+// GuardedBackend is a Backend whose writes may wait (a move's stop holds
+// them): it asks live once the write may go ahead and, if a PREEMPT AND
+// ABORT aborted the task meanwhile, does not carry it out and returns an
+// error with a TaskAborted() true method.
+type GuardedBackend interface {
+	WriteAtIf(via uint16, p []byte, off int64, fua bool, live func() bool) error
+	UnmapIf(via uint16, off, length int64, live func() bool) error
 }
 
 func (x *exec) cdb() []byte { return x.c.CDB }
@@ -373,4 +428,17 @@ func alloc(data []byte, n int) []byte {
 		return data[:n]
 	}
 	return data
+}
+
+// checkNAA checks an NAA designator's length against its NAA field
+// (SPC-4 7.8.6.6): 8 bytes for NAA 2h, 3h and 5h, 16 for 6h.
+func checkNAA(naa []byte) error {
+	if len(naa) == 0 {
+		return nil // none reported (tests of the device server alone)
+	}
+	want := map[byte]int{2: 8, 3: 8, 5: 8, 6: 16}[naa[0]>>4]
+	if want == 0 || len(naa) != want {
+		return fmt.Errorf("NAA designator % x: NAA %xh needs %d bytes", naa, naa[0]>>4, want)
+	}
+	return nil
 }

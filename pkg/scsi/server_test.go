@@ -3,6 +3,7 @@ package scsi
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"sync"
 	"testing"
 
@@ -14,11 +15,16 @@ type memBackend struct {
 	mu      sync.Mutex
 	b       []byte
 	flushes int
+	// failReads: reads fail as a medium error would.
+	failReads bool
 }
 
 func (m *memBackend) ReadAt(_ uint16, p []byte, off int64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.failReads {
+		return errors.New("medium error")
+	}
 	copy(p, m.b[off:])
 	return nil
 }
@@ -47,7 +53,7 @@ func newTestServer(t *testing.T) (*Server, *memBackend) {
 	s.AddTargetPort(TargetPortInfo{RelativeID: 3, Name: "iqn.t.x:a,t,0x0003"})
 	be := &memBackend{b: make([]byte, 1<<20)}
 	_, err := s.AddLU(LUConfig{LUN: 0, BlockSize: 512, Blocks: 2048, Backend: be,
-		Identity: Identity{Vendor: "ALUAD", Product: "test", Revision: "1", Serial: "SER0", NAA: [16]byte{0x60, 1, 2, 3}}})
+		Identity: Identity{Vendor: "ALUAD", Product: "test", Revision: "1", Serial: "SER0", NAA: []byte{0x30, 1, 2, 3, 4, 5, 6, 7}}})
 	require.NoError(t, err)
 	s.NexusUp(n1)
 	s.NexusUp(n2)
@@ -63,6 +69,12 @@ func senseOf(t *testing.T, r Response) (byte, byte, byte) {
 	ps, err := ParseSense(r.Sense)
 	require.NoError(t, err)
 	return ps.Key, ps.ASC, ps.ASCQ
+}
+
+func getLBAStatusCDB(lba uint64, alloc uint32) []byte {
+	c := cdb16(OpServiceActionIn16, lba, alloc)
+	c[1] = SAGetLBAStatus
+	return c
 }
 
 func cdb16(op byte, lba uint64, n uint32) []byte {
@@ -91,7 +103,13 @@ func TestCommandSenseTable(t *testing.T) {
 		{"VPD page unknown", 0, []byte{0x12, 1, 0x99, 0, 255, 0}, nil, KeyIllegalRequest, 0x24, 0},
 		{"NACA in control byte", 0, []byte{0, 0, 0, 0, 0, 0x04}, nil, KeyIllegalRequest, 0x24, 0},
 		{"WRITE SAME zero blocks (WSNZ)", 0, []byte{0x41, 0, 0, 0, 0, 0, 0, 0, 0, 0}, make([]byte, 512), KeyIllegalRequest, 0x24, 0},
-		{"MODE SENSE saved values", 0, []byte{0x1a, 0, 0xc0 | 0x3f, 0, 255, 0}, nil, KeyIllegalRequest, 0x39, 0},
+		{"WRITE(10) with less data-out than its transfer length", 0, []byte{0x2a, 0, 0, 0, 0, 0, 0, 0, 2, 0}, make([]byte, 700),
+			KeyIllegalRequest, 0x0e, 0x03},
+		{"MODE SELECT with less data-out than its parameter list", 0, []byte{0x15, 0x10, 0, 0, 24, 0}, make([]byte, 12),
+			KeyIllegalRequest, 0x0e, 0x03},
+		{"LOG SENSE of a page it has not", 0, []byte{0x4d, 0, 0x40 | 0x30, 0, 0, 0, 0, 0, 255, 0}, nil, KeyIllegalRequest, 0x24, 0},
+		{"LOG SENSE saving parameters", 0, []byte{0x4d, 0x01, 0x40 | 0x0d, 0, 0, 0, 0, 0, 255, 0}, nil, KeyIllegalRequest, 0x24, 0},
+		{"GET LBA STATUS past the end", 0, getLBAStatusCDB(2048, 64), nil, KeyIllegalRequest, 0x21, 0},
 		{"STPG without ALUA", 0, []byte{0xa4, 0x0a, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0}, make([]byte, 4), KeyIllegalRequest, 0x20, 0},
 	}
 	for _, tc := range tests {
@@ -232,7 +250,8 @@ func TestVPD83PerPort(t *testing.T) {
 		return r.Data
 	}
 	a, b := get(n1), get(n2)
-	require.Equal(t, a[4:24], b[4:24], "the NAA designator is the same on every path")
+	require.Equal(t, a[4:16], b[4:16], "the NAA designator is the same on every path")
+	require.Equal(t, []byte{0x01, 0x03, 0x00, 0x08, 0x30, 1, 2, 3, 4, 5, 6, 7}, a[4:16], "an NAA 3h designator of 8 bytes")
 	require.NotEqual(t, a, b, "the relative target port differs per path")
 }
 
@@ -254,6 +273,12 @@ func FuzzExecute(f *testing.F) {
 	f.Add(proutCDB(4, 1), prParams(1, 0))
 	f.Add([]byte{0x55, 0x10, 0, 0, 0, 0, 0, 0, 20, 0}, make([]byte, 20))
 	f.Add([]byte{0xa3, 0x0c, 0x82, 0x9e, 0, 0x10, 0, 0, 1, 0, 0, 0}, []byte{})
+	// MODE SELECT(6) of the caching page, saved (WCE off).
+	f.Add([]byte{0x15, 0x11, 0, 0, 24, 0}, append([]byte{0, 0, 0, 0, 0x08, 18}, make([]byte, 18)...))
+	f.Add([]byte{OpLogSense, 0, 0x40 | 0x02, 0, 0, 0, 3, 0, 255, 0}, []byte{})
+	f.Add([]byte{OpLogSense, 0, 0x00, 0xff, 0, 0, 0, 0, 8, 0}, []byte{})
+	f.Add(getLBAStatusCDB(3, 40), []byte{})
+	f.Add([]byte{0x12, 1, 0x86, 0, 255, 0}, []byte{})
 	s := NewServer()
 	be := &memBackend{b: make([]byte, 64*512)}
 	s.AddLU(LUConfig{LUN: 0, BlockSize: 512, Blocks: 64, Backend: be})

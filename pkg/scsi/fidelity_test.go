@@ -1,0 +1,171 @@
+package scsi
+
+import (
+	"bytes"
+	"encoding/binary"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func logSenseCDB(page, sub byte) []byte { return []byte{OpLogSense, 0, 0x40 | page, sub, 0, 0, 0, 0x04, 0, 0} }
+
+// logParams parses a log page's parameters into code -> value.
+func logParams(t *testing.T, page []byte) map[uint16][]byte {
+	t.Helper()
+	require.GreaterOrEqual(t, len(page), 4)
+	b := page[4 : 4+int(binary.BigEndian.Uint16(page[2:]))]
+	out := map[uint16][]byte{}
+	for len(b) >= 4 {
+		n := int(b[3])
+		require.LessOrEqual(t, 4+n, len(b))
+		out[binary.BigEndian.Uint16(b)] = b[4 : 4+n]
+		b = b[4+n:]
+	}
+	require.Empty(t, b)
+	return out
+}
+
+func TestLogSense(t *testing.T) {
+	s, be := newTestServer(t)
+	ex := func(cdb []byte) Response { return s.Execute(&Command{Nexus: n1, CDB: cdb}) }
+	r := ex(logSenseCDB(0, 0))
+	require.Equal(t, StatusGood, r.Status)
+	pages := r.Data[4:]
+	require.Equal(t, []byte{0x00, 0x02, 0x03, 0x0d, 0x2f}, pages, "supported pages")
+	for _, p := range pages {
+		r := ex(logSenseCDB(p, 0))
+		require.Equal(t, StatusGood, r.Status, "page %02x", p)
+		require.Equal(t, p, r.Data[0]&0x3f)
+	}
+	r = ex(logSenseCDB(0, 0xff))
+	require.Equal(t, StatusGood, r.Status)
+	require.Equal(t, byte(0x40), r.Data[0]&0x40, "SPF for the subpages list")
+	// Temperature: not available (FFh); no failure predicted.
+	require.Equal(t, []byte{0, 0xff}, logParams(t, ex(logSenseCDB(0x0d, 0)).Data)[0])
+	require.Equal(t, []byte{0, 0, 0xff}, logParams(t, ex(logSenseCDB(0x2f, 0)).Data)[0])
+	// The read error counter counts the MEDIUM ERRORs reported.
+	uncorrected := func(page byte) uint64 {
+		return binary.BigEndian.Uint64(logParams(t, ex(logSenseCDB(page, 0)).Data)[6])
+	}
+	require.Zero(t, uncorrected(0x03))
+	be.failReads = true
+	for range 3 {
+		require.Equal(t, StatusCheckCondition, ex(cdb16(OpRead16, 0, 1)).Status)
+	}
+	be.failReads = false
+	require.Equal(t, uint64(3), uncorrected(0x03))
+	require.Zero(t, uncorrected(0x02))
+	// The parameter pointer skips lower codes; allocation length truncates.
+	cdb := logSenseCDB(0x0d, 0)
+	cdb[6] = 1
+	require.NotContains(t, logParams(t, ex(cdb).Data), uint16(0))
+	cdb = logSenseCDB(0x02, 0)
+	cdb[7], cdb[8] = 0, 6
+	require.Len(t, ex(cdb).Data, 6)
+}
+
+func TestExtendedInquiryVPD(t *testing.T) {
+	s, _ := newTestServer(t)
+	r := s.Execute(&Command{Nexus: n1, CDB: []byte{0x12, 1, 0x00, 0, 255, 0}})
+	require.Equal(t, StatusGood, r.Status)
+	require.Contains(t, string(r.Data[4:]), "\x86", "listed among the supported VPD pages")
+	r = s.Execute(&Command{Nexus: n1, CDB: []byte{0x12, 1, 0x86, 0, 255, 0}})
+	require.Equal(t, StatusGood, r.Status)
+	require.Equal(t, byte(0x86), r.Data[1])
+	require.Equal(t, uint16(0x3c), binary.BigEndian.Uint16(r.Data[2:]))
+	require.Equal(t, byte(0x01), r.Data[5]&0x07, "SIMPSUP only")
+	require.Equal(t, byte(0x01), r.Data[6]&0x03, "a volatile cache, no non-volatile one")
+	require.Equal(t, byte(0x01), r.Data[7]&0x01, "LUICLR")
+}
+
+// Every data-out command meets a transport that carried less or more
+// than its CDB asks for as SAM-5 allows: less is refused with 05/0E/03
+// and nothing is written; more is cut to the CDB's length. Either way the
+// response names the CDB's length, so the fabric reports the residual.
+func TestDataOutLengthMismatch(t *testing.T) {
+	const bs = 512
+	rw := func(op byte, n byte) []byte {
+		switch op {
+		case OpWrite6:
+			return []byte{op, 0, 0, 8, n, 0}
+		case OpWrite10, OpWriteVerify10, OpWriteSame10:
+			return []byte{op, 0, 0, 0, 0, 8, 0, 0, n, 0}
+		case OpWrite12, OpWriteVerify12:
+			return []byte{op, 0, 0, 0, 0, 8, 0, 0, 0, n, 0, 0}
+		}
+		c := cdb16(op, 8, uint32(n))
+		if op == OpCompareAndWrite {
+			c[13], c[12] = n, 0
+		}
+		return c
+	}
+	tests := []struct {
+		name  string
+		cdb   []byte
+		need  int  // the CDB's data-out length
+		write bool // the command writes blocks 8.. when it runs
+	}{
+		{"WRITE(6)", rw(OpWrite6, 2), 2 * bs, true},
+		{"WRITE(10)", rw(OpWrite10, 2), 2 * bs, true},
+		{"WRITE(12)", rw(OpWrite12, 2), 2 * bs, true},
+		{"WRITE(16)", rw(OpWrite16, 2), 2 * bs, true},
+		{"WRITE AND VERIFY(10)", rw(OpWriteVerify10, 2), 2 * bs, true},
+		{"WRITE AND VERIFY(12)", rw(OpWriteVerify12, 2), 2 * bs, true},
+		{"WRITE AND VERIFY(16)", rw(OpWriteVerify16, 2), 2 * bs, true},
+		{"WRITE SAME(10)", rw(OpWriteSame10, 2), bs, true},
+		{"WRITE SAME(16)", rw(OpWriteSame16, 2), bs, true},
+		{"ORWRITE(16)", rw(OpOrWrite16, 2), 2 * bs, true},
+		{"COMPARE AND WRITE", rw(OpCompareAndWrite, 1), 2 * bs, true},
+		{"UNMAP", []byte{OpUnmap, 0, 0, 0, 0, 0, 0, 0, 24, 0}, 24, false},
+		{"VERIFY(16) BYTCHK=1", func() []byte { c := rw(OpVerify16, 2); c[1] = 0x02; return c }(), 2 * bs, false},
+		{"PERSISTENT RESERVE OUT", proutCDB(0, 0), 24, false},
+		{"MODE SELECT(10)", []byte{OpModeSelect10, 0x10, 0, 0, 0, 0, 0, 0, 8, 0}, 8, false},
+	}
+	for _, tc := range tests {
+		for _, short := range []bool{true, false} {
+			name := tc.name + map[bool]string{true: " with less data", false: " with more data"}[short]
+			t.Run(name, func(t *testing.T) {
+				s, be := newTestServer(t)
+				full := tc.need + bs + 100
+				n := full
+				if short {
+					n = tc.need / 2
+				}
+				data := bytes.Repeat([]byte{'b'}, full)
+				if tc.name == "COMPARE AND WRITE" {
+					copy(data, make([]byte, bs)) // compares equal with the zeroed blocks
+				}
+				if tc.name == "UNMAP" {
+					data = make([]byte, full)
+					binary.BigEndian.PutUint16(data, 22)
+					binary.BigEndian.PutUint16(data[2:], 16)
+					binary.BigEndian.PutUint64(data[8:], 8)
+					binary.BigEndian.PutUint32(data[16:], 1)
+				}
+				if tc.name == "MODE SELECT(10)" || tc.name == "VERIFY(16) BYTCHK=1" {
+					data = make([]byte, full) // a bare header; blocks of zeros
+				}
+				if tc.name == "PERSISTENT RESERVE OUT" {
+					data = make([]byte, full)
+					copy(data, prParams(0, 0xa1))
+				}
+				data = data[:n]
+				before := append([]byte(nil), be.b[8*bs:12*bs]...)
+				r := s.Execute(&Command{Nexus: n1, CDB: tc.cdb, Data: data})
+				require.Equal(t, tc.need, r.DataOutLen, "the CDB's length, for the residual")
+				if short {
+					_, asc, ascq := senseOf(t, r)
+					require.Equal(t, []byte{0x0e, 0x03}, []byte{asc, ascq})
+					require.Equal(t, before, be.b[8*bs:12*bs], "nothing written")
+					return
+				}
+				require.Equal(t, StatusGood, r.Status)
+				if tc.write {
+					require.Equal(t, byte('b'), be.b[8*bs], "the blocks hold the data sent")
+					require.Equal(t, before[2*bs:], be.b[10*bs:12*bs], "nothing past the CDB's blocks")
+				}
+			})
+		}
+	}
+}
