@@ -193,6 +193,9 @@ func (s *scenario) cmdArray(t *testing.T, td *datadriven.TestData) string {
 	if err := cfg.Validate(); err != nil {
 		return "error: " + err.Error() + "\n"
 	}
+	if cfg.ArrayID == "" {
+		cfg.ArrayID = "scenario" // a fixed identity: the golden VPD pages show it
+	}
 	s.clock = time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
 	s.stores = map[uint64]*faultStore{}
 	var err error

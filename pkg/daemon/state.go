@@ -401,25 +401,13 @@ func (d *Daemon) applyState(s State) error {
 				"lun", l.ID, "saved", p, "config", l.Preferred.Name)
 		}
 	}
-	modes := map[uint64]scsi.ModeParams{}
-	for k, m := range s.Mode {
-		id, err := strconv.ParseUint(k, 10, 64)
-		if err != nil {
-			return fmt.Errorf("mode entry %q: not a LUN id", k)
-		}
-		if d.SCSI.LU(id) != nil {
-			modes[id] = m
-		}
+	modes, err := perLU(d, "mode", s.Mode)
+	if err != nil {
+		return err
 	}
-	prs := map[uint64]scsi.SavedPR{}
-	for k, pr := range s.PR {
-		id, err := strconv.ParseUint(k, 10, 64)
-		if err != nil {
-			return fmt.Errorf("reservation entry %q: not a LUN id", k)
-		}
-		if d.SCSI.LU(id) != nil {
-			prs[id] = pr
-		}
+	prs, err := perLU(d, "reservation", s.PR)
+	if err != nil {
+		return err
 	}
 	if err := d.Array.RestoreOwners(owners); err != nil {
 		return err
@@ -437,6 +425,22 @@ func (d *Daemon) applyState(s State) error {
 	d.state.capacity = s.Capacity
 	d.log.Info("state restored", "saved", s.Saved, "luns", len(owners), "mappings", len(mappings), "reports", len(s.Reports))
 	return nil
+}
+
+// perLU reads a saved per-LUN map keyed by LUN id, keeping the LUNs the
+// device server still has (a LUN the config dropped is not an error).
+func perLU[T any](d *Daemon, what string, m map[string]T) (map[uint64]T, error) {
+	out := map[uint64]T{}
+	for k, v := range m {
+		id, err := strconv.ParseUint(k, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s entry %q: not a LUN id", what, k)
+		}
+		if d.SCSI.LU(id) != nil {
+			out[id] = v
+		}
+	}
+	return out, nil
 }
 
 func normMappings(ms []array.MappingConfig) []array.MappingConfig {

@@ -116,8 +116,9 @@ func writeVerify(x *exec) ([]byte, error) {
 	return nil, nil
 }
 
-// write writes the data-out buffer: the transfer length's worth of it
-// (see dataOut for a transport that sent more or less).
+// write writes the data-out buffer: the transfer length's worth of it,
+// or the whole blocks carried when the transport carried fewer (see
+// dataOut for the rest).
 func (x *exec) write(a rwArgs, fua bool) error {
 	bs := x.lu.blockSize()
 	x.dataOutLen = int(a.blocks) * bs
@@ -133,10 +134,18 @@ func (x *exec) write(a rwArgs, fua bool) error {
 	if a.blocks == 0 {
 		return nil
 	}
-	data, err := x.dataOut(int(a.blocks) * bs)
-	if err != nil {
-		return err
+	need := int(a.blocks) * bs
+	data := x.c.Data
+	if len(data) >= need || len(data)%bs != 0 {
+		var err error
+		if data, err = x.dataOut(need); err != nil {
+			return err
+		}
+	} else if len(data) == 0 {
+		return nil // nothing carried: nothing written, all of it the residual
 	}
+	// Whole blocks only (fewer than asked): those are written and the
+	// residual says the rest was not, as RFC 7143 11.4.5.1 allows.
 	x.lu.rw.RLock()
 	defer x.lu.rw.RUnlock()
 	return x.writeAt(data, x.off(a.lba), fua)

@@ -3,12 +3,15 @@ package scsi
 import (
 	"bytes"
 	"encoding/binary"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 )
 
-func logSenseCDB(page, sub byte) []byte { return []byte{OpLogSense, 0, 0x40 | page, sub, 0, 0, 0, 0x04, 0, 0} }
+func logSenseCDB(page, sub byte) []byte {
+	return []byte{OpLogSense, 0, 0x40 | page, sub, 0, 0, 0, 0x04, 0, 0}
+}
 
 // logParams parses a log page's parameters into code -> value.
 func logParams(t *testing.T, page []byte) map[uint16][]byte {
@@ -81,7 +84,9 @@ func TestExtendedInquiryVPD(t *testing.T) {
 
 // Every data-out command meets a transport that carried less or more
 // than its CDB asks for as SAM-5 allows: less is refused with 05/0E/03
-// and nothing is written; more is cut to the CDB's length. Either way the
+// and nothing is written, except whole blocks for WRITE and WRITE AND
+// VERIFY (written, the rest reported as the residual, as libiscsi's
+// residual tests expect); more is cut to the CDB's length. Either way the
 // response names the CDB's length, so the fabric reports the residual.
 func TestDataOutLengthMismatch(t *testing.T) {
 	const bs = 512
@@ -122,47 +127,62 @@ func TestDataOutLengthMismatch(t *testing.T) {
 		{"PERSISTENT RESERVE OUT", proutCDB(0, 0), 24, false},
 		{"MODE SELECT(10)", []byte{OpModeSelect10, 0x10, 0, 0, 0, 0, 0, 0, 8, 0}, 8, false},
 	}
+	type variant struct {
+		name string
+		n    func(need int) int
+		good bool // answered GOOD
+	}
+	more := variant{"with more data", func(need int) int { return need + bs + 100 }, true}
+	part := variant{"with less data (part of a block)", func(need int) int {
+		if need > 100 {
+			return need - 100
+		}
+		return need / 2
+	}, false}
+	whole := variant{"with one whole block less", func(need int) int { return need - bs }, true}
 	for _, tc := range tests {
-		for _, short := range []bool{true, false} {
-			name := tc.name + map[bool]string{true: " with less data", false: " with more data"}[short]
-			t.Run(name, func(t *testing.T) {
+		variants := []variant{more, part}
+		if tc.write && strings.HasPrefix(tc.name, "WRITE") && !strings.HasPrefix(tc.name, "WRITE SAME") {
+			variants = append(variants, whole) // WRITE and WRITE AND VERIFY write the whole blocks carried
+		}
+		for _, v := range variants {
+			t.Run(tc.name+" "+v.name, func(t *testing.T) {
 				s, be := newTestServer(t)
 				full := tc.need + bs + 100
-				n := full
-				if short {
-					n = tc.need / 2
-				}
 				data := bytes.Repeat([]byte{'b'}, full)
-				if tc.name == "COMPARE AND WRITE" {
+				switch tc.name {
+				case "COMPARE AND WRITE":
 					copy(data, make([]byte, bs)) // compares equal with the zeroed blocks
-				}
-				if tc.name == "UNMAP" {
+				case "UNMAP":
 					data = make([]byte, full)
 					binary.BigEndian.PutUint16(data, 22)
 					binary.BigEndian.PutUint16(data[2:], 16)
 					binary.BigEndian.PutUint64(data[8:], 8)
 					binary.BigEndian.PutUint32(data[16:], 1)
-				}
-				if tc.name == "MODE SELECT(10)" || tc.name == "VERIFY(16) BYTCHK=1" {
+				case "MODE SELECT(10)", "VERIFY(16) BYTCHK=1":
 					data = make([]byte, full) // a bare header; blocks of zeros
-				}
-				if tc.name == "PERSISTENT RESERVE OUT" {
+				case "PERSISTENT RESERVE OUT":
 					data = make([]byte, full)
 					copy(data, prParams(0, 0xa1))
 				}
-				data = data[:n]
+				data = data[:v.n(tc.need)]
 				before := append([]byte(nil), be.b[8*bs:12*bs]...)
 				r := s.Execute(&Command{Nexus: n1, CDB: tc.cdb, Data: data})
 				require.Equal(t, tc.need, r.DataOutLen, "the CDB's length, for the residual")
-				if short {
+				if !v.good {
 					_, asc, ascq := senseOf(t, r)
 					require.Equal(t, []byte{0x0e, 0x03}, []byte{asc, ascq})
 					require.Equal(t, before, be.b[8*bs:12*bs], "nothing written")
 					return
 				}
 				require.Equal(t, StatusGood, r.Status)
-				if tc.write {
-					require.Equal(t, byte('b'), be.b[8*bs], "the blocks hold the data sent")
+				if !tc.write {
+					return
+				}
+				require.Equal(t, byte('b'), be.b[8*bs], "the blocks hold the data sent")
+				if v.name == whole.name {
+					require.Equal(t, before[bs:], be.b[9*bs:12*bs], "only the whole blocks carried")
+				} else {
 					require.Equal(t, before[2*bs:], be.b[10*bs:12*bs], "nothing past the CDB's blocks")
 				}
 			})

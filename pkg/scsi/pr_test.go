@@ -43,7 +43,9 @@ func TestPRAllTargetPorts(t *testing.T) {
 	s, _ := newTestServer(t)
 	s.NexusUp(n1b)
 	s.Execute(&Command{Nexus: n1b, CDB: make([]byte, 6)})
-	ex := func(n Nexus, cdb, data []byte) Status { return s.Execute(&Command{Nexus: n, CDB: cdb, Data: data}).Status }
+	ex := func(n Nexus, cdb, data []byte) Status {
+		return s.Execute(&Command{Nexus: n, CDB: cdb, Data: data}).Status
+	}
 
 	// ALL_TG_PT registers the initiator port on both target ports at once.
 	require.Equal(t, StatusGood, ex(n1, proutCDB(0, 0), withFlags(prParams(0, 0xa1), 0x04)))
@@ -225,7 +227,7 @@ func TestParseISCSITransportID(t *testing.T) {
 		{iscsiTransportID("iqn.2026-11.org.example:h,i,0x00023d000001"), "iqn.2026-11.org.example:h,i,0x00023d000001", true},
 		{iscsiTransportID("IQN.2026-11.org.example:H,i,0x23D000001"), "iqn.2026-11.org.example:h,i,0x00023d000001", true},
 		{append([]byte{0x05, 0, 0, 8}, []byte("iqn.a:b\x00")...), "", false}, // format 00b: no initiator port
-		{iscsiTransportID("iqn.a:b"), "", false},                          // no ISID
+		{iscsiTransportID("iqn.a:b"), "", false},                             // no ISID
 		{iscsiTransportID("iqn.a:b,i,0xzz"), "", false},
 		{[]byte{0x45, 0, 0, 200, 'i'}, "", false}, // length past the end
 		{nil, "", false},

@@ -2,8 +2,8 @@ package scsi
 
 import (
 	"encoding/binary"
-	"slices"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
