@@ -444,27 +444,33 @@ func (c *Cache) Mapped(id uint64, off int64) (end int64, mapped bool, err error)
 	if err != nil {
 		return 0, false, err
 	}
-	end, mapped, err = media.Run(ls.store, off)
-	if err != nil || mapped {
-		return end, mapped, err
+	if off < 0 || off >= ls.store.Size() {
+		return 0, false, media.ErrRange
 	}
-	// A deallocated run is cut where a page that will be written (dirty,
-	// or being written) begins: that page is mapped.
+	// The pages first, then the media: a page destaged in between is on
+	// the media by the time it is asked (it is written before it is
+	// marked clean), so no write is ever reported deallocated.
 	ps := int64(c.cfg.PageSize)
+	cut := ls.store.Size() // where the first page still to be written begins
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	for idx, pg := range ls.pages {
 		if !pg.dirty && !pg.busy {
 			continue
 		}
 		s, e := idx*ps, (idx+1)*ps
-		if e <= off || s >= end {
+		if e <= off {
 			continue
 		}
 		if s <= off {
+			c.mu.Unlock()
 			return min(e, ls.store.Size()), true, nil
 		}
-		end = s
+		cut = min(cut, s)
 	}
-	return end, false, nil
+	c.mu.Unlock()
+	end, mapped, err = media.Run(ls.store, off)
+	if err != nil || mapped {
+		return end, mapped, err
+	}
+	return min(end, cut), false, nil
 }

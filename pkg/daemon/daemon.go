@@ -12,7 +12,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -121,11 +120,8 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case opt.StateDir == "" && cfg.ArrayID == "":
-		opt.Logger.Warn("no state directory: the array id is new at each start, so are its LUNs' WWIDs", "array_id", id)
-	case fresh:
-		opt.Logger.Info("new array id", "array_id", id, "file", filepath.Join(opt.StateDir, IdentityFile))
+	if fresh {
+		opt.Logger.Info("new array id: every LUN's WWID derives from it", "array_id", id)
 	}
 	cfg.ArrayID = id
 	arr, err := array.New(cfg, array.Options{Now: opt.Now, Sleep: opt.Sleep, WrapStore: opt.WrapStore, Logger: opt.Logger})
@@ -160,7 +156,9 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 	})
 	srv.SetALUA(arrayview.View{Arr: arr, Srv: srv, HostBlind: cfg.Fabric.TCMU()})
 	srv.SetObserver(d)
-	srv.SetOnPersist(func(uint64) { d.stateDirty() })
+	// Saved before the command's GOOD: a restart right after it keeps
+	// what the host was told is saved.
+	srv.SetOnPersist(func(uint64) { d.SaveState() })
 	srv.SetLUNMapper(lunMapper{arr})
 	arr.OnChange(func(c array.Change) {
 		arrayview.Announce(srv, c)

@@ -13,25 +13,25 @@ import (
 )
 
 // The array's identity: an id created at the first start and kept in the
-// state directory (file array-id), from which every LUN's NAA designator
-// and serial number derive (array.Config.ArrayID). Two arrays never share
-// a WWID, a LUN keeps its WWID across restarts, and a new state directory
-// (by default inside the data directory) is a new array with new WWIDs.
-// The config's array_id overrides the file.
+// state directory (file array-id; in the data directory when no state is
+// kept), from which every LUN's NAA designator and serial number derive
+// (array.Config.ArrayID). Two arrays never share a WWID, a LUN keeps its
+// WWID across restarts, and a new state directory (by default inside the
+// data directory) is a new array with new WWIDs. The config's array_id
+// overrides the file.
 
 // IdentityFile is the name of the array id's file in the state directory.
 const IdentityFile = "array-id"
 
 // arrayID returns the id the array serves under: the config's, else the
 // state directory's (created there at the first start), else, with no
-// state directory, a new one for this run only.
+// state directory, the data directory's.
 func arrayID(cfg array.Config, stateDir string) (id string, fresh bool, err error) {
 	if cfg.ArrayID != "" {
 		return cfg.ArrayID, false, nil
 	}
 	if stateDir == "" {
-		id, err := newArrayID()
-		return id, true, err
+		stateDir = cfg.Data
 	}
 	p := filepath.Join(stateDir, IdentityFile)
 	b, err := os.ReadFile(p)

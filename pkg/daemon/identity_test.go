@@ -49,7 +49,7 @@ func TestArrayIdentity(t *testing.T) {
 	}{
 		{"the same state directory keeps the identity across restarts", "", stateA, true, true},
 		{"another state directory is another array", "", stateB, false, true},
-		{"no state directory: a new array at each start", "", "", false, false},
+		{"no state directory: the id lives in the data directory", "", "", false, false},
 		{"the config's array id overrides the file", "lab-1", stateA, false, true},
 	}
 	for _, tc := range tests {
@@ -76,6 +76,17 @@ func TestArrayIdentity(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, n1, n2)
 	require.Equal(t, s1, s2)
+
+	// With no state directory the id is kept in the data directory: the
+	// same data, the same WWIDs.
+	nostate := cfgFor("")
+	n3, _, err := lunIdentity(t, nostate, "")
+	require.NoError(t, err)
+	n4, _, err := lunIdentity(t, nostate, "")
+	require.NoError(t, err)
+	require.Equal(t, n3, n4)
+	_, err = os.Stat(filepath.Join(nostate.Data, IdentityFile))
+	require.NoError(t, err)
 
 	// A damaged id file stops the start: a silent new id would give every
 	// LUN a new WWID under its hosts.

@@ -46,6 +46,7 @@ func TestWriteCacheDisable(t *testing.T) {
 
 	d := open()
 	require.Equal(t, byte(0x04), cachingPage(t, d, n, 1)[4+2]&0x04, "WCE is changeable")
+	require.Equal(t, byte(0x80), cachingPage(t, d, n, 0)[4]&0x80, "PS: the page can be saved (Linux sd saves with SP=PS)")
 	write(d, 0)
 	st := owner(d).Cache.Stats()
 	require.Positive(t, st.Dirty, "WCE=1: the write waits in the cache")

@@ -295,7 +295,9 @@ func (c *conn) respond(t *task, r *scsi.Response) {
 	var flags byte
 	var residual int
 	switch {
-	case t.write:
+	case t.write || r.DataOutLen > 0 && !t.read:
+		// A command that wants data-out, sent without the W bit (nothing
+		// carried), reports all of it as overflow.
 		if d := t.edtl - r.DataOutLen; d > 0 {
 			flags, residual = FlagUnderflow, d
 		} else if d < 0 {

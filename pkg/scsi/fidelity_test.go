@@ -66,6 +66,14 @@ func TestLogSense(t *testing.T) {
 	cdb = logSenseCDB(0x02, 0)
 	cdb[7], cdb[8] = 0, 6
 	require.Len(t, ex(cdb).Data, 6)
+	// A parameter pointer past the last parameter is refused.
+	cdb = logSenseCDB(0x0d, 0)
+	cdb[6] = 2
+	_, asc, _ := senseOf(t, ex(cdb))
+	require.Equal(t, byte(0x24), asc)
+	// The subpages list is in ascending order.
+	r = ex(logSenseCDB(0, 0xff))
+	require.Equal(t, []byte{0, 0, 0, 0xff, 2, 0, 3, 0, 0x0d, 0, 0x2f, 0}, r.Data[4:])
 }
 
 func TestExtendedInquiryVPD(t *testing.T) {
@@ -79,7 +87,7 @@ func TestExtendedInquiryVPD(t *testing.T) {
 	require.Equal(t, uint16(0x3c), binary.BigEndian.Uint16(r.Data[2:]))
 	require.Equal(t, byte(0x01), r.Data[5]&0x07, "SIMPSUP only")
 	require.Equal(t, byte(0x01), r.Data[6]&0x03, "a volatile cache, no non-volatile one")
-	require.Equal(t, byte(0x01), r.Data[7]&0x01, "LUICLR")
+	require.Zero(t, r.Data[7]&0x01, "LUICLR=0: 3F/0E is cleared per LU")
 }
 
 // Every data-out command meets a transport that carried less or more

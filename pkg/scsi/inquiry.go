@@ -151,13 +151,12 @@ func scsiName(s string) []byte {
 
 // extendedInquiry is the Extended INQUIRY Data page (SPC-4 7.8.7): no
 // protection information, SIMPLE task attributes (every command is run as
-// one), a volatile write cache (WCE), unit attentions cleared per I_T_L
-// nexus (LUICLR).
+// one), a volatile write cache (WCE). LUICLR=0: a REPORTED LUNS DATA HAS
+// CHANGED reported on one LU is cleared on that LU only.
 func extendedInquiry() []byte {
 	b := make([]byte, 0x3c)
 	b[1] = 0x01 // SIMPSUP
 	b[2] = 0x01 // V_SUP: a volatile cache; NV_SUP=0
-	b[3] = 0x01 // LUICLR
 	return b
 }
 

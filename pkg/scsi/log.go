@@ -63,8 +63,10 @@ func logSense(x *exec) ([]byte, error) {
 		spf = true
 		for _, p := range logPages {
 			params = append(params, p, 0)
+			if p == logSupported {
+				params = append(params, logSupported, logSubpagesList)
+			}
 		}
-		params = append(params, logSupported, logSubpagesList)
 	case sub != 0:
 		return nil, InvalidCDBField(3, 7)
 	case code == logWriteErrors || code == logReadErrors:
@@ -80,20 +82,21 @@ func logSense(x *exec) ([]byte, error) {
 			if p == 6 && pc == 1 {
 				v = n
 			}
-			params = appendLogParam(params, p, ptr, counter(v))
+			params = appendLogParam(params, p, ptr, 0x00, counter(v))
 		}
 	case code == logTemperature:
-		params = appendLogParam(params, 0, ptr, []byte{0, 0xff}) // temperature: not available
-		params = appendLogParam(params, 1, ptr, []byte{0, 0xff}) // reference temperature: none
+		// TSD, format and linking 11b (SPC-4 7.3.21).
+		params = appendLogParam(params, 0, ptr, 0x23, []byte{0, 0xff}) // temperature: not available
+		params = appendLogParam(params, 1, ptr, 0x23, []byte{0, 0xff}) // reference temperature: none
 	case code == logInfoExcept:
 		// ASC/ASCQ 00/00: no failure predicted; most recent temperature
-		// reading: not available.
-		params = appendLogParam(params, 0, ptr, []byte{0, 0, 0xff})
+		// reading: not available. Format and linking 11b.
+		params = appendLogParam(params, 0, ptr, 0x03, []byte{0, 0, 0xff})
 	default:
 		return nil, InvalidCDBField(2, 5)
 	}
-	if code == logSupported && ptr != 0 {
-		return nil, InvalidCDBField(5, 7)
+	if code == logSupported && ptr != 0 || code != logSupported && len(params) == 0 {
+		return nil, InvalidCDBField(5, 7) // a parameter pointer past the last parameter
 	}
 	b := make([]byte, 4, 4+len(params))
 	b[0] = code
@@ -106,14 +109,13 @@ func logSense(x *exec) ([]byte, error) {
 }
 
 // appendLogParam appends one log parameter (SPC-4 7.3.2) whose code is at
-// least the parameter pointer: a binary (bounded) data counter, DU=0,
-// TSD=0, format and linking 00b.
-func appendLogParam(b []byte, code, ptr uint16, value []byte) []byte {
+// least the parameter pointer, with its control byte.
+func appendLogParam(b []byte, code, ptr uint16, control byte, value []byte) []byte {
 	if code < ptr {
 		return b
 	}
 	b = binary.BigEndian.AppendUint16(b, code)
-	b = append(b, 0x00, byte(len(value)))
+	b = append(b, control, byte(len(value)))
 	return append(b, value...)
 }
 

@@ -80,7 +80,7 @@ var modePages = []modePage{
 		code: 0x08,
 		render: func(m modeState) []byte {
 			b := make([]byte, 20)
-			b[0], b[1] = 0x08, 18
+			b[0], b[1] = 0x80|0x08, 18 // PS: saved with SP=1
 			if m.wce {
 				b[2] |= 0x04
 			}
@@ -96,7 +96,7 @@ var modePages = []modePage{
 		code: 0x0a,
 		render: func(m modeState) []byte {
 			b := make([]byte, 12)
-			b[0], b[1] = 0x0a, 10
+			b[0], b[1] = 0x80|0x0a, 10 // PS: saved with SP=1
 			if m.dsense {
 				b[2] |= 0x04
 			}

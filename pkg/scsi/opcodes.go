@@ -244,10 +244,14 @@ func (op *opEntry) conflicts(lu *LU, c *Command, aborts *uint64) bool {
 	if lu.resv != nil {
 		return false
 	}
-	if op.pr == prAllowed || op.pr == prPROut {
+	pr := op.pr
+	if c.CDB[0] == OpServiceActionIn16 && len(c.CDB) > 1 && c.CDB[1]&0x1f == SAGetLBAStatus {
+		pr = prRead // GET LBA STATUS reads the medium's state (SBC-3 4.17)
+	}
+	if pr == prAllowed || pr == prPROut {
 		return false
 	}
-	return lu.pr.conflicts(c.Nexus, op.pr == prWrite)
+	return lu.pr.conflicts(c.Nexus, pr == prWrite)
 }
 
 // DataOut reports whether a command with operation code op may carry

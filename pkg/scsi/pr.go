@@ -414,6 +414,12 @@ func (x *exec) registerAndMove(k itn, d []byte, saKey uint64, typ, scope byte, p
 	if p.holder == nil || !p.isHolder(k) || p.allRegistrants() {
 		return statusErr(StatusReservationConflict)
 	}
+	if scope != 0 {
+		return InvalidCDBField(2, 7)
+	}
+	if !validPRType(typ) {
+		return InvalidCDBField(2, 3)
+	}
 	if d[17]&0x04 != 0 || saKey == 0 {
 		return Sense(ReasonInvalidFieldInParam)
 	}
@@ -430,15 +436,13 @@ func (x *exec) registerAndMove(k itn, d []byte, saKey uint64, typ, scope byte, p
 	if dest == k {
 		return Sense(ReasonInvalidFieldInParam)
 	}
-	_ = scope
 	p.regs[dest] = saKey
 	h := dest
 	p.holder, p.typ = &h, typ
-	if !validPRType(typ) {
-		p.typ = prTypeWE
-	}
-	if d[17]&0x02 != 0 { // UNREG: the source leaves
-		delete(p.regs, k)
+	if d[17]&0x02 != 0 { // UNREG: the source leaves (all its ports, if registered with ALL_TG_PT)
+		for _, g := range p.group(k) {
+			delete(p.regs, g)
+		}
 		delete(p.allTgPt, k.iport)
 	}
 	p.aptpl = d[17]&0x01 != 0
@@ -495,6 +499,14 @@ func (x *exec) releasePR(by itn) {
 // registrations it removed.
 func (x *exec) preempt(k itn, saKey uint64, scope, typ byte) ([]itn, error) {
 	p := &x.lu.pr
+	if p.holder != nil && (scope != 0 || !validPRType(typ)) {
+		// Checked before anything changes: a refused preempt removes
+		// no registration.
+		if scope != 0 {
+			return nil, InvalidCDBField(2, 7)
+		}
+		return nil, InvalidCDBField(2, 3)
+	}
 	var removed []itn
 	remove := func(match func(uint64) bool) int {
 		n := 0
@@ -624,7 +636,7 @@ func (lu *LU) SavedPR() *SavedPR {
 	}
 	for _, k := range sortedITNs(p.regs) {
 		s.Registrations = append(s.Registrations, SavedRegistration{InitiatorPort: k.iport, TargetPort: k.tport,
-			Key: p.regs[k], AllTgPt: p.allTgPt[k.iport], Holder: p.holder != nil && *p.holder == k})
+			Key: p.regs[k], AllTgPt: p.allTgPt[k.iport], Holder: p.isHolder(k)})
 	}
 	return s
 }

@@ -218,6 +218,82 @@ func TestPRPreemptAndAbortFencesHeldWrite(t *testing.T) {
 	require.Equal(t, []uint64{0xa1}, readKeys(t, s, n1))
 }
 
+// A PREEMPT (AND ABORT) or REGISTER AND MOVE with a bad TYPE or SCOPE is
+// refused before anything changes.
+func TestPRRefusedChangesNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sa   byte
+		typ  byte
+	}{
+		{"PREEMPT AND ABORT of type 0", 5, 0},
+		{"PREEMPT with scope 2", 4, 0x20 | prTypeWE},
+		{"REGISTER AND MOVE of type 15", 7, 0x0f},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, _ := newTestServer(t)
+			ex := func(n Nexus, cdb, data []byte) Response { return s.Execute(&Command{Nexus: n, CDB: cdb, Data: data}) }
+			require.Equal(t, StatusGood, ex(n1, proutCDB(0, 0), prParams(0, 0xa1)).Status)
+			require.Equal(t, StatusGood, ex(n2, proutCDB(0, 0), prParams(0, 0xb2)).Status)
+			require.Equal(t, StatusGood, ex(n1, proutCDB(1, prTypeWE), prParams(0xa1, 0)).Status)
+			gen := func() uint32 { return binary.BigEndian.Uint32(ex(n1, prInCDB(0), nil).Data) }
+			before := gen()
+			var r Response
+			if tc.sa == 7 {
+				p := registerAndMoveParams(0xa1, 0xb3, n2.InitiatorPort, 3, 0)
+				c := proutCDB(7, tc.typ)
+				binary.BigEndian.PutUint32(c[5:], uint32(len(p)))
+				r = ex(n1, c, p)
+			} else {
+				r = ex(n2, proutCDB(tc.sa, tc.typ), prParams(0xb2, 0xa1))
+			}
+			k, _, _ := senseOf(t, r)
+			require.Equal(t, byte(KeyIllegalRequest), k)
+			require.ElementsMatch(t, []uint64{0xa1, 0xb2}, readKeys(t, s, n1), "no registration removed")
+			require.Equal(t, before, gen())
+			key, typ, held := holderKey(t, s, n1)
+			require.True(t, held)
+			require.Equal(t, []any{uint64(0xa1), byte(prTypeWE)}, []any{key, typ})
+			require.Equal(t, StatusGood, ex(n1, make([]byte, 6), nil).Status, "no unit attention for the holder")
+		})
+	}
+}
+
+// An all-registrants reservation outlives its maker's registration, and
+// so it does through APTPL's save and restore.
+func TestPRSavedAllRegistrants(t *testing.T) {
+	s, _ := newTestServer(t)
+	ex := func(n Nexus, cdb, data []byte) Status { return s.Execute(&Command{Nexus: n, CDB: cdb, Data: data}).Status }
+	require.Equal(t, StatusGood, ex(n1, proutCDB(0, 0), withFlags(prParams(0, 0xa1), 0x01)))
+	require.Equal(t, StatusGood, ex(n2, proutCDB(0, 0), withFlags(prParams(0, 0xb2), 0x01)))
+	require.Equal(t, StatusGood, ex(n1, proutCDB(1, prTypeWEAR), prParams(0xa1, 0)))
+	require.Equal(t, StatusGood, ex(n1, proutCDB(0, 0), withFlags(prParams(0xa1, 0), 0x01))) // n1 leaves
+	_, _, held := holderKey(t, s, n2)
+	require.True(t, held)
+	saved := s.LU(0).SavedPR()
+	require.NotNil(t, saved)
+	s2, _ := newTestServer(t)
+	s2.LU(0).RestorePR(*saved)
+	_, typ, held := holderKey(t, s2, n2)
+	require.True(t, held, "restored with its reservation")
+	require.Equal(t, byte(prTypeWEAR), typ)
+	require.Equal(t, StatusReservationConflict, s2.Execute(&Command{Nexus: n1, CDB: cdb16(OpWrite16, 0, 1), Data: make([]byte, 512)}).Status)
+}
+
+// GET LBA STATUS is a read of the medium's state: a non-registrant gets
+// RESERVATION CONFLICT under Exclusive Access (READ CAPACITY does not).
+func TestGetLBAStatusUnderReservation(t *testing.T) {
+	s, _ := newTestServer(t)
+	ex := func(n Nexus, cdb, data []byte) Status { return s.Execute(&Command{Nexus: n, CDB: cdb, Data: data}).Status }
+	require.Equal(t, StatusGood, ex(n1, proutCDB(0, 0), prParams(0, 0xa1)))
+	require.Equal(t, StatusGood, ex(n1, proutCDB(1, prTypeEA), prParams(0xa1, 0)))
+	require.Equal(t, StatusReservationConflict, ex(n2, getLBAStatusCDB(0, 64), nil))
+	rc16 := getLBAStatusCDB(0, 32)
+	rc16[1] = SAReadCapacity16
+	require.Equal(t, StatusGood, ex(n2, rc16, nil))
+	require.Equal(t, StatusGood, ex(n1, getLBAStatusCDB(0, 64), nil))
+}
+
 func TestParseISCSITransportID(t *testing.T) {
 	tests := []struct {
 		in   []byte
