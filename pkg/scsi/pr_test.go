@@ -263,7 +263,9 @@ func TestPRRefusedChangesNothing(t *testing.T) {
 // so it does through APTPL's save and restore.
 func TestPRSavedAllRegistrants(t *testing.T) {
 	s, _ := newTestServer(t)
-	ex := func(n Nexus, cdb, data []byte) Status { return s.Execute(&Command{Nexus: n, CDB: cdb, Data: data}).Status }
+	ex := func(n Nexus, cdb, data []byte) Status {
+		return s.Execute(&Command{Nexus: n, CDB: cdb, Data: data}).Status
+	}
 	require.Equal(t, StatusGood, ex(n1, proutCDB(0, 0), withFlags(prParams(0, 0xa1), 0x01)))
 	require.Equal(t, StatusGood, ex(n2, proutCDB(0, 0), withFlags(prParams(0, 0xb2), 0x01)))
 	require.Equal(t, StatusGood, ex(n1, proutCDB(1, prTypeWEAR), prParams(0xa1, 0)))
@@ -284,7 +286,9 @@ func TestPRSavedAllRegistrants(t *testing.T) {
 // RESERVATION CONFLICT under Exclusive Access (READ CAPACITY does not).
 func TestGetLBAStatusUnderReservation(t *testing.T) {
 	s, _ := newTestServer(t)
-	ex := func(n Nexus, cdb, data []byte) Status { return s.Execute(&Command{Nexus: n, CDB: cdb, Data: data}).Status }
+	ex := func(n Nexus, cdb, data []byte) Status {
+		return s.Execute(&Command{Nexus: n, CDB: cdb, Data: data}).Status
+	}
 	require.Equal(t, StatusGood, ex(n1, proutCDB(0, 0), prParams(0, 0xa1)))
 	require.Equal(t, StatusGood, ex(n1, proutCDB(1, prTypeEA), prParams(0xa1, 0)))
 	require.Equal(t, StatusReservationConflict, ex(n2, getLBAStatusCDB(0, 64), nil))
