@@ -1,6 +1,7 @@
 package qemulab
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -28,6 +29,9 @@ type ArraySpec struct {
 	Capacity float64
 	// FailbackWindow: how long a repaired path must stay up before failback.
 	FailbackWindow time.Duration
+	// Port is the TCP port every portal listens on (default 3260): a
+	// second array in the same lab listens on the same addresses.
+	Port int
 }
 
 // Array is a running aluad process in the lab namespace.
@@ -61,7 +65,7 @@ func (s ArraySpec) Config(dir string) string {
 	for node, name := range []string{"a", "b"} {
 		fmt.Fprintf(&b, "  - name: %s\n    ports:\n", name)
 		for f := range Fabrics {
-			fmt.Fprintf(&b, "      - {name: %s%d, addr: \"%s:3260\"}\n", name, f, PortAddr(node, f))
+			fmt.Fprintf(&b, "      - {name: %s%d, addr: \"%s:%d\"}\n", name, f, PortAddr(node, f), cmp.Or(s.Port, 3260))
 		}
 	}
 	b.WriteString("luns:\n")

@@ -29,8 +29,10 @@ type MPathPath struct {
 }
 
 var (
-	reMap   = regexp.MustCompile(`^(\S+) \(([0-9a-fA-F]+)\) (dm-\d+) (.*)$`)
-	reMap2  = regexp.MustCompile(`^([0-9a-fA-F]{16,}) (dm-\d+) (.*)$`) // user_friendly_names no
+	// A WWID is whatever udev's scsi_id made of the best designator: "3..."
+	// from an NAA, "1VENDOR_SERIAL" from a T10 vendor id.
+	reMap   = regexp.MustCompile(`^(\S+) \((\S+)\) (dm-\d+) (.*)$`)
+	reMap2  = regexp.MustCompile(`^(\S+) (dm-\d+) (.*)$`) // user_friendly_names no
 	reGroup = regexp.MustCompile(`policy='([^']*)' prio=(-?\d+) status=(\w+)`)
 	rePath  = regexp.MustCompile(`(\d+:\d+:\d+:\d+) (\S+) +\d+:\d+ +(\w+) (\w+) (\w+)`)
 	reFeat  = regexp.MustCompile(`features='([^']*)' hwhandler='([^']*)'`)

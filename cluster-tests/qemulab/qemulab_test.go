@@ -49,6 +49,15 @@ func TestParseMultipathLL(t *testing.T) {
 	require.Equal(t, "failed", maps[0].Groups[0].Paths[0].DMState)
 	require.Equal(t, "ghost", maps[0].ActiveGroup().Paths[0].Check, "the highest priority group when none is active")
 
+	// A WWID from a T10 vendor id designator (udev ranks a locally
+	// assigned NAA below it), as aluad's LUNs show.
+	maps, err = ParseMultipathLL("1ALUAD_ALUAD000DF72D04FCED4 dm-1 ALUAD,aluad array\n" +
+		"size=256M features='1 queue_if_no_path' hwhandler='1 alua' wp=rw\n" +
+		"`-+- policy='service-time 0' prio=50 status=active\n  `- 2:0:0:0 sdb 8:16 active ready running\n")
+	require.NoError(t, err)
+	require.Equal(t, "1ALUAD_ALUAD000DF72D04FCED4", maps[0].WWID)
+	require.Len(t, maps[0].Paths(), 1)
+
 	for _, bad := range []string{
 		"|-+- policy='service-time 0' prio=50 status=active\n",
 		"mpatha (3600aa) dm-0 ALUAD,aluad\n| `- 2:0:0:0 sda 8:0 active ready running\n",

@@ -24,6 +24,8 @@ var (
 	withArray = flag.Bool("array", false, "run aluad in the lab namespace")
 	setup     = flag.String("setup", "", "multipath conf (cluster-tests/guest/) to set the guest up with and log in")
 	hostType  = flag.String("type", "linux", "host type the array is told for the guest")
+	put       = flag.String("put", "", "a file (of cluster-tests/guest/) to copy to the guest's /run/lab/ before the commands")
+	arrays    = flag.Int("arrays", 1, "with --array: how many arrays, each at its default configuration (the second listens on port 3270 of the same addresses)")
 )
 
 func main() {
@@ -66,13 +68,22 @@ func run(cmds []string) error {
 		if out, err := exec.Command("go", "build", "-o", bin, "./cmd/aluad").CombinedOutput(); err != nil {
 			return fmt.Errorf("build aluad: %v %s", err, out)
 		}
-		a, err := qemulab.StartArray(ctx, n, bin, dir, qemulab.ArraySpec{LUNs: 2, Capacity: 1000,
-			FailbackWindow: 5 * time.Second, Hosts: []qemulab.HostDecl{{Name: "dbg", Type: *hostType, IQN: iqn}}})
-		if err != nil {
-			return err
+		for i := range *arrays {
+			adir := dir
+			if i > 0 {
+				adir = filepath.Join(dir, fmt.Sprintf("array%d", i+1))
+				if err := os.MkdirAll(adir, 0o755); err != nil {
+					return err
+				}
+			}
+			a, err := qemulab.StartArray(ctx, n, bin, adir, qemulab.ArraySpec{LUNs: 2, Capacity: 1000, Port: 3260 + 10*i,
+				FailbackWindow: 5 * time.Second, Hosts: []qemulab.HostDecl{{Name: "dbg", Type: *hostType, IQN: iqn}}})
+			if err != nil {
+				return err
+			}
+			defer a.Stop()
+			logf("aluad %d running on port %d; control %s", i+1, 3260+10*i, filepath.Join(adir, "aluad.sock"))
 		}
-		defer a.Stop()
-		logf("aluad running; control %s", filepath.Join(dir, "aluad.sock"))
 	}
 	start := time.Now()
 	vm, err := qemulab.StartVM(ctx, n, img, initrd, dir, qemulab.VMSpec{Name: "dbg", CPUs: 2, Mem: 1024})
@@ -98,6 +109,15 @@ func run(cmds []string) error {
 			return err
 		}
 		logf("set up in %v", time.Since(t).Round(time.Millisecond))
+	}
+	if *put != "" {
+		b, err := os.ReadFile(filepath.Join("cluster-tests/guest", *put))
+		if err != nil {
+			return err
+		}
+		if err := vm.Write(ctx, "/run/lab/"+filepath.Base(*put), b); err != nil {
+			return err
+		}
 	}
 	for _, c := range cmds {
 		out, err := vm.Sh(ctx, 5*time.Minute, c)

@@ -1,0 +1,71 @@
+#!/bin/sh
+# SCSI fidelity from a real Linux host: run in a lab guest logged in to two
+# aluad arrays (go run ./cluster-tests/cmd/qemu-boot --array --arrays 2
+# --setup multipath-alua.conf 'sh /run/lab/scsi-fidelity.sh'; see
+# docs/scsi.md). Prints what each tool says; the lines starting with
+# CHECK are the verdicts.
+set -u
+TGT=iqn.2026-11.org.aluad:lab
+check() { if eval "$2"; then echo "CHECK ok: $1"; else echo "CHECK FAILED: $1"; fi; }
+
+# The second array (port 3270 of the same addresses).
+iscsiadm -m discovery -t sendtargets -p 10.77.1.10:3270 >/dev/null
+iscsiadm -m node -L all >/dev/null 2>&1 || true
+udevadm settle --timeout=60 || true
+sleep 5
+multipath -ll
+maps=$(multipath -ll | grep -c ALUAD)
+wwids=$(for d in /sys/block/sd*; do /lib/udev/scsi_id -g -u -d /dev/${d##*/}; done | sort -u | wc -l)
+check "two arrays, two LUNs each: 4 multipath maps (got $maps), 4 WWIDs (got $wwids)" '[ "$maps" = 4 ] && [ "$wwids" = 4 ]'
+
+M=/dev/mapper/$(multipath -ll | awk '/ALUAD/{print $1; exit}')
+P=/dev/$(multipath -ll "$M" | grep -o 'sd[a-z]*' | head -1)
+echo "map $M, a path $P"
+
+echo "== sg_vpd -p ei"; sg_vpd -p ei "$P"; check "VPD 0x86 (Extended INQUIRY)" 'sg_vpd -p ei "$P" >/dev/null'
+echo "== sg_logs"; sg_logs "$P"; sg_logs -p 0xd "$P"; sg_logs -p 0x2f "$P"; sg_logs -p 0x3 "$P"
+check "LOG SENSE pages" 'sg_logs -p 0xd "$P" >/dev/null && sg_logs -p 0x2f "$P" >/dev/null && sg_logs -p 0x2 "$P" >/dev/null'
+echo "== sg_get_lba_status"
+dd if=/dev/urandom of="$M" bs=1M count=1 seek=8 oflag=direct 2>/dev/null
+sg_get_lba_status --lba=0 --maxlen=1024 "$P"
+mapped=$(sg_get_lba_status --lba=16384 "$P" | head -3)
+echo "$mapped"
+check "GET LBA STATUS: the MiB written at 8 MiB is mapped" 'sg_get_lba_status --lba=16384 "$P" | grep -qi "mapped\|0x0\b"'
+echo "== write cache"
+sdparm --get WCE "$P"
+sdparm --clear WCE --save "$P" >/dev/null
+check "WCE=0 saved" 'sdparm --get WCE "$P" | grep -q "WCE *0" && sdparm --get WCE --page=ca -S "$P" 2>/dev/null | grep -q "WCE *0"'
+sdparm --set WCE --save "$P" >/dev/null
+
+echo "== fence_mpath: register on every path, reserve, another host preempts and aborts"
+mpathpersist --out --register --param-sark=0xa1 "$M"
+mpathpersist --in -k "$M"
+mpathpersist --out --reserve --param-rk=0xa1 --prout-type=5 "$M"
+mpathpersist --in -r "$M"
+nkeys=$(sg_persist --in -k "$P" | grep -c 0xa1)
+check "registered on every path of the map ($nkeys keys)" '[ "$nkeys" -ge 4 ]'
+# A second host: another initiator name on its own iface, one path.
+iscsiadm -m iface -I fence -o new >/dev/null
+iscsiadm -m iface -I fence -o update -n iface.initiatorname -v iqn.2026-11.org.example:fence >/dev/null
+iscsiadm -m discovery -t sendtargets -p 10.77.1.10:3260 -I fence >/dev/null
+iscsiadm -m node -T $TGT -p 10.77.1.10:3260 -I fence --login >/dev/null
+udevadm settle --timeout=30 || true
+sleep 2
+F=$(for d in /sys/class/iscsi_session/session*; do
+	if grep -q fence "$d/initiatorname" 2>/dev/null; then ls "$d"/device/target*/*/block 2>/dev/null; fi
+done | while read -r b; do
+	if [ "$(/lib/udev/scsi_id -g -u -d /dev/$b)" = "$(/lib/udev/scsi_id -g -u -d $P)" ]; then echo /dev/$b; fi
+done | head -1)
+echo "the fencing host's path to the same LUN: $F"
+sg_persist --out --register --param-sark=0xb2 "$F"
+(dd if=/dev/zero of="$M" bs=64k count=2000 oflag=direct 2>/tmp/dd.err; echo "dd exit $?" >>/tmp/dd.err) &
+sleep 1
+sg_persist --out --preempt-abort --param-rk=0xb2 --param-sark=0xa1 --prout-type=5 "$F"
+rc=$?
+check "PREEMPT AND ABORT from the other host" '[ $rc = 0 ]'
+sg_persist --in --read-full-status "$F"
+wait
+cat /tmp/dd.err
+check "the fenced host's writes stop (its dd fails)" 'grep -q "dd exit [1-9]" /tmp/dd.err'
+check "only the fencing host's key is left" '[ "$(sg_persist --in -k "$F" | grep -c 0x)" = 1 ] && sg_persist --in -k "$F" | grep -q 0xb2'
+check "the fencing host holds the reservation" 'sg_persist --in -r "$F" | grep -q 0xb2'
