@@ -27,6 +27,8 @@ type LU struct {
 	ua   uaQueues
 	io   ioStats
 	logs logCounters
+	// aborts mirrors pr.aborts for the write path's lock-free check.
+	aborts atomic.Uint64
 }
 
 func newLU(cfg LUConfig) *LU {

@@ -396,6 +396,7 @@ func (x *exec) prOutLocked(ports []uint16) (aborted bool, err error) {
 			return false, nil
 		}
 		p.aborts++
+		x.lu.aborts.Store(p.aborts)
 		for _, r := range preempted {
 			p.abortedAt[r] = p.aborts
 		}
@@ -659,4 +660,5 @@ func (lu *LU) RestorePR(s SavedPR) {
 		}
 	}
 	lu.pr = p
+	lu.aborts.Store(0)
 }

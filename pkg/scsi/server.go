@@ -398,6 +398,9 @@ type exec struct {
 // AND ABORT has preempted its nexus since it passed the reservation
 // check (SPC-4 5.13.11.2.4).
 func (x *exec) live() bool {
+	if x.lu.aborts.Load() == x.aborts {
+		return true // no PREEMPT AND ABORT since: no lock on the write path
+	}
 	x.lu.mu.Lock()
 	defer x.lu.mu.Unlock()
 	p := &x.lu.pr
