@@ -31,12 +31,15 @@ sg_get_lba_status --lba=0 --maxlen=1024 "$P"
 mapped=$(sg_get_lba_status --lba=16384 "$P" | head -3)
 echo "$mapped"
 check "GET LBA STATUS: the first descriptor starts at the LBA asked and is mapped" 'sg_get_lba_status --lba=16384 "$P" | grep -i "4000" | grep -qi "mapped"'
-echo "== write cache"
-sdparm --get WCE "$P"
-sdparm --clear WCE --save "$P" >/dev/null
-check "WCE=0 set (and saved: sdparm --save)" 'sdparm --get WCE "$P" | grep -q "WCE *0"'
-cat /sys/block/${P#/dev/}/device/scsi_disk/*/cache_type
-sdparm --set WCE --save "$P" >/dev/null
+echo "== write cache (Linux sd: MODE SELECT with SP=PS)"
+CT=$(echo /sys/block/${P#/dev/}/device/scsi_disk/*/cache_type)
+cat "$CT"
+echo "write through" >"$CT"
+cat "$CT"
+echo "saved caching page:"; sg_modes --control=3 --page=8 "$P"
+check "WCE=0 through sd's cache_type" 'grep -q "write through" "$CT"'
+check "and saved (the saved caching page has WCE=0)" 'sg_modes --control=3 --page=8 --raw "$P" 2>/dev/null | od -An -tx1 | tr -s " \n" " " | grep -q " 08 12 00 \| 88 12 00 "'
+echo "write back" >"$CT"
 
 echo "== fence_mpath: register on every path, reserve, another host preempts and aborts"
 mpathpersist --out --register --param-sark=0xa1 "$M"
@@ -53,7 +56,9 @@ iscsiadm -m node -T $TGT -p 10.77.1.10:3260 -I fence --login >/dev/null
 udevadm settle --timeout=30 || true
 sleep 2
 F=$(for d in /sys/class/iscsi_session/session*; do
-	if grep -q fence "$d/initiatorname" 2>/dev/null; then ls "$d"/device/target*/*/block 2>/dev/null; fi
+	if grep -q fence "$d/initiatorname" 2>/dev/null; then
+		for b in "$d"/device/target*/*/block/*; do basename "$b"; done
+	fi
 done | while read -r b; do
 	if [ "$(/lib/udev/scsi_id -g -u -d /dev/$b)" = "$(/lib/udev/scsi_id -g -u -d $P)" ]; then echo /dev/$b; fi
 done | head -1)

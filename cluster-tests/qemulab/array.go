@@ -32,6 +32,9 @@ type ArraySpec struct {
 	// Port is the TCP port every portal listens on (default 3260): a
 	// second array in the same lab listens on the same addresses.
 	Port int
+	// NoAPI runs it without the management API (a second array: the
+	// first has the API's port).
+	NoAPI bool
 }
 
 // Array is a running aluad process in the lab namespace.
@@ -82,7 +85,11 @@ func StartArray(ctx context.Context, n *Net, bin, dir string, s ArraySpec) (*Arr
 		return nil, err
 	}
 	ctl := filepath.Join(dir, "aluad.sock")
-	cmd := n.Exec(bin, "serve", "--config", cfg, "--control", ctl, "--stats-interval", "1s")
+	args := []string{"serve", "--config", cfg, "--control", ctl, "--stats-interval", "1s"}
+	if s.NoAPI {
+		args = append(args, "--api", "off")
+	}
+	cmd := n.Exec(bin, args...)
 	logf, err := os.Create(filepath.Join(dir, "aluad.log"))
 	if err != nil {
 		return nil, err

@@ -335,3 +335,47 @@ func FuzzPROut(f *testing.F) {
 		}
 	})
 }
+
+// The Windows failover cluster's arbitration: each node registers with
+// REGISTER AND IGNORE EXISTING KEY on every path, the owner reserves
+// Write Exclusive - Registrants Only; a challenger that finds the owner
+// gone preempts its key and reserves; the old owner's writes conflict
+// and it learns of it (2A/05), its re-registration with IGNORE works.
+func TestPRWindowsClusterArbitration(t *testing.T) {
+	s, _ := newTestServer(t)
+	s.NexusUp(n1b)
+	s.Execute(&Command{Nexus: n1b, CDB: make([]byte, 6)})
+	ex := func(n Nexus, cdb, data []byte) Status { return s.Execute(&Command{Nexus: n, CDB: cdb, Data: data}).Status }
+	write := func(n Nexus) Status { return ex(n, cdb16(OpWrite16, 0, 1), make([]byte, 512)) }
+	steps := []struct {
+		name string
+		n    Nexus
+		cdb  []byte
+		data []byte
+		want Status
+	}{
+		{"node 1 registers on path 1 (ignore existing)", n1, proutCDB(6, 0), prParams(0, 0x1111), StatusGood},
+		{"node 1 registers on path 2", n1b, proutCDB(6, 0), prParams(0, 0x1111), StatusGood},
+		{"node 2 registers", n2, proutCDB(6, 0), prParams(0, 0x2222), StatusGood},
+		{"node 1 reserves WERO", n1, proutCDB(1, prTypeWERO), prParams(0x1111, 0), StatusGood},
+		{"node 2 cannot reserve", n2, proutCDB(1, prTypeWERO), prParams(0x2222, 0), StatusReservationConflict},
+		{"node 2 preempts node 1's key", n2, proutCDB(4, prTypeWERO), prParams(0x2222, 0x1111), StatusGood},
+	}
+	for _, st := range steps {
+		require.Equal(t, st.want, ex(st.n, st.cdb, st.data), st.name)
+	}
+	require.Equal(t, []uint64{0x2222}, readKeys(t, s, n2))
+	key, typ, held := holderKey(t, s, n2)
+	require.True(t, held)
+	require.Equal(t, []any{uint64(0x2222), byte(prTypeWERO)}, []any{key, typ})
+	for _, n := range []Nexus{n1, n1b} {
+		_, asc, ascq := senseOf(t, s.Execute(&Command{Nexus: n, CDB: make([]byte, 6)}))
+		require.Equal(t, []byte{0x2a, 0x05}, []byte{asc, ascq}, "node 1 learns on every path")
+		require.Equal(t, StatusReservationConflict, write(n), "node 1 is fenced on every path")
+	}
+	require.Equal(t, StatusGood, write(n2))
+	// Node 1 comes back and registers again (ignore existing): a
+	// registrant of a Registrants Only reservation may write.
+	require.Equal(t, StatusGood, ex(n1, proutCDB(6, 0), prParams(0, 0x1112)))
+	require.Equal(t, StatusGood, write(n1))
+}

@@ -76,7 +76,7 @@ func run(cmds []string) error {
 					return err
 				}
 			}
-			a, err := qemulab.StartArray(ctx, n, bin, adir, qemulab.ArraySpec{LUNs: 2, Capacity: 1000, Port: 3260 + 10*i,
+			a, err := qemulab.StartArray(ctx, n, bin, adir, qemulab.ArraySpec{LUNs: 2, Capacity: 1000, Port: 3260 + 10*i, NoAPI: i > 0,
 				FailbackWindow: 5 * time.Second, Hosts: []qemulab.HostDecl{{Name: "dbg", Type: *hostType, IQN: iqn}}})
 			if err != nil {
 				return err
