@@ -345,7 +345,9 @@ func TestPRWindowsClusterArbitration(t *testing.T) {
 	s, _ := newTestServer(t)
 	s.NexusUp(n1b)
 	s.Execute(&Command{Nexus: n1b, CDB: make([]byte, 6)})
-	ex := func(n Nexus, cdb, data []byte) Status { return s.Execute(&Command{Nexus: n, CDB: cdb, Data: data}).Status }
+	ex := func(n Nexus, cdb, data []byte) Status {
+		return s.Execute(&Command{Nexus: n, CDB: cdb, Data: data}).Status
+	}
 	write := func(n Nexus) Status { return ex(n, cdb16(OpWrite16, 0, 1), make([]byte, 512)) }
 	steps := []struct {
 		name string
