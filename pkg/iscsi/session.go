@@ -184,6 +184,14 @@ func (s *session) announce() {
 	if s.discovery {
 		return
 	}
+	// A reinstating session's login follows its predecessor's logout:
+	// the predecessor was told to close; wait until its end is reported.
+	s.evMu.Lock()
+	prev := s.prev
+	s.evMu.Unlock()
+	if prev != nil {
+		<-prev.ended
+	}
 	s.evMu.Lock()
 	defer s.evMu.Unlock()
 	s.mu.Lock()
