@@ -215,9 +215,12 @@ func (s *session) end(reason string) {
 		s.t.handler.NexusLost(s.nexus)
 		s.t.event(Event{Kind: "logout", Nexus: s.nexus, Portal: s.portal, Reason: reason})
 	}
-	s.t.dropSession(s)
 	if s.prev != nil {
 		<-s.prev.ended
 		s.prev = nil // a successor's login must follow the predecessor's logout
 	}
+	// Only now out of the table: a login arriving meanwhile found this
+	// session and waits for it, so it cannot announce before the logout
+	// of the session this one reinstated.
+	s.t.dropSession(s)
 }
