@@ -39,13 +39,19 @@ func withFlags(b []byte, flags byte) []byte { b[20] = flags; return b }
 // n1 on the other target port: the same initiator port, another I_T nexus.
 var n1b = Nexus{InitiatorName: n1.InitiatorName, InitiatorPort: n1.InitiatorPort, TargetPort: 3}
 
-func TestPRAllTargetPorts(t *testing.T) {
+// twoPortServer is the test server with n1 logged in on both target
+// ports (n1, n1b) and n2 on one; ex runs a command and returns its status.
+func twoPortServer(t *testing.T) (*Server, func(n Nexus, cdb, data []byte) Status) {
 	s, _ := newTestServer(t)
 	s.NexusUp(n1b)
 	s.Execute(&Command{Nexus: n1b, CDB: make([]byte, 6)})
-	ex := func(n Nexus, cdb, data []byte) Status {
+	return s, func(n Nexus, cdb, data []byte) Status {
 		return s.Execute(&Command{Nexus: n, CDB: cdb, Data: data}).Status
 	}
+}
+
+func TestPRAllTargetPorts(t *testing.T) {
+	s, ex := twoPortServer(t)
 
 	// ALL_TG_PT registers the initiator port on both target ports at once.
 	require.Equal(t, StatusGood, ex(n1, proutCDB(0, 0), withFlags(prParams(0, 0xa1), 0x04)))
@@ -342,12 +348,7 @@ func FuzzPROut(f *testing.F) {
 // gone preempts its key and reserves; the old owner's writes conflict
 // and it learns of it (2A/05), its re-registration with IGNORE works.
 func TestPRWindowsClusterArbitration(t *testing.T) {
-	s, _ := newTestServer(t)
-	s.NexusUp(n1b)
-	s.Execute(&Command{Nexus: n1b, CDB: make([]byte, 6)})
-	ex := func(n Nexus, cdb, data []byte) Status {
-		return s.Execute(&Command{Nexus: n, CDB: cdb, Data: data}).Status
-	}
+	s, ex := twoPortServer(t)
 	write := func(n Nexus) Status { return ex(n, cdb16(OpWrite16, 0, 1), make([]byte, 512)) }
 	steps := []struct {
 		name string
