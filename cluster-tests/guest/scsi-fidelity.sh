@@ -51,17 +51,19 @@ check "registered on every path of the map ($nkeys keys)" '[ "$nkeys" -ge 4 ]'
 # A second host: another initiator name on its own iface, one path.
 iscsiadm -m iface -I fence -o new >/dev/null
 iscsiadm -m iface -I fence -o update -n iface.initiatorname -v iqn.2026-11.org.example:fence >/dev/null
-iscsiadm -m discovery -t sendtargets -p 10.77.1.10:3260 -I fence >/dev/null
-iscsiadm -m node -T $TGT -p 10.77.1.10:3260 -I fence --login >/dev/null
+# One path to each array (the map may be on either).
+for port in 3260 3270; do
+	iscsiadm -m discovery -t sendtargets -p 10.77.1.10:$port -I fence 2>&1 | grep -v "a session is using it" || true
+	iscsiadm -m node -T $TGT -p 10.77.1.10:$port -I fence --login
+done
 udevadm settle --timeout=30 || true
 sleep 2
-F=$(for d in /sys/class/iscsi_session/session*; do
-	if grep -q fence "$d/initiatorname" 2>/dev/null; then
-		for b in "$d"/device/target*/*/block/*; do basename "$b"; done
-	fi
-done | while read -r b; do
-	if [ "$(/lib/udev/scsi_id -g -u -d /dev/$b)" = "$(/lib/udev/scsi_id -g -u -d $P)" ]; then echo /dev/$b; fi
-done | head -1)
+iscsiadm -m session
+# The fencing host's disks: those attached to the session of its initiator name.
+F=$(iscsiadm -m session -P 3 | awk '/Iface Initiatorname:/ { f = ($3 ~ /:fence$/) } f && /Attached scsi disk/ { print $4 }' |
+	while read -r b; do
+		if [ "$(/lib/udev/scsi_id -g -u -d /dev/$b)" = "$(/lib/udev/scsi_id -g -u -d $P)" ]; then echo /dev/$b; fi
+	done | head -1)
 echo "the fencing host's path to the same LUN: $F"
 multipathd del path "${F#/dev/}" >/dev/null 2>&1 || true # the other host has no part in this host's map
 sg_persist --out --register --param-sark=0xb2 "$F"
@@ -74,5 +76,5 @@ sg_persist --in --read-full-status "$F"
 wait
 cat /tmp/dd.err
 check "the fenced host's writes stop (its dd fails)" 'grep -q "dd exit [1-9]" /tmp/dd.err'
-check "only the fencing host's key is left" '[ "$(sg_persist --in -k "$F" | grep -c 0x)" = 1 ] && sg_persist --in -k "$F" | grep -q 0xb2'
+check "only the fencing host's key is left" '[ "$(sg_persist --in -k "$F" | grep -c "^ *0x")" = 1 ] && sg_persist --in -k "$F" | grep -q "^ *0xb2"'
 check "the fencing host holds the reservation" 'sg_persist --in -r "$F" | grep -q 0xb2'

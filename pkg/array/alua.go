@@ -181,12 +181,13 @@ type GroupState struct {
 // a PREF group that is not optimized at 90, above an optimized group (50),
 // so a PREF bit left on the home node kept dm-multipath (group_by_prio,
 // failback immediate) on the old owner after every move (found in the
-// QEMU lab, cluster-tests).
+// QEMU lab, cluster-tests). A down owner's group loses PREF: no group has
+// it until a takeover or the owner's restart.
 func (l *LUN) Groups(initiator string) []GroupState {
 	s := l.alua.Load()
 	out := make([]GroupState, 0, len(l.arr.Nodes))
 	for _, n := range l.arr.Nodes {
-		g := GroupState{Node: n, ID: n.GroupID, Pref: n == s.owner, Status: s.status[n.Index],
+		g := GroupState{Node: n, ID: n.GroupID, Pref: n == s.owner && n.Up(), Status: s.status[n.Index],
 			State: l.stateIn(s, initiator, n)}
 		for _, p := range n.Ports {
 			g.Ports = append(g.Ports, p.RelativeID)

@@ -145,11 +145,17 @@ func (a *Array) Move(ids []uint64, to string, cause Cause) (Change, error) {
 	}
 	inc := incs[from.Index]
 	olds := make([]*aluaSnap, len(batch))
+	// Under topo: a crash or restart that records its status codes in
+	// the snapshot meanwhile is not overwritten.
+	a.topo.Lock()
 	for i, l := range batch {
 		olds[i] = l.alua.Load()
 		if cause == CauseSTPG {
 			l.alua.Store(&aluaSnap{owner: from, target: dst, moving: true, status: olds[i].status, gen: olds[i].gen})
 		}
+	}
+	a.topo.Unlock()
+	for _, l := range batch {
 		from.Cache.SetWriteThrough(l.ID, true)
 		// The new owner's pages of the LUN are stale; it serves none of
 		// its I/O until the switch, so they can go before the stop.
@@ -177,8 +183,11 @@ func (a *Array) Move(ids []uint64, to string, cause Cause) (Change, error) {
 		if !crashed {
 			from.Cache.SetWriteThrough(l.ID, false)
 		}
+		// From the current snapshot: it has the status codes a crash or
+		// restart of another node set during the move.
+		cur := l.alua.Load()
 		if err != nil {
-			l.alua.Store(olds[i])
+			l.alua.Store(&aluaSnap{owner: olds[i].owner, status: cur.status, gen: olds[i].gen})
 			continue
 		}
 		if !crashed {
@@ -186,7 +195,7 @@ func (a *Array) Move(ids []uint64, to string, cause Cause) (Change, error) {
 				n.Cache.DropMirror(l.ID)
 			}
 		}
-		l.alua.Store(olds[i].switched(from, dst, cause))
+		l.alua.Store(cur.switched(from, dst, cause))
 	}
 	c.Stop = a.now().Sub(stop)
 	// Announced before the held commands go: none of them completes on
@@ -512,6 +521,7 @@ func (a *Array) CrashNode(name string) (Change, error) {
 		return Change{}, fmt.Errorf("node %s is already down", name)
 	}
 	n.up.Store(false)
+	a.markImplicit(n)
 	lost, held := n.Cache.CrashMirror()
 	// The mirror copies it held for LUNs whose owner is down too (their
 	// takeover not done yet) were the last copies.
@@ -592,6 +602,26 @@ func (a *Array) unmirrored(lost []cache.DirtyPage) []Loss {
 	return out
 }
 
+// markImplicit records status code 02h (altered by implicit asymmetric
+// access behaviour, SPC-4 6.36) on the groups whose state changed because
+// node n went down or came back: n's own group for every LUN (UNAVAILABLE,
+// or back from it), and every group of the LUNs n owns, which report
+// TRANSITIONING while their owner is down and their usual states again
+// when it is back. The caller holds topo and has changed n's up state.
+func (a *Array) markImplicit(n *Node) {
+	for _, l := range a.LUNs {
+		s := l.alua.Load()
+		st := append([]byte(nil), s.status...)
+		st[n.Index] = StatusImplicit
+		if s.owner == n {
+			for i := range st {
+				st[i] = StatusImplicit
+			}
+		}
+		l.alua.Store(&aluaSnap{owner: s.owner, target: s.target, moving: s.moving, status: st, gen: s.gen})
+	}
+}
+
 // RestartNode brings a crashed node back with an empty cache. LUNs it
 // still owns (no takeover moved them while it was down, or one is under
 // way) first get their mirrored dirty pages back from the partner's
@@ -620,6 +650,7 @@ func (a *Array) RestartNode(name string) error {
 	}
 	a.topo.Lock()
 	n.up.Store(true)
+	a.markImplicit(n)
 	a.topo.Unlock()
 	c := Change{Cause: CauseNodeUp, To: name}
 	for _, l := range a.LUNs {

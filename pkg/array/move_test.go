@@ -427,3 +427,57 @@ func TestExplicitTakeoverByHost(t *testing.T) {
 		})
 	}
 }
+
+// TestGroupsAfterCrashAndRestart: the groups whose state a crash, a
+// takeover or a restart changed report status code 02h (implicit), and
+// PREF is on the owner's group only while that group is up.
+func TestGroupsAfterCrashAndRestart(t *testing.T) {
+	a := testArray(t, nil)
+	const h1 = "iqn.2026-11.org.example:h1"
+	type grp struct {
+		State  AccessState
+		Pref   bool
+		Status byte
+	}
+	groups := func(lun uint64) []grp {
+		var out []grp
+		for _, g := range a.LUN(lun).Groups(h1) {
+			out = append(out, grp{g.State, g.Pref, g.Status})
+		}
+		return out
+	}
+	steps := []struct {
+		name       string
+		do         func() error
+		lun0, lun1 []grp
+	}{
+		{"start", func() error { return nil },
+			[]grp{{ActiveOptimized, true, StatusNone}, {ActiveNonOptimized, false, StatusNone}},
+			[]grp{{ActiveNonOptimized, false, StatusNone}, {ActiveOptimized, true, StatusNone}}},
+		{"crash a", func() error { _, err := a.CrashNode("a"); return err },
+			[]grp{{Unavailable, false, StatusImplicit}, {Transitioning, false, StatusImplicit}},
+			[]grp{{Unavailable, false, StatusImplicit}, {ActiveOptimized, true, StatusNone}}},
+		{"takeover of LUN 0 by b", func() error { _, err := a.Move([]uint64{0}, "b", CauseFailover); return err },
+			[]grp{{Unavailable, false, StatusImplicit}, {ActiveOptimized, true, StatusImplicit}},
+			[]grp{{Unavailable, false, StatusImplicit}, {ActiveOptimized, true, StatusNone}}},
+		{"restart a", func() error { return a.RestartNode("a") },
+			[]grp{{ActiveNonOptimized, false, StatusImplicit}, {ActiveOptimized, true, StatusImplicit}},
+			[]grp{{ActiveNonOptimized, false, StatusImplicit}, {ActiveOptimized, true, StatusNone}}},
+		{"crash b, then restart it before any takeover", func() error {
+			if _, err := a.CrashNode("b"); err != nil {
+				return err
+			}
+			return a.RestartNode("b")
+		},
+			[]grp{{ActiveNonOptimized, false, StatusImplicit}, {ActiveOptimized, true, StatusImplicit}},
+			[]grp{{ActiveNonOptimized, false, StatusImplicit}, {ActiveOptimized, true, StatusImplicit}}},
+		{"planned move of LUN 1 to a", func() error { _, err := a.Move([]uint64{1}, "a", CauseManual); return err },
+			[]grp{{ActiveNonOptimized, false, StatusImplicit}, {ActiveOptimized, true, StatusImplicit}},
+			[]grp{{ActiveOptimized, true, StatusImplicit}, {ActiveNonOptimized, false, StatusImplicit}}},
+	}
+	for _, st := range steps {
+		require.NoError(t, st.do(), st.name)
+		require.Equal(t, st.lun0, groups(0), "%s: LUN 0", st.name)
+		require.Equal(t, st.lun1, groups(1), "%s: LUN 1", st.name)
+	}
+}
