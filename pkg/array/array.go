@@ -56,10 +56,12 @@ type LUN struct {
 	ID        uint64
 	Size      int64
 	BlockSize int
-	Media     string
-	Group     string
-	Preferred *Node
-	alua      atomic.Pointer[aluaSnap]
+	// PhysicalBlockSize: see LUNConfig.
+	PhysicalBlockSize int
+	Media             string
+	Group             string
+	Preferred         *Node
+	alua              atomic.Pointer[aluaSnap]
 	// io is held shared by every media operation and exclusively by a
 	// move, which thereby drains in-flight commands before the hand-over.
 	io     sync.RWMutex
@@ -235,7 +237,7 @@ func New(cfg Config, opt Options) (*Array, error) {
 		if opt.WrapStore != nil {
 			st = opt.WrapStore(lc.ID, st)
 		}
-		l := &LUN{ID: lc.ID, Size: int64(lc.Size), BlockSize: lc.BlockSize, Media: lc.Media, Group: lc.Group,
+		l := &LUN{ID: lc.ID, Size: int64(lc.Size), BlockSize: lc.BlockSize, PhysicalBlockSize: lc.PhysicalBlockSize, Media: lc.Media, Group: lc.Group,
 			Preferred: byName[lc.Preferred], store: st, arr: a,
 			stats: make([]NodeStats, len(a.Nodes))}
 		l.alua.Store(&aluaSnap{owner: l.Preferred, status: make([]byte, len(a.Nodes))})

@@ -213,6 +213,11 @@ type LUNConfig struct {
 	// Group is the drive group (a performance class for batching moves).
 	Group     string `yaml:"group"`
 	BlockSize int    `yaml:"block_size"`
+	// PhysicalBlockSize is what hosts are told the LUN writes in
+	// underneath (READ CAPACITY(16)'s exponent): by default the block
+	// size; 4096 on a 512-byte LUN presents a 512e disk (the cache page
+	// is 4096 bytes, and a smaller write reads the rest of its page).
+	PhysicalBlockSize int `yaml:"physical_block_size"`
 }
 
 // InterlinkConfig models the link between nodes.
@@ -419,6 +424,12 @@ func (c *Config) Validate() error {
 		}
 		if l.BlockSize != 512 && l.BlockSize != 4096 {
 			return fmt.Errorf("LUN %d: block_size must be 512 or 4096", l.ID)
+		}
+		if l.PhysicalBlockSize == 0 {
+			l.PhysicalBlockSize = l.BlockSize
+		}
+		if r := l.PhysicalBlockSize / l.BlockSize; l.PhysicalBlockSize%l.BlockSize != 0 || r&(r-1) != 0 || r > 1<<15 {
+			return fmt.Errorf("LUN %d: physical_block_size must be the block size times a power of two (up to 32768)", l.ID)
 		}
 		if l.Size <= 0 || int64(l.Size)%int64(l.BlockSize) != 0 {
 			return fmt.Errorf("LUN %d: size must be a positive multiple of the block size", l.ID)

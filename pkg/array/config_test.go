@@ -16,6 +16,7 @@ func TestExampleConfigLoads(t *testing.T) {
 	require.Len(t, c.LUNs, 8)
 	require.Equal(t, "hdd", c.LUNs[4].Media)
 	require.Equal(t, 512, c.LUNs[0].BlockSize)
+	require.Equal(t, 512, c.LUNs[0].PhysicalBlockSize, "the block size, by default")
 	require.Equal(t, 30*time.Second, c.Ownership.ShipWindow)
 }
 
@@ -42,6 +43,9 @@ func TestConfigErrors(t *testing.T) {
 		{"negative ship window", "ownership: {ship_window: -1s}\n", "must not be negative"},
 		{"negative capacity", "ownership: {node_capacity: -5}\n", "node_capacity"},
 		{"cache unknown key", "cache: {mirrored: true}\n", "mirrored"},
+		{"physical block not a multiple", "luns: [{id: 0, size: 1MiB, physical_block_size: 1000}]\n", "physical_block_size"},
+		{"physical block below the block", "luns: [{id: 0, size: 1MiB, block_size: 4096, physical_block_size: 512}]\n", "physical_block_size"},
+		{"physical block not a power of two", "luns: [{id: 0, size: 1MiB, physical_block_size: 1536}]\n", "physical_block_size"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -134,7 +134,7 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 		srv.AddTargetPort(scsi.TargetPortInfo{RelativeID: p.RelativeID, Name: iscsi.TargetPortName(cfg.NodeTarget(p.Node.Name), p.RelativeID)})
 	}
 	for _, l := range arr.LUNs {
-		_, err := srv.AddLU(scsi.LUConfig{LUN: l.ID, BlockSize: l.BlockSize, Blocks: uint64(l.Size / int64(l.BlockSize)),
+		_, err := srv.AddLU(scsi.LUConfig{LUN: l.ID, BlockSize: l.BlockSize, PhysicalBlockSize: l.PhysicalBlockSize, Blocks: uint64(l.Size / int64(l.BlockSize)),
 			Backend: l, Rotational: l.Media == "hdd",
 			Identity: scsi.Identity{Vendor: "ALUAD", Product: "aluad array", Revision: "0001",
 				Serial: arr.Serial(l), NAA: arr.NAA(l)}})

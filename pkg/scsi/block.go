@@ -164,6 +164,18 @@ func (x *exec) dataOut(n int) ([]byte, error) {
 	return x.c.Data[:n], nil
 }
 
+// dataOutExact is dataOut for a command whose data-out is not a run of
+// blocks that can be cut short or left over (WRITE SAME's one block,
+// COMPARE AND WRITE's verify and write halves): any other amount gets
+// INVALID FIELD IN COMMAND INFORMATION UNIT and nothing is done.
+func (x *exec) dataOutExact(n int) ([]byte, error) {
+	x.dataOutLen = n
+	if len(x.c.Data) != n {
+		return nil, Sense(ReasonInvalidFieldInIU)
+	}
+	return x.c.Data, nil
+}
+
 // writeAt writes to the LU's backend. With the write cache disabled
 // (WCE=0) every write is on stable media before GOOD, as with FUA
 // (SBC-3 6.4.5).
@@ -330,7 +342,7 @@ func writeSame(x *exec) ([]byte, error) {
 		block = make([]byte, bs)
 	} else {
 		var err error
-		if block, err = x.dataOut(bs); err != nil {
+		if block, err = x.dataOutExact(bs); err != nil {
 			return nil, err
 		}
 	}
@@ -441,7 +453,7 @@ func compareAndWrite(x *exec) ([]byte, error) {
 	if err := x.writable(); err != nil {
 		return nil, err
 	}
-	data, err := x.dataOut(x.dataOutLen)
+	data, err := x.dataOutExact(x.dataOutLen)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package scsi
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -94,7 +95,8 @@ func TestExtendedInquiryVPD(t *testing.T) {
 // than its CDB asks for as SAM-5 allows: less is refused with 05/0E/03
 // and nothing is written, except whole blocks for WRITE and WRITE AND
 // VERIFY (written, the rest reported as the residual, as libiscsi's
-// residual tests expect); more is cut to the CDB's length. Either way the
+// residual tests expect); more is cut to the CDB's length, except for
+// WRITE SAME and COMPARE AND WRITE, which refuse any other amount. Either way the
 // response names the CDB's length, so the fabric reports the residual.
 func TestDataOutLengthMismatch(t *testing.T) {
 	const bs = 512
@@ -118,22 +120,23 @@ func TestDataOutLengthMismatch(t *testing.T) {
 		cdb   []byte
 		need  int  // the CDB's data-out length
 		write bool // the command writes blocks 8.. when it runs
+		exact bool // any other amount of data-out is refused (WRITE SAME, COMPARE AND WRITE)
 	}{
-		{"WRITE(6)", rw(OpWrite6, 2), 2 * bs, true},
-		{"WRITE(10)", rw(OpWrite10, 2), 2 * bs, true},
-		{"WRITE(12)", rw(OpWrite12, 2), 2 * bs, true},
-		{"WRITE(16)", rw(OpWrite16, 2), 2 * bs, true},
-		{"WRITE AND VERIFY(10)", rw(OpWriteVerify10, 2), 2 * bs, true},
-		{"WRITE AND VERIFY(12)", rw(OpWriteVerify12, 2), 2 * bs, true},
-		{"WRITE AND VERIFY(16)", rw(OpWriteVerify16, 2), 2 * bs, true},
-		{"WRITE SAME(10)", rw(OpWriteSame10, 2), bs, true},
-		{"WRITE SAME(16)", rw(OpWriteSame16, 2), bs, true},
-		{"ORWRITE(16)", rw(OpOrWrite16, 2), 2 * bs, true},
-		{"COMPARE AND WRITE", rw(OpCompareAndWrite, 1), 2 * bs, true},
-		{"UNMAP", []byte{OpUnmap, 0, 0, 0, 0, 0, 0, 0, 24, 0}, 24, false},
-		{"VERIFY(16) BYTCHK=1", func() []byte { c := rw(OpVerify16, 2); c[1] = 0x02; return c }(), 2 * bs, false},
-		{"PERSISTENT RESERVE OUT", proutCDB(0, 0), 24, false},
-		{"MODE SELECT(10)", []byte{OpModeSelect10, 0x10, 0, 0, 0, 0, 0, 0, 8, 0}, 8, false},
+		{"WRITE(6)", rw(OpWrite6, 2), 2 * bs, true, false},
+		{"WRITE(10)", rw(OpWrite10, 2), 2 * bs, true, false},
+		{"WRITE(12)", rw(OpWrite12, 2), 2 * bs, true, false},
+		{"WRITE(16)", rw(OpWrite16, 2), 2 * bs, true, false},
+		{"WRITE AND VERIFY(10)", rw(OpWriteVerify10, 2), 2 * bs, true, false},
+		{"WRITE AND VERIFY(12)", rw(OpWriteVerify12, 2), 2 * bs, true, false},
+		{"WRITE AND VERIFY(16)", rw(OpWriteVerify16, 2), 2 * bs, true, false},
+		{"WRITE SAME(10)", rw(OpWriteSame10, 2), bs, true, true},
+		{"WRITE SAME(16)", rw(OpWriteSame16, 2), bs, true, true},
+		{"ORWRITE(16)", rw(OpOrWrite16, 2), 2 * bs, true, false},
+		{"COMPARE AND WRITE", rw(OpCompareAndWrite, 1), 2 * bs, true, true},
+		{"UNMAP", []byte{OpUnmap, 0, 0, 0, 0, 0, 0, 0, 24, 0}, 24, false, false},
+		{"VERIFY(16) BYTCHK=1", func() []byte { c := rw(OpVerify16, 2); c[1] = 0x02; return c }(), 2 * bs, false, false},
+		{"PERSISTENT RESERVE OUT", proutCDB(0, 0), 24, false, false},
+		{"MODE SELECT(10)", []byte{OpModeSelect10, 0x10, 0, 0, 0, 0, 0, 0, 8, 0}, 8, false, false},
 	}
 	type variant struct {
 		name string
@@ -177,7 +180,7 @@ func TestDataOutLengthMismatch(t *testing.T) {
 				before := append([]byte(nil), be.b[8*bs:12*bs]...)
 				r := s.Execute(&Command{Nexus: n1, CDB: tc.cdb, Data: data})
 				require.Equal(t, tc.need, r.DataOutLen, "the CDB's length, for the residual")
-				if !v.good {
+				if !v.good || tc.exact && v.name != whole.name {
 					_, asc, ascq := senseOf(t, r)
 					require.Equal(t, []byte{0x0e, 0x03}, []byte{asc, ascq})
 					require.Equal(t, before, be.b[8*bs:12*bs], "nothing written")
@@ -195,5 +198,44 @@ func TestDataOutLengthMismatch(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestReadCapacityPhysicalBlock: READ CAPACITY(16) reports the logical
+// blocks per physical block exponent the LU was configured with, and a
+// physical size the field cannot carry is refused when the LU is added.
+func TestReadCapacityPhysicalBlock(t *testing.T) {
+	tests := []struct {
+		logical, physical int
+		exp               byte
+		bad               bool
+	}{
+		{512, 0, 0, false},
+		{512, 512, 0, false},
+		{512, 4096, 3, false},
+		{4096, 4096, 0, false},
+		{4096, 8192, 1, false},
+		{512, 512 << 15, 15, false},
+		{512, 512 << 16, 0, true},
+		{512, 1000, 0, true},
+		{4096, 512, 0, true},
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprintf("%d/%d", tc.logical, tc.physical), func(t *testing.T) {
+			s := NewServer()
+			_, err := s.AddLU(LUConfig{LUN: 0, BlockSize: tc.logical, PhysicalBlockSize: tc.physical, Blocks: 64,
+				Backend: &memBackend{b: make([]byte, 64*tc.logical)}})
+			if tc.bad {
+				require.ErrorContains(t, err, "physical block size")
+				return
+			}
+			require.NoError(t, err)
+			s.NexusUp(n1)
+			s.Execute(&Command{Nexus: n1, CDB: []byte{OpTestUnitReady, 0, 0, 0, 0, 0}}) // the power-on UA
+			r := s.Execute(&Command{Nexus: n1, CDB: []byte{0x9e, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0}})
+			require.Equal(t, StatusGood, r.Status)
+			require.Equal(t, uint32(tc.logical), binary.BigEndian.Uint32(r.Data[8:]))
+			require.Equal(t, tc.exp, r.Data[13]&0x0f, "LOGICAL BLOCKS PER PHYSICAL BLOCK EXPONENT")
+		})
 	}
 }

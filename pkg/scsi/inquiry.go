@@ -211,12 +211,26 @@ func readCapacity10(x *exec) ([]byte, error) {
 	return b, nil
 }
 
+// PhysicalBlockExponent is log2(physical / logical) for READ
+// CAPACITY(16), and whether physical is a power of two multiple of
+// logical that the 4-bit field can carry.
+func PhysicalBlockExponent(logical, physical int) (byte, bool) {
+	for e := 0; e < 16; e++ {
+		if logical<<e == physical {
+			return byte(e), true
+		}
+	}
+	return 0, false
+}
+
 // readCapacity16 answers READ CAPACITY(16) (SBC-3 5.16).
 func readCapacity16(x *exec) ([]byte, error) {
 	allocLen := int(be32(x.cdb()[10:]))
 	b := make([]byte, 32)
 	binary.BigEndian.PutUint64(b, x.lu.blocks()-1)
 	binary.BigEndian.PutUint32(b[8:], uint32(x.lu.blockSize()))
+	e, _ := PhysicalBlockExponent(x.lu.blockSize(), x.lu.cfg.PhysicalBlockSize)
+	b[13] = e           // LOGICAL BLOCKS PER PHYSICAL BLOCK EXPONENT; lowest aligned LBA 0
 	b[14] = 0x80 | 0x40 // LBPME, LBPRZ
 	return alloc(b, allocLen), nil
 }

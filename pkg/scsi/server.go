@@ -41,10 +41,14 @@ type Identity struct {
 // LUConfig describes one logical unit.
 type LUConfig struct {
 	LUN       uint64
-	BlockSize int    // bytes per logical block
-	Blocks    uint64 // capacity in logical blocks
-	Identity  Identity
-	Backend   Backend
+	BlockSize int // bytes per logical block
+	// PhysicalBlockSize is the unit the LU writes in underneath (READ
+	// CAPACITY(16)'s LOGICAL BLOCKS PER PHYSICAL BLOCK EXPONENT): a power
+	// of two multiple of BlockSize; 0 means BlockSize.
+	PhysicalBlockSize int
+	Blocks            uint64 // capacity in logical blocks
+	Identity          Identity
+	Backend           Backend
 	// Rotational reports a medium rotation rate in VPD 0xB1 (hdd profile);
 	// false reports a non-rotating medium.
 	Rotational bool
@@ -129,6 +133,13 @@ func (s *Server) AddTargetPort(p TargetPortInfo) {
 func (s *Server) AddLU(cfg LUConfig) (*LU, error) {
 	if cfg.BlockSize < 512 || cfg.BlockSize&(cfg.BlockSize-1) != 0 {
 		return nil, fmt.Errorf("scsi: LUN %d: block size %d is not a power of two >= 512", cfg.LUN, cfg.BlockSize)
+	}
+	if cfg.PhysicalBlockSize == 0 {
+		cfg.PhysicalBlockSize = cfg.BlockSize
+	}
+	if _, ok := PhysicalBlockExponent(cfg.BlockSize, cfg.PhysicalBlockSize); !ok {
+		return nil, fmt.Errorf("scsi: LUN %d: physical block size %d is not a power of two multiple (up to 2^15) of the block size %d",
+			cfg.LUN, cfg.PhysicalBlockSize, cfg.BlockSize)
 	}
 	if cfg.Blocks == 0 {
 		return nil, fmt.Errorf("scsi: LUN %d: zero capacity", cfg.LUN)

@@ -140,7 +140,7 @@ func newWorldWrapped(s Script, wrap func(lun uint64, st media.Store) media.Store
 		w.portUp[p.RelativeID] = true
 	}
 	for _, l := range w.arr.LUNs {
-		if _, err := w.srv.AddLU(scsi.LUConfig{LUN: l.ID, BlockSize: l.BlockSize,
+		if _, err := w.srv.AddLU(scsi.LUConfig{LUN: l.ID, BlockSize: l.BlockSize, PhysicalBlockSize: l.PhysicalBlockSize,
 			Blocks: uint64(l.Size / int64(l.BlockSize)), Backend: l,
 			Identity: scsi.Identity{Vendor: "ALUAD", Product: "aluad sim", Revision: "0001",
 				Serial: w.arr.Serial(l), NAA: w.arr.NAA(l)}}); err != nil {
