@@ -8,8 +8,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sort"
 	"strconv"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/reports"
@@ -266,10 +269,7 @@ func (d *Daemon) ControlHandler() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"cleared": req.Condition})
 	})
 	mux.HandleFunc("GET /v1/events/stream", d.handleEventStream)
-	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		d.WriteMetrics(w)
-	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(d.metrics.reg, promhttp.HandlerOpts{}))
 	mux.Handle("GET /", dashboard())
 	mux.HandleFunc("GET /v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such API call: %s %s", r.Method, r.URL.Path))
@@ -387,4 +387,14 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 func writeError(w http.ResponseWriter, code int, msg string) {
 	writeJSON(w, code, map[string]string{"error": msg})
+}
+
+// catalogSorted is the report catalog in condition order.
+func catalogSorted() []reports.Entry {
+	out := make([]reports.Entry, 0, len(reports.Catalog))
+	for _, e := range reports.Catalog {
+		out = append(out, e)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Condition < out[j].Condition })
+	return out
 }

@@ -145,7 +145,8 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 	}
 	d := &Daemon{Array: arr, SCSI: srv, log: opt.Logger, now: opt.Now, done: make(chan struct{}),
 		ioPrev: map[ioKey]scsi.NexusIO{}, pathPrev: map[scsi.Nexus]iscsi.PathStat{}, ioLast: opt.Now(),
-		lastIO: map[ioKey]*IOInterval{}, metrics: newMetrics()}
+		lastIO: map[ioKey]*IOInterval{}}
+	d.metrics = newMetrics(d)
 	d.Events = NewEventLog(opt.EventCapacity, opt.Now, func(e Event) {
 		if b := d.brain.Load(); b != nil {
 			b.feed(e)

@@ -1,33 +1,35 @@
 package daemon
 
 import (
-	"fmt"
 	"io"
-	"math"
-	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
 
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/reports"
 )
 
-// metrics are the daemon's cumulative counters for /metrics (Prometheus
-// text format 0.0.4): ownership moves and their stop times by cause, unit
-// attentions by sense, reports raised, and per-port commands, bytes and
-// latency, which EmitIOStats folds in from the per-nexus counters every
-// stats interval (so they lag by at most one interval, and survive the
-// nexuses that end).
+// metrics are the daemon's Prometheus metrics (client_golang, on a
+// registry of its own): ownership moves and their stop times by cause,
+// unit attentions by sense and reports raised are counted as they happen;
+// the array's state (nodes, ports, owners, active reports) and per-port
+// commands, bytes and latency are read at scrape time by a collector. The
+// per-port counters are folded in from the per-nexus counters every stats
+// interval by EmitIOStats (so they lag by at most one interval, and
+// survive the nexuses that end).
 type metrics struct {
-	mu sync.Mutex
+	reg *prometheus.Registry
 	// moves: LUNs moved, by cause; batches and failed batches by cause.
-	moves, batches, failed map[string]uint64
-	stop                   map[string]*histogram
-	ua                     map[string]uint64
-	raised                 map[string]uint64
-	ports                  map[uint16]*portCounters
+	moves, batches, failed *prometheus.CounterVec
+	stop                   *prometheus.HistogramVec
+	ua, raised             *prometheus.CounterVec
+
+	mu    sync.Mutex
+	ports map[uint16]*portCounters
 }
 
 // portCounters are one target port's cumulative I/O and its recent
@@ -60,62 +62,39 @@ const historyLen = 300
 // stopBuckets are the upper bounds (seconds) of the stop-time histogram.
 var stopBuckets = []float64{0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 
-type histogram struct {
-	counts []uint64 // per bucket, not cumulative
-	sum    float64
-	n      uint64
-}
-
-func (h *histogram) observe(v float64) {
-	if h.counts == nil {
-		h.counts = make([]uint64, len(stopBuckets))
+// newMetrics registers the counters and the scrape-time collector of d.
+func newMetrics(d *Daemon) *metrics {
+	m := &metrics{reg: prometheus.NewRegistry(), ports: map[uint16]*portCounters{}}
+	counter := func(name, help, label string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{label})
 	}
-	for i, b := range stopBuckets {
-		if v <= b {
-			h.counts[i]++
-			break
-		}
-	}
-	h.sum += v
-	h.n++
-}
-
-func newMetrics() *metrics {
-	return &metrics{moves: map[string]uint64{}, batches: map[string]uint64{}, failed: map[string]uint64{},
-		stop: map[string]*histogram{}, ua: map[string]uint64{}, raised: map[string]uint64{},
-		ports: map[uint16]*portCounters{}}
+	m.moves = counter("aluad_ownership_moves_total", "LUNs whose ownership moved, by cause.", "cause")
+	m.batches = counter("aluad_ownership_batches_total", "Ownership transitions (batches of LUNs), by cause.", "cause")
+	m.failed = counter("aluad_ownership_failed_total", "Ownership transitions that failed and were rolled back, by cause.", "cause")
+	m.stop = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "aluad_ownership_stop_seconds",
+		Help: "How long I/O to a moving batch was held, by cause.", Buckets: stopBuckets}, []string{"cause"})
+	m.ua = counter("aluad_unit_attentions_total", "Unit attentions reported to initiators, by ASC/ASCQ.", "asc_ascq")
+	m.raised = counter("aluad_reports_raised_total", "Report conditions raised, by condition.", "condition")
+	m.reg.MustRegister(m.moves, m.batches, m.failed, m.stop, m.ua, m.raised, stateCollector{d})
+	return m
 }
 
 func (m *metrics) change(c array.Change) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	cause := string(c.Cause)
-	m.batches[cause]++
+	m.batches.WithLabelValues(cause).Inc()
 	if c.Failed {
-		m.failed[cause]++
+		m.failed.WithLabelValues(cause).Inc()
 		return
 	}
-	m.moves[cause] += uint64(len(c.LUNs))
-	h := m.stop[cause]
-	if h == nil {
-		h = &histogram{}
-		m.stop[cause] = h
-	}
-	h.observe(c.Stop.Seconds())
+	m.moves.WithLabelValues(cause).Add(float64(len(c.LUNs)))
+	m.stop.WithLabelValues(cause).Observe(c.Stop.Seconds())
 }
 
-func (m *metrics) unitAttention(reason string) {
-	m.mu.Lock()
-	m.ua[reason]++
-	m.mu.Unlock()
-}
+func (m *metrics) unitAttention(reason string) { m.ua.WithLabelValues(reason).Inc() }
 
-func (m *metrics) reportRaised(cond string) {
-	m.mu.Lock()
-	m.raised[cond]++
-	m.mu.Unlock()
-}
+func (m *metrics) reportRaised(cond string) { m.raised.WithLabelValues(cond).Inc() }
 
+// port returns a port's counters (caller holds m.mu).
 func (m *metrics) port(id uint16) *portCounters {
 	p := m.ports[id]
 	if p == nil {
@@ -170,189 +149,112 @@ func (m *metrics) endInterval(ports []*array.Port, now time.Time, iv time.Durati
 	}
 }
 
-// promWriter writes the text exposition format: HELP and TYPE once per
-// family, then its samples, with label values escaped.
-type promWriter struct {
-	w   io.Writer
-	err error
-}
-
-func (p *promWriter) family(name, typ, help string) {
-	p.printf("# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
-}
-
-func (p *promWriter) sample(name string, v float64, labels ...string) {
-	var b strings.Builder
-	b.WriteString(name)
-	if len(labels) > 0 {
-		b.WriteByte('{')
-		for i := 0; i+1 < len(labels); i += 2 {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(labels[i])
-			b.WriteString(`="`)
-			b.WriteString(escapeLabel(labels[i+1]))
-			b.WriteByte('"')
-		}
-		b.WriteByte('}')
-	}
-	b.WriteByte(' ')
-	b.WriteString(formatFloat(v))
-	b.WriteByte('\n')
-	p.printf("%s", b.String())
-}
-
-func (p *promWriter) printf(format string, a ...any) {
-	if p.err == nil {
-		_, p.err = fmt.Fprintf(p.w, format, a...)
-	}
-}
-
-func escapeLabel(s string) string {
-	return strings.NewReplacer(`\`, `\\`, "\n", `\n`, `"`, `\"`).Replace(s)
-}
-
-func formatFloat(v float64) string {
-	switch {
-	case math.IsInf(v, 1):
-		return "+Inf"
-	case math.IsNaN(v):
-		return "NaN"
-	}
-	return strconv.FormatFloat(v, 'g', -1, 64)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
-}
-
 // WriteMetrics writes every metric in the Prometheus text format.
 func (d *Daemon) WriteMetrics(w io.Writer) error {
-	p := &promWriter{w: w}
-	arr := d.Array
-	p.family("aluad_node_up", "gauge", "1 when the storage node is serving.")
-	for _, n := range arr.Nodes {
-		p.sample("aluad_node_up", b2f(n.Up()), "node", n.Name)
+	fams, err := d.metrics.reg.Gather()
+	if err != nil {
+		return err
 	}
-	p.family("aluad_port_up", "gauge", "1 when the target port accepts logins (not taken down by a fault).")
+	enc := expfmt.NewEncoder(w, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, f := range fams {
+		if err := enc.Encode(f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stateCollector reads the array's state and the per-port counters at
+// scrape time.
+type stateCollector struct{ d *Daemon }
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(name, help, labels, nil)
+}
+
+var (
+	descNodeUp      = desc("aluad_node_up", "1 when the storage node is serving.", "node")
+	descPortUp      = desc("aluad_port_up", "1 when the target port accepts logins (not taken down by a fault).", "node", "port")
+	descSessions    = desc("aluad_sessions", "Logged-in normal iSCSI sessions (I_T nexuses).")
+	descLUNOwner    = desc("aluad_lun_owner", "1 for the node that owns the LUN.", "lun", "node")
+	descOnPreferred = desc("aluad_lun_on_preferred", "1 when the LUN is owned by its preferred owner.", "lun")
+	descReports     = desc("aluad_reports_active", "Report conditions raised now, by condition and severity.", "condition", "severity")
+	// portFamilies are the per-port counters, labelled node and port.
+	portFamilies = []struct {
+		d *prometheus.Desc
+		v func(c *portCounters) float64
+	}{
+		{desc("aluad_port_commands_total", "SCSI commands that reached LUNs through the port.", "node", "port"),
+			func(c *portCounters) float64 { return float64(c.Commands) }},
+		{desc("aluad_port_read_bytes_total", "Bytes read through the port.", "node", "port"),
+			func(c *portCounters) float64 { return float64(c.BytesRead) }},
+		{desc("aluad_port_written_bytes_total", "Bytes written through the port.", "node", "port"),
+			func(c *portCounters) float64 { return float64(c.BytesWritten) }},
+		{desc("aluad_port_non_optimized_commands_total", "Commands that arrived while the port's group was non-optimized for the LUN (forwarded).", "node", "port"),
+			func(c *portCounters) float64 { return float64(c.NonOptimized) }},
+		{desc("aluad_port_service_seconds_total", "Summed device-server time of the port's commands (divide by commands for the mean).", "node", "port"),
+			func(c *portCounters) float64 { return c.Busy.Seconds() }},
+		{desc("aluad_port_exchanges_total", "Commands answered through the port (the exchange count).", "node", "port"),
+			func(c *portCounters) float64 { return float64(c.Exchanges) }},
+		{desc("aluad_port_exchange_seconds_total", "Summed exchange time, command in to status out, fabric included (divide by exchanges for the mean latency).", "node", "port"),
+			func(c *portCounters) float64 { return c.Exchange.Seconds() }},
+	}
+)
+
+func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descNodeUp, descPortUp, descSessions, descLUNOwner, descOnPreferred, descReports} {
+		ch <- d
+	}
+	for _, f := range portFamilies {
+		ch <- f.d
+	}
+}
+
+func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
+	d, arr := c.d, c.d.Array
+	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
+	}
+	for _, n := range arr.Nodes {
+		gauge(descNodeUp, b2f(n.Up()), n.Name)
+	}
 	for _, pt := range arr.Ports {
 		up := pt.Node.Up() && (d.fabric == nil || d.fabric.PortUp(pt.RelativeID))
-		p.sample("aluad_port_up", b2f(up), "node", pt.Node.Name, "port", pt.Name)
+		gauge(descPortUp, b2f(up), pt.Node.Name, pt.Name)
 	}
 	sessions := 0
 	if d.fabric != nil {
 		sessions = len(d.fabric.PathStats())
 	}
-	p.family("aluad_sessions", "gauge", "Logged-in normal iSCSI sessions (I_T nexuses).")
-	p.sample("aluad_sessions", float64(sessions))
-	p.family("aluad_lun_owner", "gauge", "1 for the node that owns the LUN.")
+	gauge(descSessions, float64(sessions))
 	for _, l := range arr.LUNs {
-		own := l.Owner()
+		own, lun := l.Owner(), strconv.FormatUint(l.ID, 10)
 		for _, n := range arr.Nodes {
-			p.sample("aluad_lun_owner", b2f(n == own), "lun", strconv.FormatUint(l.ID, 10), "node", n.Name)
+			gauge(descLUNOwner, b2f(n == own), lun, n.Name)
 		}
+		gauge(descOnPreferred, b2f(own == l.Preferred), lun)
 	}
-	p.family("aluad_lun_on_preferred", "gauge", "1 when the LUN is owned by its preferred owner.")
-	for _, l := range arr.LUNs {
-		p.sample("aluad_lun_on_preferred", b2f(l.Owner() == l.Preferred), "lun", strconv.FormatUint(l.ID, 10))
-	}
-
 	m := d.metrics
 	m.mu.Lock()
-	p.family("aluad_ownership_moves_total", "counter", "LUNs whose ownership moved, by cause.")
-	for _, c := range sortedKeys(m.moves) {
-		p.sample("aluad_ownership_moves_total", float64(m.moves[c]), "cause", c)
-	}
-	p.family("aluad_ownership_batches_total", "counter", "Ownership transitions (batches of LUNs), by cause.")
-	for _, c := range sortedKeys(m.batches) {
-		p.sample("aluad_ownership_batches_total", float64(m.batches[c]), "cause", c)
-	}
-	p.family("aluad_ownership_failed_total", "counter", "Ownership transitions that failed and were rolled back, by cause.")
-	for _, c := range sortedKeys(m.failed) {
-		p.sample("aluad_ownership_failed_total", float64(m.failed[c]), "cause", c)
-	}
-	p.family("aluad_ownership_stop_seconds", "histogram", "How long I/O to a moving batch was held, by cause.")
-	for _, c := range sortedKeys(m.stop) {
-		h := m.stop[c]
-		cum := uint64(0)
-		for i, b := range stopBuckets {
-			cum += h.counts[i]
-			p.sample("aluad_ownership_stop_seconds_bucket", float64(cum), "cause", c, "le", formatFloat(b))
-		}
-		p.sample("aluad_ownership_stop_seconds_bucket", float64(h.n), "cause", c, "le", "+Inf")
-		p.sample("aluad_ownership_stop_seconds_sum", h.sum, "cause", c)
-		p.sample("aluad_ownership_stop_seconds_count", float64(h.n), "cause", c)
-	}
-	p.family("aluad_unit_attentions_total", "counter", "Unit attentions reported to initiators, by ASC/ASCQ.")
-	for _, r := range sortedKeys(m.ua) {
-		p.sample("aluad_unit_attentions_total", float64(m.ua[r]), "asc_ascq", r)
-	}
-	p.family("aluad_reports_raised_total", "counter", "Report conditions raised, by condition.")
-	for _, c := range sortedKeys(m.raised) {
-		p.sample("aluad_reports_raised_total", float64(m.raised[c]), "condition", c)
-	}
-	type portRow struct {
-		pt *array.Port
-		c  portCounters
-	}
-	var rows []portRow
-	for _, pt := range arr.Ports {
-		rows = append(rows, portRow{pt, *m.port(pt.RelativeID)})
+	rows := make([]portCounters, len(arr.Ports))
+	for i, pt := range arr.Ports {
+		rows[i] = *m.port(pt.RelativeID)
 	}
 	m.mu.Unlock()
-
-	families := []struct {
-		name, typ, help string
-		v               func(c *portCounters) float64
-	}{
-		{"aluad_port_commands_total", "counter", "SCSI commands that reached LUNs through the port.",
-			func(c *portCounters) float64 { return float64(c.Commands) }},
-		{"aluad_port_read_bytes_total", "counter", "Bytes read through the port.",
-			func(c *portCounters) float64 { return float64(c.BytesRead) }},
-		{"aluad_port_written_bytes_total", "counter", "Bytes written through the port.",
-			func(c *portCounters) float64 { return float64(c.BytesWritten) }},
-		{"aluad_port_non_optimized_commands_total", "counter", "Commands that arrived while the port's group was non-optimized for the LUN (forwarded).",
-			func(c *portCounters) float64 { return float64(c.NonOptimized) }},
-		{"aluad_port_service_seconds_total", "counter", "Summed device-server time of the port's commands (divide by commands for the mean).",
-			func(c *portCounters) float64 { return c.Busy.Seconds() }},
-		{"aluad_port_exchanges_total", "counter", "Commands answered through the port (the exchange count).",
-			func(c *portCounters) float64 { return float64(c.Exchanges) }},
-		{"aluad_port_exchange_seconds_total", "counter", "Summed exchange time, command in to status out, fabric included (divide by exchanges for the mean latency).",
-			func(c *portCounters) float64 { return c.Exchange.Seconds() }},
-	}
-	for _, f := range families {
-		p.family(f.name, f.typ, f.help)
-		for _, r := range rows {
-			p.sample(f.name, f.v(&r.c), "node", r.pt.Node.Name, "port", r.pt.Name)
+	for _, f := range portFamilies {
+		for i, pt := range arr.Ports {
+			ch <- prometheus.MustNewConstMetric(f.d, prometheus.CounterValue, f.v(&rows[i]), pt.Node.Name, pt.Name)
 		}
 	}
-	p.family("aluad_reports_active", "gauge", "Report conditions raised now, by condition and severity.")
 	if rs, err := d.Reports(); err == nil {
 		count := map[string]int{}
 		for _, r := range rs {
 			count[string(r.Condition)]++
 		}
-		for _, e := range catalogSorted() {
-			p.sample("aluad_reports_active", float64(count[string(e.Condition)]), "condition", string(e.Condition),
-				"severity", string(e.Severity))
+		for _, e := range reports.Catalog {
+			gauge(descReports, float64(count[string(e.Condition)]), string(e.Condition), string(e.Severity))
 		}
 	}
-	return p.err
-}
-
-func catalogSorted() []reports.Entry {
-	out := make([]reports.Entry, 0, len(reports.Catalog))
-	for _, e := range reports.Catalog {
-		out = append(out, e)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Condition < out[j].Condition })
-	return out
 }
 
 func b2f(b bool) float64 {
