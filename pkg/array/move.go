@@ -151,7 +151,10 @@ func (a *Array) Move(ids []uint64, to string, cause Cause) (Change, error) {
 	for i, l := range batch {
 		olds[i] = l.alua.Load()
 		if cause == CauseSTPG {
-			l.alua.Store(&aluaSnap{owner: from, target: dst, moving: true, status: olds[i].status, gen: olds[i].gen})
+			// Both groups go TRANSITIONING at the host's request.
+			st := append([]byte(nil), olds[i].status...)
+			st[from.Index], st[dst.Index] = StatusExplicit, StatusExplicit
+			l.alua.Store(&aluaSnap{owner: from, target: dst, moving: true, status: st, gen: olds[i].gen})
 		}
 	}
 	a.topo.Unlock()
@@ -187,7 +190,19 @@ func (a *Array) Move(ids []uint64, to string, cause Cause) (Change, error) {
 		// restart of another node set during the move.
 		cur := l.alua.Load()
 		if err != nil {
-			l.alua.Store(&aluaSnap{owner: olds[i].owner, status: cur.status, gen: olds[i].gen})
+			st := cur.status
+			if cur.moving {
+				// The groups that reported TRANSITIONING return to their
+				// states because the move failed: an implicit change
+				// (a down group keeps its own).
+				st = append([]byte(nil), st...)
+				for _, n := range []*Node{from, dst} {
+					if n.Up() {
+						st[n.Index] = StatusImplicit
+					}
+				}
+			}
+			l.alua.Store(&aluaSnap{owner: olds[i].owner, status: st, gen: olds[i].gen})
 			continue
 		}
 		if !crashed {
@@ -350,14 +365,20 @@ func (a *Array) destagePhase(batch []*LUN, from *Node, pt MovePoint, all bool) e
 	return nil
 }
 
-// switched is the snapshot after a move from -> dst.
+// switched is the snapshot after a move from -> dst: both groups'
+// states changed, by the host's STPG (01h) or the array's own doing
+// (02h), except a from that is down: it stays UNAVAILABLE, with the
+// status its failure recorded.
 func (s *aluaSnap) switched(from, dst *Node, cause Cause) *aluaSnap {
 	st := append([]byte(nil), s.status...)
 	code := StatusImplicit
 	if cause == CauseSTPG {
 		code = StatusExplicit
 	}
-	st[from.Index], st[dst.Index] = code, code
+	if from.Up() {
+		st[from.Index] = code
+	}
+	st[dst.Index] = code
 	return &aluaSnap{owner: dst, status: st, gen: s.gen + 1}
 }
 
@@ -395,7 +416,7 @@ func (a *Array) takeover(batch []*LUN, from, dst *Node, c *Change, pt MovePoint)
 		}
 		c.Replayed += n
 		s := l.alua.Load()
-		l.alua.Store(s.switched(from, dst, CauseFailover))
+		l.alua.Store(s.switched(from, dst, c.Cause)) // a host's STPG in the explicit mode: 01h
 		a.topo.Unlock()
 	}
 	c.Stop = a.now().Sub(start)

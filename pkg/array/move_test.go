@@ -481,3 +481,84 @@ func TestGroupsAfterCrashAndRestart(t *testing.T) {
 		require.Equal(t, st.lun1, groups(1), "%s: LUN 1", st.name)
 	}
 }
+
+const statusHost = "iqn.2026-11.org.example:h1"
+
+func statuses(a *Array, lun uint64) (st []byte, state []AccessState, pref []bool) {
+	for _, g := range a.LUN(lun).Groups(statusHost) {
+		st = append(st, g.Status)
+		state = append(state, g.State)
+		pref = append(pref, g.Pref)
+	}
+	return
+}
+
+// An STPG move a->b whose source a crashes mid-move completes as a
+// replay onto b; a's group is UNAVAILABLE because of the crash, and the
+// switch does not change its state, so it keeps the crash's 02h (an
+// adversarial review found it re-stamped 01h).
+func TestSTPGMoveWhoseSourceCrashesKeepsItsStatus(t *testing.T) {
+	done := false
+	a := midMoveArray(t, true, func(a *Array, p MovePoint) {
+		if done || p.Phase != PhaseHold {
+			return
+		}
+		done = true
+		_, err := a.CrashNode("a")
+		require.NoError(t, err)
+		st, state, _ := statuses(a, 0)
+		t.Logf("after crash, mid-move: states %v status %v", state, st)
+	})
+	_, err := a.Move([]uint64{0}, "b", CauseSTPG)
+	require.NoError(t, err)
+	require.True(t, done)
+	st, state, pref := statuses(a, 0)
+	t.Logf("after move: states %v status %v pref %v", state, st, pref)
+	require.Equal(t, Unavailable, state[0])
+	require.Equal(t, StatusImplicit, st[0], "a's group: UNAVAILABLE since the crash, not altered by the STPG")
+}
+
+// An STPG move a->b abandoned because b crashed: a's group went
+// AO -> TRANSITIONING (01h, the host's request) -> AO, the last change
+// implicit (2A/07 announced): 02h.
+func TestAbandonedSTPGMoveSourceStatus(t *testing.T) {
+	done := false
+	a := midMoveArray(t, true, func(a *Array, p MovePoint) {
+		if done || p.Phase != PhaseHold {
+			return
+		}
+		done = true
+		st, state, _ := statuses(a, 0)
+		require.Equal(t, []AccessState{Transitioning, Transitioning}, state)
+		require.Equal(t, []byte{StatusExplicit, StatusExplicit}, st, "TRANSITIONING at the host's request")
+		_, err := a.CrashNode("b")
+		require.NoError(t, err)
+	})
+	_, err := a.Move([]uint64{0}, "b", CauseSTPG)
+	require.ErrorIs(t, err, ErrMoveAbandoned)
+	st, state, pref := statuses(a, 0)
+	t.Logf("after abandoned move: states %v status %v pref %v", state, st, pref)
+	require.Equal(t, ActiveOptimized, state[0])
+	require.Equal(t, StatusImplicit, st[0], "a's group changed TRANSITIONING -> AO implicitly")
+}
+
+// Explicit mode: the owner a crashed, a host's STPG makes b's group
+// active/optimized (a takeover): b's group changed because of the STPG,
+// so 01h; a's stays UNAVAILABLE with the crash's 02h.
+func TestExplicitSTPGTakeoverStatus(t *testing.T) {
+	cfg := Loopback(t.TempDir(), 1<<20)
+	cfg.Interlink.Penalty = 0
+	cfg.ALUA = "explicit"
+	a, err := New(cfg, Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { a.Close() })
+	_, err = a.CrashNode("a")
+	require.NoError(t, err)
+	moved, err := a.SetGroups(0, []GroupRequest{{Group: a.Node("b").GroupID, State: ActiveOptimized}})
+	require.NoError(t, err)
+	require.True(t, moved)
+	st, state, _ := statuses(a, 0)
+	t.Logf("after STPG takeover: states %v status %v", state, st)
+	require.Equal(t, StatusExplicit, st[1], "b's group was made AO by SET TARGET PORT GROUPS")
+	require.Equal(t, StatusImplicit, st[0])
+}
