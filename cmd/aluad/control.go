@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -42,11 +43,86 @@ func controlFlags(fs *flag.FlagSet) func() (*daemon.Client, error) {
 			}
 			return daemon.NewHTTPClient(*api, tok), nil
 		}
-		p := *ctl
-		if p == "" {
-			p = defaultControl(*data)
+		if *ctl != "" {
+			return daemon.NewClient(*ctl), nil
 		}
-		return daemon.NewClient(p), nil
+		if *data != "" {
+			return daemon.NewClient(defaultControl(*data)), nil
+		}
+		return findLocal(local{
+			sockets: []string{defaultControl(""), localLink()},
+			api:     "http://" + daemon.DefaultAPI,
+			token:   func() (string, error) { return readToken(*tokenFile) },
+		})
+	}
+}
+
+// local is where a client with no --control, --data or --api looks for a
+// daemon, in order: control sockets (the default data directory's, then
+// the link the last 'aluad serve' left in the user's runtime directory),
+// then the management API at its default address.
+type local struct {
+	sockets []string
+	api     string
+	token   func() (string, error)
+}
+
+// findLocal returns a client of the first daemon that answers, or an error
+// that lists where it looked.
+func findLocal(l local) (*daemon.Client, error) {
+	var tried []string
+	for _, p := range l.sockets {
+		if c, err := net.DialTimeout("unix", p, time.Second); err == nil {
+			c.Close()
+			return daemon.NewClient(p), nil
+		}
+		tried = append(tried, p)
+	}
+	host := strings.TrimPrefix(strings.TrimPrefix(l.api, "http://"), "https://")
+	if c, err := net.DialTimeout("tcp", host, time.Second); err == nil {
+		c.Close()
+		tok, err := l.token()
+		if err != nil {
+			return nil, err
+		}
+		return daemon.NewHTTPClient(l.api, tok), nil
+	}
+	tried = append(tried, l.api)
+	return nil, fmt.Errorf("no aluad answering on %s (is 'aluad serve' running? name its --control, --data or --api)",
+		strings.Join(tried, ", "))
+}
+
+// localLink is the control socket link 'aluad serve' leaves for clients
+// run from any directory: $XDG_RUNTIME_DIR/aluad.sock, or aluad-<uid>.sock
+// in the temporary directory.
+func localLink() string {
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "aluad.sock")
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("aluad-%d.sock", os.Getuid()))
+}
+
+// publishLocal points the local link at a serving daemon's control
+// socket, unless another daemon's link answers there; the returned func
+// removes the link if it is still this daemon's.
+func publishLocal(ctl string) func() {
+	abs, err := filepath.Abs(ctl)
+	if err != nil {
+		return func() {}
+	}
+	link := localLink()
+	if c, err := net.DialTimeout("unix", link, time.Second); err == nil {
+		c.Close()
+		return func() {} // another daemon answers there; leave it
+	}
+	os.Remove(link)
+	if os.Symlink(abs, link) != nil {
+		return func() {}
+	}
+	return func() {
+		if dst, err := os.Readlink(link); err == nil && dst == abs {
+			os.Remove(link)
+		}
 	}
 }
 

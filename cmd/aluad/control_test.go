@@ -97,3 +97,59 @@ func TestFaultAndLabCommands(t *testing.T) {
 		require.ErrorContains(t, labCmd(tc.args), tc.want, "%v", tc.args)
 	}
 }
+
+// A client given no --control, --data or --api finds a local daemon by
+// itself: the default data directory's socket, the link 'aluad serve'
+// leaves in the runtime directory, then the default API address; with
+// none answering it says everywhere it looked.
+func TestFindLocal(t *testing.T) {
+	cfg := array.Loopback(t.TempDir(), 1<<20)
+	ctl := filepath.Join(cfg.Data, "aluad.sock")
+	d, err := daemon.Start(cfg, daemon.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Control: ctl, API: "127.0.0.1:0", StatsInterval: -1})
+	require.NoError(t, err)
+	defer d.Stop(time.Second)
+	dead := filepath.Join(t.TempDir(), "dead.sock")
+	deadAPI := "http://127.0.0.1:1"
+	noToken := func() (string, error) { return "", nil }
+	tests := []struct {
+		name     string
+		l        local
+		wantPath string // the client's socket or base URL; "" for an error
+	}{
+		{"the first socket answers", local{[]string{ctl, dead}, deadAPI, noToken}, ctl},
+		{"the second socket answers", local{[]string{dead, ctl}, deadAPI, noToken}, ctl},
+		{"no socket: the API", local{[]string{dead}, "http://" + d.APIAddr(), noToken}, "http://" + d.APIAddr()},
+		{"nothing answers", local{[]string{dead}, deadAPI, noToken}, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := findLocal(tc.l)
+			if tc.wantPath == "" {
+				require.ErrorContains(t, err, "no aluad answering on "+dead+", "+deadAPI)
+				return
+			}
+			require.NoError(t, err)
+			st, err := c.Status()
+			require.NoError(t, err)
+			require.Len(t, st.Nodes, 2)
+		})
+	}
+
+	// End to end: serve's link in the runtime directory, a client run
+	// from another directory with no flags.
+	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	t.Chdir(t.TempDir())
+	unpublish := publishLocal(ctl)
+	dst, err := os.Readlink(localLink())
+	require.NoError(t, err)
+	require.Equal(t, ctl, dst)
+	c, err := findLocal(local{[]string{defaultControl(""), localLink()}, deadAPI, noToken})
+	require.NoError(t, err, "found through the link")
+	_, err = c.Status()
+	require.NoError(t, err)
+	require.NoError(t, status(nil), "the status command with no flags")
+	unpublish()
+	_, err = os.Lstat(localLink())
+	require.True(t, os.IsNotExist(err), "the link goes with the daemon")
+}

@@ -48,8 +48,12 @@ Usage:
   aluad help                                 this text
 
 The client commands reach the running daemon on its control socket
-(--control PATH, default <data>/aluad.sock), or on its management API with
---api URL (env ALUAD_API) and --token-file FILE (env ALUAD_API_TOKEN).
+(--control PATH, or --data DIR for DIR/aluad.sock), or on its management
+API with --api URL (env ALUAD_API) and --token-file FILE (env
+ALUAD_API_TOKEN). With none of these they look for a local daemon:
+./aluad-data/aluad.sock, the link 'aluad serve' leaves at
+$XDG_RUNTIME_DIR/aluad.sock (or aluad-<uid>.sock in the temporary
+directory), then the API at 127.0.0.1:8090.
 
 Run 'aluad <command> -h' for a command's flags.
 `

@@ -88,6 +88,9 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
+	if ctl != "" {
+		defer publishLocal(ctl)()
+	}
 	for _, p := range d.Portals() {
 		fmt.Printf("portal %s %s %s %s\n", p.Node, p.Port, p.Addr, p.Target)
 	}
