@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aluad/aluad/pkg/daemon"
+	"github.com/aluad/aluad/pkg/api"
 )
 
 // Target is the iSCSI target name aluad serves in the lab.
@@ -40,7 +40,7 @@ type ArraySpec struct {
 // Array is a running aluad process in the lab namespace.
 type Array struct {
 	Dir    string
-	Client *daemon.Client
+	Client *api.Client
 	cmd    *exec.Cmd
 	done   chan error
 	// guest runs aluad (the TCMU lab's storage guest) instead of cmd.
@@ -98,7 +98,7 @@ func StartArray(ctx context.Context, n *Net, bin, dir string, s ArraySpec) (*Arr
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	a := &Array{Dir: dir, Client: daemon.NewClient(ctl), cmd: cmd, done: make(chan error, 1)}
+	a := &Array{Dir: dir, Client: api.NewClient(ctl), cmd: cmd, done: make(chan error, 1)}
 	go func() { a.done <- cmd.Wait(); logf.Close() }()
 	deadline := time.Now().Add(30 * time.Second)
 	for {

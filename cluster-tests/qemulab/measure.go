@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aluad/aluad/pkg/daemon"
+	"github.com/aluad/aluad/pkg/api"
 )
 
 // pathKey names the I/O of one host initiator to one LUN through one node.
@@ -24,7 +24,7 @@ type mediaStep struct {
 // every 100 ms, so a host's switch after a move can be timed afterwards
 // at the array's clock.
 type Watcher struct {
-	c *daemon.Client
+	c *api.Client
 	// offset is the array's clock minus the lab's (aluad in the storage
 	// guest runs on the guest's clock); times read from it are moved onto
 	// the lab's clock.
@@ -33,7 +33,7 @@ type Watcher struct {
 	mu     sync.Mutex
 	steps  map[pathKey][]mediaStep // only when the count changed
 	last   map[pathKey]time.Time   // latest media arrival
-	events []daemon.Event
+	events []api.Event
 	polls  int
 	errs   int
 	start  time.Time
@@ -46,7 +46,7 @@ type Watcher struct {
 }
 
 // Watch starts polling.
-func Watch(c *daemon.Client, offset time.Duration) *Watcher {
+func Watch(c *api.Client, offset time.Duration) *Watcher {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &Watcher{c: c, offset: offset, steps: map[pathKey][]mediaStep{}, last: map[pathKey]time.Time{}, stop: cancel, done: make(chan struct{}),
 		start: time.Now()}
@@ -133,12 +133,12 @@ func (w *Watcher) Close() {
 }
 
 // Changes returns the ALUA changes made at or after t.
-func (w *Watcher) Changes(t time.Time) []daemon.Event {
+func (w *Watcher) Changes(t time.Time) []api.Event {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var out []daemon.Event
+	var out []api.Event
 	for _, e := range w.events {
-		if e.Kind == daemon.EventALUA && e.Change != nil && !e.Change.Failed && !e.Time.Before(t) {
+		if e.Kind == api.EventALUA && e.Change != nil && !e.Change.Failed && !e.Time.Before(t) {
 			out = append(out, e)
 		}
 	}
@@ -184,13 +184,13 @@ func (f Follow) UAToSwitch() time.Duration {
 // follow computes how initiator followed a change of lun (from -> to),
 // as seen at time at: a host that still sent I/O to the old owner in the
 // 2 s before at has not switched.
-func (w *Watcher) follow(initiator string, lun uint64, ch daemon.Event, at time.Time) Follow {
+func (w *Watcher) follow(initiator string, lun uint64, ch api.Event, at time.Time) Follow {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	c := ch.Change
 	f := Follow{Initiator: initiator, LUN: lun, From: c.From, To: c.To, Cause: c.Cause, Moved: ch.Time, Stop: c.Stop}
 	for _, e := range w.events {
-		if e.Kind == daemon.EventUA && e.Initiator == initiator && e.LUN != nil && *e.LUN == lun &&
+		if e.Kind == api.EventUA && e.Initiator == initiator && e.LUN != nil && *e.LUN == lun &&
 			e.Reason == "2A/06" && !e.Time.Before(ch.Time.Add(-2*time.Second)) {
 			f.UA, f.Host = e.Time, e.Host
 			break

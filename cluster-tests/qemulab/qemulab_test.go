@@ -14,8 +14,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
-	"github.com/aluad/aluad/pkg/daemon"
 )
 
 func TestParseMultipathLL(t *testing.T) {
@@ -195,11 +195,11 @@ func TestFollow(t *testing.T) {
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	lun := uint64(0)
 	const ini = "iqn.2026-11.org.example:c1"
-	ch := daemon.Event{Kind: daemon.EventALUA, Time: at(0), Change: &daemon.ChangeInfo{LUNs: []uint64{0}, From: "a", To: "b", Cause: "manual", Stop: time.Millisecond}}
+	ch := api.Event{Kind: api.EventALUA, Time: at(0), Change: &api.ChangeInfo{LUNs: []uint64{0}, From: "a", To: "b", Cause: "manual", Stop: time.Millisecond}}
 	w := &Watcher{steps: map[pathKey][]mediaStep{}, last: map[pathKey]time.Time{}}
-	w.events = []daemon.Event{ch,
-		{Kind: daemon.EventUA, Time: at(-3000), Initiator: ini, LUN: &lun, Reason: "2A/06"}, // an older move's
-		{Kind: daemon.EventUA, Time: at(5), Initiator: ini, LUN: &lun, Reason: "2A/06", Host: "c1"},
+	w.events = []api.Event{ch,
+		{Kind: api.EventUA, Time: at(-3000), Initiator: ini, LUN: &lun, Reason: "2A/06"}, // an older move's
+		{Kind: api.EventUA, Time: at(5), Initiator: ini, LUN: &lun, Reason: "2A/06", Host: "c1"},
 	}
 	newKey, oldKey := pathKey{ini, "b", 0}, pathKey{ini, "a", 0}
 	w.steps[newKey] = []mediaStep{{at(-500), 3}, {at(40), 4}, {at(60), 9}}

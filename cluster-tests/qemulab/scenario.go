@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aluad/aluad/pkg/daemon"
+	"github.com/aluad/aluad/pkg/api"
 )
 
 // ClientSpec is one client guest: its multipath stack and configuration,
@@ -643,7 +643,7 @@ func (l *lab) step(ctx context.Context, name string) (*StepResult, error) {
 	}
 	owner0 := luns[0].Owner
 	other := map[string]string{"a": "b", "b": "a"}
-	var want func(daemon.Event) bool
+	var want func(api.Event) bool
 	wait := 30 * time.Second
 	l.opt.Log("step %s", name)
 	switch name {
@@ -651,7 +651,7 @@ func (l *lab) step(ctx context.Context, name string) (*StepResult, error) {
 		if _, err := cl.Move(0, other[owner0]); err != nil {
 			return st, err
 		}
-		want = func(e daemon.Event) bool { return e.Change.Cause == "manual" }
+		want = func(e api.Event) bool { return e.Change.Cause == "manual" }
 	case "rebalance":
 		if err := l.calibrate(ctx); err != nil {
 			return st, err
@@ -665,33 +665,33 @@ func (l *lab) step(ctx context.Context, name string) (*StepResult, error) {
 				}
 			}
 		}
-		want = func(e daemon.Event) bool { return e.Change.Cause != "manual" }
+		want = func(e api.Event) bool { return e.Change.Cause != "manual" }
 		wait = 60 * time.Second
 	case "failover":
 		if l.opt.TCMU {
 			// LIO has no per-initiator switch: every client's links to the
 			// owner are cut by taking the owner's ports (TPGs) down.
 			for f := range Fabrics {
-				if _, err := cl.Inject(daemon.Fault{Kind: daemon.FaultPortDown, Port: fmt.Sprintf("%s%d", owner0, f)}); err != nil {
+				if _, err := cl.Inject(api.Fault{Kind: api.FaultPortDown, Port: fmt.Sprintf("%s%d", owner0, f)}); err != nil {
 					return st, err
 				}
 			}
-			want = func(e daemon.Event) bool { return e.Change.Cause == "failover" }
+			want = func(e api.Event) bool { return e.Change.Cause == "failover" }
 			break
 		}
 		for _, c := range l.res.Clients {
 			for f := range Fabrics {
-				if _, err := cl.Inject(daemon.Fault{Kind: daemon.FaultPathDown, Port: fmt.Sprintf("%s%d", owner0, f), Initiator: c.IQN}); err != nil {
+				if _, err := cl.Inject(api.Fault{Kind: api.FaultPathDown, Port: fmt.Sprintf("%s%d", owner0, f), Initiator: c.IQN}); err != nil {
 					return st, err
 				}
 			}
 		}
-		want = func(e daemon.Event) bool { return e.Change.Cause == "failover" }
+		want = func(e api.Event) bool { return e.Change.Cause == "failover" }
 	case "failback":
-		if _, err := cl.Inject(daemon.Fault{Kind: daemon.FaultClear}); err != nil {
+		if _, err := cl.Inject(api.Fault{Kind: api.FaultClear}); err != nil {
 			return st, err
 		}
-		want = func(e daemon.Event) bool { return e.Change.Cause == "failback" }
+		want = func(e api.Event) bool { return e.Change.Cause == "failback" }
 		wait = 90 * time.Second
 	case "power-loss":
 		// LUN 0's owner loses power: its ports go silent, so the guests
@@ -699,20 +699,20 @@ func (l *lab) step(ctx context.Context, name string) (*StepResult, error) {
 		if l.opt.TCMU {
 			return st, errors.New("power-loss needs the pure-Go target (LIO has only the TPG switch)")
 		}
-		if _, err := cl.Inject(daemon.Fault{Kind: daemon.FaultPowerLoss, Node: owner0}); err != nil {
+		if _, err := cl.Inject(api.Fault{Kind: api.FaultPowerLoss, Node: owner0}); err != nil {
 			return st, err
 		}
 		l.down = owner0
-		want = func(e daemon.Event) bool { return e.Change.Cause == "failover" }
+		want = func(e api.Event) bool { return e.Change.Cause == "failover" }
 	case "restart":
 		if l.down == "" {
 			return st, errors.New("restart needs a power-loss step before it")
 		}
-		if _, err := cl.Inject(daemon.Fault{Kind: daemon.FaultRestart, Node: l.down}); err != nil {
+		if _, err := cl.Inject(api.Fault{Kind: api.FaultRestart, Node: l.down}); err != nil {
 			return st, err
 		}
 		l.down = ""
-		want = func(e daemon.Event) bool { return e.Change.Cause == "failback" }
+		want = func(e api.Event) bool { return e.Change.Cause == "failback" }
 		wait = 90 * time.Second
 	case "observe":
 		return st, l.observe(ctx, st)

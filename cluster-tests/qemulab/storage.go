@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aluad/aluad/pkg/daemon"
+	"github.com/aluad/aluad/pkg/api"
 )
 
 // The storage guest (the TCMU lab): LIO and aluad --fabric tcmu run in a
@@ -72,7 +72,7 @@ func StartStorage(ctx context.Context, n *Net, img Image, agent, busybox, aluadB
 	if a.ClockOffset, err = clockOffset(ctx, vm); err != nil {
 		return fail(err)
 	}
-	a.Client = daemon.NewHTTPClientDial("http://"+storageAPI, token, n.DialContext)
+	a.Client = api.NewHTTPClientDial("http://"+storageAPI, token, n.DialContext)
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		if _, err := a.Client.LUNs(); err == nil {

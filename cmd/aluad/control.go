@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/aluad/aluad/ownership"
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
-	"github.com/aluad/aluad/pkg/daemon"
 	"github.com/aluad/aluad/pkg/reports"
 )
 
@@ -30,28 +30,28 @@ func defaultControl(data string) string {
 // subcommand. The control socket is the default; --api (or ALUAD_API)
 // reaches the management API over TCP instead, with the token from
 // --token-file (or ALUAD_API_TOKEN) when it needs one.
-func controlFlags(fs *flag.FlagSet) func() (*daemon.Client, error) {
+func controlFlags(fs *flag.FlagSet) func() (*api.Client, error) {
 	ctl := fs.String("control", "", "control socket of the running aluad (default: <data>/aluad.sock)")
 	data := fs.String("data", "", "data directory of the running aluad (default: aluad-data)")
-	api := fs.String("api", os.Getenv("ALUAD_API"), "management API URL instead of the socket, e.g. http://127.0.0.1:8090 (env ALUAD_API)")
+	apiURL := fs.String("api", os.Getenv("ALUAD_API"), "management API URL instead of the socket, e.g. http://127.0.0.1:8090 (env ALUAD_API)")
 	tokenFile := fs.String("token-file", "", "file holding the API's bearer token (env ALUAD_API_TOKEN holds the token itself)")
-	return func() (*daemon.Client, error) {
-		if *api != "" {
+	return func() (*api.Client, error) {
+		if *apiURL != "" {
 			tok, err := readToken(*tokenFile)
 			if err != nil {
 				return nil, err
 			}
-			return daemon.NewHTTPClient(*api, tok), nil
+			return api.NewHTTPClient(*apiURL, tok), nil
 		}
 		if *ctl != "" {
-			return daemon.NewClient(*ctl), nil
+			return api.NewClient(*ctl), nil
 		}
 		if *data != "" {
-			return daemon.NewClient(defaultControl(*data)), nil
+			return api.NewClient(defaultControl(*data)), nil
 		}
 		return findLocal(local{
 			sockets: []string{defaultControl(""), localLink()},
-			api:     "http://" + daemon.DefaultAPI,
+			api:     "http://" + api.DefaultAPI,
 			token:   func() (string, error) { return readToken(*tokenFile) },
 		})
 	}
@@ -69,12 +69,12 @@ type local struct {
 
 // findLocal returns a client of the first daemon that answers, or an error
 // that lists where it looked.
-func findLocal(l local) (*daemon.Client, error) {
+func findLocal(l local) (*api.Client, error) {
 	var tried []string
 	for _, p := range l.sockets {
 		if c, err := net.DialTimeout("unix", p, time.Second); err == nil {
 			c.Close()
-			return daemon.NewClient(p), nil
+			return api.NewClient(p), nil
 		}
 		tried = append(tried, p)
 	}
@@ -85,7 +85,7 @@ func findLocal(l local) (*daemon.Client, error) {
 		if err != nil {
 			return nil, err
 		}
-		return daemon.NewHTTPClient(l.api, tok), nil
+		return api.NewHTTPClient(l.api, tok), nil
 	}
 	tried = append(tried, l.api)
 	return nil, fmt.Errorf("no aluad answering on %s (is 'aluad serve' running? name its --control, --data or --api)",
@@ -286,7 +286,7 @@ func reportClear(args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	req := daemon.ClearRequest{Condition: *cond, Host: *host}
+	req := api.ClearRequest{Condition: *cond, Host: *host}
 	switch *cond {
 	case string(ownership.PathFlapping):
 		if *lun < 0 {
@@ -320,11 +320,11 @@ func printJSON(v any) error {
 func fault(args []string) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		return fmt.Errorf("usage: aluad fault KIND [--node N] [--port P] [--initiator IQN] [--delay D] (KIND: %s)",
-			strings.Join(daemon.FaultKinds, ", "))
+			strings.Join(api.FaultKinds, ", "))
 	}
 	kind := args[0]
-	if !slices.Contains(daemon.FaultKinds, kind) {
-		return fmt.Errorf("unknown fault %q (%s)", kind, strings.Join(daemon.FaultKinds, ", "))
+	if !slices.Contains(api.FaultKinds, kind) {
+		return fmt.Errorf("unknown fault %q (%s)", kind, strings.Join(api.FaultKinds, ", "))
 	}
 	fs := flag.NewFlagSet("fault", flag.ContinueOnError)
 	node := fs.String("node", "", "node (power-loss, panic, crash, restart)")
@@ -342,7 +342,7 @@ func fault(args []string) error {
 	if err != nil {
 		return err
 	}
-	res, err := cl.Inject(daemon.Fault{Kind: kind, Node: *node, Port: *port, Initiator: *ini, Delay: *delay})
+	res, err := cl.Inject(api.Fault{Kind: kind, Node: *node, Port: *port, Initiator: *ini, Delay: *delay})
 	if err != nil {
 		return err
 	}

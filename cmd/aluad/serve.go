@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/daemon"
 )
@@ -25,7 +26,7 @@ func serve(args []string) error {
 	grace := fs.Duration("grace", 10*time.Second, "how long in-flight commands may run at shutdown")
 	control := fs.String("control", "", "control socket path (default: <data>/aluad.sock; \"off\" for none)")
 	stats := fs.Duration("stats-interval", time.Second, "emit per-nexus I/O events at this interval")
-	api := fs.String("api", daemon.DefaultAPI, "management API, /metrics and dashboard address (\"off\" for none; beyond loopback it needs a token)")
+	apiFlag := fs.String("api", api.DefaultAPI, "management API, /metrics and dashboard address (\"off\" for none; beyond loopback it needs a token)")
 	tokenFile := fs.String("api-token-file", "", "file holding the API's bearer token (env ALUAD_API_TOKEN holds the token itself)")
 	stateDir := fs.String("state", "", "directory for the state that survives restarts (owners, LUN map, report history) and the audit log (default: <data>/state; \"off\" for none)")
 	if err := fs.Parse(args); err != nil {
@@ -68,7 +69,7 @@ func serve(args []string) error {
 	if *stats <= 0 {
 		return fmt.Errorf("--stats-interval must be positive")
 	}
-	apiAddr := *api
+	apiAddr := *apiFlag
 	if apiAddr == "off" {
 		apiAddr = ""
 	}

@@ -10,12 +10,12 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/aluad/aluad/pkg/daemon"
+	"github.com/aluad/aluad/pkg/api"
 )
 
 // viewCmd parses a read-only view command's flags (-o, and the daemon's
 // address) and returns its client and whether JSON was asked for.
-func viewCmd(name string, args []string) (*daemon.Client, bool, error) {
+func viewCmd(name string, args []string) (*api.Client, bool, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	output := outputFlag(fs)
 	asJSON := fs.Bool("json", false, "print JSON (same as -o json)")
@@ -49,7 +49,7 @@ func status(args []string) error {
 	return renderStatus(os.Stdout, st)
 }
 
-func renderStatus(w io.Writer, st daemon.StatusInfo) error {
+func renderStatus(w io.Writer, st api.StatusInfo) error {
 	core := "ownership core running"
 	if !st.Ownership {
 		core = "ownership core off: moves only by operator or STPG"
@@ -126,14 +126,14 @@ func hosts(args []string) error {
 	}
 	if js {
 		if hs == nil {
-			hs = []daemon.HostInfo{}
+			hs = []api.HostInfo{}
 		}
 		return printJSON(hs)
 	}
 	return renderHosts(os.Stdout, hs)
 }
 
-func renderHosts(w io.Writer, hs []daemon.HostInfo) error {
+func renderHosts(w io.Writer, hs []api.HostInfo) error {
 	if len(hs) == 0 {
 		_, err := fmt.Fprintln(w, "No hosts are declared and no initiator has logged in.")
 		return err
@@ -175,7 +175,7 @@ func renderHosts(w io.Writer, hs []daemon.HostInfo) error {
 
 // observed is what a host was seen to do after planned moves, with the
 // last time it followed one.
-func observed(h daemon.HostInfo) string {
+func observed(h api.HostInfo) string {
 	if h.LastFollow != nil && h.Observed == "follows" {
 		return "follows (" + h.LastFollow.Local().Format("15:04:05") + ")"
 	}
@@ -212,13 +212,13 @@ func paths(args []string) error {
 // counters, service and latency times, then the load per path and per
 // LUN with each LUN's state on that path (INU: carried the LUN's I/O in
 // the last interval, RDY: ready; then the ALUA state).
-func renderPaths(w io.Writer, ps []daemon.PathInfo, now time.Time) error {
+func renderPaths(w io.Writer, ps []api.PathInfo, now time.Time) error {
 	if len(ps) == 0 {
 		_, err := fmt.Fprintln(w, "No sessions: no host is logged in.")
 		return err
 	}
 	var order []string
-	byHost := map[string][]daemon.PathInfo{}
+	byHost := map[string][]api.PathInfo{}
 	for _, p := range ps {
 		if _, ok := byHost[p.Host]; !ok {
 			order = append(order, p.Host)
@@ -232,36 +232,36 @@ func renderPaths(w io.Writer, ps []daemon.PathInfo, now time.Time) error {
 		hp := byHost[h]
 		fmt.Fprintf(w, "Host %s: %d paths\n", h, len(hp))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		row := func(name string, f func(p daemon.PathInfo) string) {
+		row := func(name string, f func(p api.PathInfo) string) {
 			cells := []string{"  " + name}
 			for _, p := range hp {
 				cells = append(cells, f(p))
 			}
 			fmt.Fprintln(tw, strings.Join(cells, "\t"))
 		}
-		row("path", func(p daemon.PathInfo) string { return p.Node + "/" + p.Port })
-		row("initiator", func(p daemon.PathInfo) string { return p.Initiator })
-		row("isid", func(p daemon.PathInfo) string { return p.ISID })
-		row("target port group", func(p daemon.PathInfo) string { return fmt.Sprint(p.GroupID) })
-		row("relative port id", func(p daemon.PathInfo) string { return fmt.Sprint(p.RelativeID) })
-		row("logged in", func(p daemon.PathInfo) string { return now.Sub(p.Since).Round(time.Second).String() })
-		row("discovered (RTPG/I/O)", func(p daemon.PathInfo) string { return yesNo(p.Discovered) })
-		row("commands", func(p daemon.PathInfo) string { return fmt.Sprint(p.Commands) })
-		row("total bytes", func(p daemon.PathInfo) string { return fmt.Sprint(p.BytesRead + p.BytesWritten) })
-		row("forwarded (ANO) cmds", func(p daemon.PathInfo) string { return fmt.Sprint(p.NonOptimized) })
-		row("average service time us", func(p daemon.PathInfo) string { return fmt.Sprintf("%.0f", p.ServiceUs) })
-		row("average latency time us", func(p daemon.PathInfo) string { return fmt.Sprintf("%.0f", p.LatencyUs) })
-		row("latency expansion", func(p daemon.PathInfo) string {
+		row("path", func(p api.PathInfo) string { return p.Node + "/" + p.Port })
+		row("initiator", func(p api.PathInfo) string { return p.Initiator })
+		row("isid", func(p api.PathInfo) string { return p.ISID })
+		row("target port group", func(p api.PathInfo) string { return fmt.Sprint(p.GroupID) })
+		row("relative port id", func(p api.PathInfo) string { return fmt.Sprint(p.RelativeID) })
+		row("logged in", func(p api.PathInfo) string { return now.Sub(p.Since).Round(time.Second).String() })
+		row("discovered (RTPG/I/O)", func(p api.PathInfo) string { return yesNo(p.Discovered) })
+		row("commands", func(p api.PathInfo) string { return fmt.Sprint(p.Commands) })
+		row("total bytes", func(p api.PathInfo) string { return fmt.Sprint(p.BytesRead + p.BytesWritten) })
+		row("forwarded (ANO) cmds", func(p api.PathInfo) string { return fmt.Sprint(p.NonOptimized) })
+		row("average service time us", func(p api.PathInfo) string { return fmt.Sprintf("%.0f", p.ServiceUs) })
+		row("average latency time us", func(p api.PathInfo) string { return fmt.Sprintf("%.0f", p.LatencyUs) })
+		row("latency expansion", func(p api.PathInfo) string {
 			s := factor(p.Expansion)
 			if p.Degraded {
 				s += " DEGRADED"
 			}
 			return s
 		})
-		row("path load MB/s (now avg)", func(p daemon.PathInfo) string { return fmt.Sprintf("%.2f %.2f", p.MBps, p.AvgMBps) })
+		row("path load MB/s (now avg)", func(p api.PathInfo) string { return fmt.Sprintf("%.2f %.2f", p.MBps, p.AvgMBps) })
 		if len(hp) > 0 {
 			for li, l := range hp[0].LUNs {
-				row(fmt.Sprintf("L%d", l.LUN), func(p daemon.PathInfo) string {
+				row(fmt.Sprintf("L%d", l.LUN), func(p api.PathInfo) string {
 					if li >= len(p.LUNs) {
 						return ""
 					}

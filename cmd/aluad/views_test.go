@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/daemon"
 	"github.com/aluad/aluad/pkg/initiator"
@@ -56,7 +57,7 @@ func TestViewCommands(t *testing.T) {
 		Control: ctl, API: "127.0.0.1:0", APIToken: "t0ken", StatsInterval: -1})
 	require.NoError(t, err)
 	defer d.Stop(time.Second)
-	api := []string{"--api", "http://" + d.APIAddr(), "--token-file", tokFile}
+	apiArgs := []string{"--api", "http://" + d.APIAddr(), "--token-file", tokFile}
 	sock := []string{"--control", ctl}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -78,7 +79,7 @@ func TestViewCommands(t *testing.T) {
 		defer login(i, byte(1+i)).Close()
 	}
 
-	out, err := capture(t, func() error { return status(api) })
+	out, err := capture(t, func() error { return status(apiArgs) })
 	require.NoError(t, err)
 	require.Contains(t, out, "implicit ALUA, ownership core running")
 	require.Regexp(t, `a\s+online\s+1\s+4\s+4`, out)
@@ -109,7 +110,7 @@ func TestViewCommands(t *testing.T) {
 	require.Equal(t, "h1", rs[0].Host)
 	require.Equal(t, "a", rs[0].Node)
 	require.Equal(t, []string{"a0", "a1"}, rs[0].Ports)
-	out, err = capture(t, func() error { return report(api) })
+	out, err = capture(t, func() error { return report(apiArgs) })
 	require.NoError(t, err)
 	require.Contains(t, out, "HOST REDUNDANCY LOST: HOST H1, NODE A [critical, HRL]")
 	require.Contains(t, out, "Ports:    a0, a1")
@@ -118,9 +119,9 @@ func TestViewCommands(t *testing.T) {
 	out, err = capture(t, func() error { return hosts(sock) })
 	require.NoError(t, err)
 	require.Regexp(t, `h1\s+linux-dmmp\s+yes\s+STANDBY\s+yes\s+unknown\s+2\s+lost\s+reaches`, out)
-	out, err = capture(t, func() error { return hosts(append([]string{"-o", "json"}, api...)) })
+	out, err = capture(t, func() error { return hosts(append([]string{"-o", "json"}, apiArgs...)) })
 	require.NoError(t, err)
-	var hs []daemon.HostInfo
+	var hs []api.HostInfo
 	require.NoError(t, json.Unmarshal([]byte(out), &hs))
 	require.Equal(t, map[string]string{"a": "lost", "b": "reaches"}, hs[0].Nodes)
 
@@ -131,7 +132,7 @@ func TestViewCommands(t *testing.T) {
 	require.Regexp(t, `L1\s+RDY/AO`, out, "LUN 1 is node b's")
 	out, err = capture(t, func() error { return paths(append([]string{"-o", "json"}, sock...)) })
 	require.NoError(t, err)
-	var ps []daemon.PathInfo
+	var ps []api.PathInfo
 	require.NoError(t, json.Unmarshal([]byte(out), &ps))
 	require.Len(t, ps, 2)
 

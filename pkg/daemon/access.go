@@ -3,6 +3,7 @@ package daemon
 import (
 	"strings"
 
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/iscsi"
 	"github.com/aluad/aluad/pkg/scsi"
@@ -91,42 +92,34 @@ func (m lunMapper) Visible(n scsi.Nexus) []uint64 { return m.arr.LUNMap().Visibl
 // DELETE /v1/mappings.
 type MappingRequest = array.MappingConfig
 
-// MappingReply answers a mapping change: the map now, and how many logged-in
-// nexuses were told (3F/0E).
-type MappingReply struct {
-	Mappings []array.MappingConfig `json:"mappings"`
-	Told     int                   `json:"nexuses_told"`
-	Changed  []string              `json:"initiators_changed"`
-}
-
 // Map adds a mapping and tells the affected nexuses.
-func (d *Daemon) Map(m array.MappingConfig, who string) (MappingReply, error) {
+func (d *Daemon) Map(m array.MappingConfig, who string) (api.MappingReply, error) {
 	ch, err := d.Array.Map(m)
 	if err != nil {
-		return MappingReply{}, err
+		return api.MappingReply{}, err
 	}
 	return d.mapChanged("map "+m.String(), who, ch), nil
 }
 
 // Unmap removes a mapping and tells the affected nexuses.
-func (d *Daemon) Unmap(m array.MappingConfig, who string) (MappingReply, error) {
+func (d *Daemon) Unmap(m array.MappingConfig, who string) (api.MappingReply, error) {
 	ch, err := d.Array.Unmap(m.LUN, m.Host, m.Group)
 	if err != nil {
-		return MappingReply{}, err
+		return api.MappingReply{}, err
 	}
 	return d.mapChanged("unmap "+m.String(), who, ch), nil
 }
 
 // mapChanged raises 3F/0E on every logged-in nexus whose view changed
 // (SPC-4 6.33), records the change and saves the state.
-func (d *Daemon) mapChanged(what, who string, changed []string) MappingReply {
+func (d *Daemon) mapChanged(what, who string, changed []string) api.MappingReply {
 	aff := d.Array.Affected(changed)
 	told := d.SCSI.MapChanged(func(n scsi.Nexus) bool { return aff(n.InitiatorName) })
-	d.Events.Add(Event{Kind: EventMapping, Initiator: who, Reason: what})
+	d.Events.Add(api.Event{Kind: EventMapping, Initiator: who, Reason: what})
 	d.log.Info("lun map changed", "change", what, "by", who, "nexuses_told", told)
 	d.stateDirty()
 	if changed == nil {
 		changed = []string{}
 	}
-	return MappingReply{Mappings: d.Array.Mappings(), Told: told, Changed: changed}
+	return api.MappingReply{Mappings: d.Array.Mappings(), Told: told, Changed: changed}
 }

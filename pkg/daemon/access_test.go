@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/initiator"
 	"github.com/aluad/aluad/pkg/iscsi"
@@ -54,7 +55,7 @@ func (l *lockedBuffer) String() string {
 // accessDaemon: hosts db1, db2 (group db) and web; db1 with CHAP and the
 // array's mutual credentials, web with one-way CHAP; LUNs 0-1 to group db,
 // LUN 5 to web at LUN 0; unknown initiators refused.
-func accessDaemon(t *testing.T, unknown string, logs *lockedBuffer) (*Daemon, *Client) {
+func accessDaemon(t *testing.T, unknown string, logs *lockedBuffer) (*Daemon, *api.Client) {
 	t.Helper()
 	cfg := testConfig(t.TempDir())
 	cfg.Auth.CHAP = nil
@@ -75,7 +76,7 @@ func accessDaemon(t *testing.T, unknown string, logs *lockedBuffer) (*Daemon, *C
 	d, err := Start(cfg, Options{Logger: lg, API: "127.0.0.1:0", StatsInterval: -1, StateDir: filepath.Join(t.TempDir(), "state")})
 	require.NoError(t, err)
 	t.Cleanup(func() { d.Stop(5 * time.Second) })
-	return d, NewHTTPClient("http://"+d.APIAddr(), "")
+	return d, api.NewHTTPClient("http://"+d.APIAddr(), "")
 }
 
 func dialWith(d *Daemon, port int, c initiator.Config) (*initiator.Session, error) {
@@ -159,7 +160,7 @@ func TestCHAPLogins(t *testing.T) {
 		require.NotContains(t, logs.String(), sec)
 		require.NotContains(t, string(views), sec)
 	}
-	byName := map[string]HostInfo{}
+	byName := map[string]api.HostInfo{}
 	for _, h := range hosts {
 		byName[h.Name] = h
 	}
@@ -279,7 +280,7 @@ func TestLUNMappingEndToEnd(t *testing.T) {
 	// The audit log names the caller of every change, refused ones too.
 	ev, err := c.Events(0)
 	require.NoError(t, err)
-	var audits []Event
+	var audits []api.Event
 	for _, e := range ev.Events {
 		if e.Kind == EventAudit {
 			audits = append(audits, e)

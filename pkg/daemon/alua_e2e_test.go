@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/initiator"
 	"github.com/aluad/aluad/pkg/scsi"
 )
@@ -40,7 +41,7 @@ func TestManualMoveOverControlSocket(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	c := NewClient(ctl)
+	c := api.NewClient(ctl)
 	ch, err := c.Move(0, "b")
 	require.NoError(t, err)
 	require.Equal(t, "a", ch.From)
@@ -86,26 +87,26 @@ func TestManualMoveOverControlSocket(t *testing.T) {
 	kinds := map[string]int{}
 	for _, e := range ev.Events {
 		kinds[e.Kind]++
-		if e.Kind == EventLogin {
+		if e.Kind == api.EventLogin {
 			require.Equal(t, host, e.Initiator)
 			require.Contains(t, []string{"800000000001", "800000000002"}, e.ISID)
 			require.NotEmpty(t, e.Node)
 		}
-		if e.Kind == EventALUA {
+		if e.Kind == api.EventALUA {
 			require.Equal(t, []uint64{0}, e.Change.LUNs)
 		}
 	}
-	require.Equal(t, 2, kinds[EventLogin])
+	require.Equal(t, 2, kinds[api.EventLogin])
 	var uas []string
 	for _, e := range ev.Events {
-		if e.Kind == EventUA {
+		if e.Kind == api.EventUA {
 			uas = append(uas, fmt.Sprintf("%s LUN %d port %d", e.Reason, *e.LUN, e.TargetPort))
 		}
 	}
 	require.ElementsMatch(t, []string{"29/00 LUN 0 port 1", "29/00 LUN 1 port 1", "29/00 LUN 0 port 3", "29/00 LUN 1 port 3",
 		"2A/06 LUN 0 port 1", "2A/06 LUN 0 port 3"}, uas, "every UA reported to a nexus, once")
-	require.Equal(t, 6, kinds[EventRTPG], "one per path before the move, two formats per path after")
-	require.Equal(t, 1, kinds[EventALUA])
+	require.Equal(t, 6, kinds[api.EventRTPG], "one per path before the move, two formats per path after")
+	require.Equal(t, 1, kinds[api.EventALUA])
 
 	// Media arrivals per path: a read on the new owner's path counts there
 	// and stamps its arrival; the old path shows none.
@@ -114,7 +115,7 @@ func TestManualMoveOverControlSocket(t *testing.T) {
 	require.NoError(t, err)
 	ios, err := c.IO()
 	require.NoError(t, err)
-	var onB *PathIO
+	var onB *api.PathIO
 	for i, p := range ios {
 		if p.LUN == 0 && p.Node == "b" {
 			onB = &ios[i]
@@ -141,9 +142,9 @@ func TestManualMoveOverControlSocket(t *testing.T) {
 		perKind[e.Kind]++
 		require.NotZero(t, e.TargetPort)
 		switch e.Kind {
-		case EventIO:
+		case api.EventIO:
 			require.NotNil(t, e.LUN)
-		case EventPath:
+		case api.EventPath:
 			require.NotNil(t, e.Path)
 			require.NotZero(t, e.Path.Exchanges)
 			require.Positive(t, e.Path.Exchange, "an exchange takes time")
@@ -151,8 +152,8 @@ func TestManualMoveOverControlSocket(t *testing.T) {
 			t.Fatalf("unexpected %s event", e.Kind)
 		}
 	}
-	require.NotZero(t, perKind[EventIO])
-	require.NotZero(t, perKind[EventPath])
+	require.NotZero(t, perKind[api.EventIO])
+	require.NotZero(t, perKind[api.EventPath])
 }
 
 // A second daemon cannot take over a live control socket; a stale one is
@@ -200,7 +201,7 @@ func TestSetCapacityOverControlSocket(t *testing.T) {
 		cfg.Ownership.Off = off
 		d, err := Start(cfg, Options{Logger: quiet(), Control: ctl, StatsInterval: -1})
 		require.NoError(t, err)
-		c := NewClient(ctl)
+		c := api.NewClient(ctl)
 		if off {
 			require.ErrorContains(t, c.SetCapacity("a", 40), "ownership core is not running")
 		} else {

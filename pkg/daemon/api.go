@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/aluad/aluad/ownership"
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/iscsi"
 	"github.com/aluad/aluad/pkg/scsi"
@@ -15,158 +16,6 @@ import (
 // The management API's views: what an admin asks an array (status, nodes
 // and ports, hosts, the connectivity matrix, per-path counters, latency),
 // built from the array, the fabric and the ownership core.
-
-// StatusInfo is GET /v1/status: the array at a glance.
-type StatusInfo struct {
-	Target    string     `json:"target"`
-	ALUA      string     `json:"alua"`
-	Ownership bool       `json:"ownership_core"`
-	Nodes     []NodeInfo `json:"nodes"`
-	LUNs      int        `json:"luns"`
-	// LUNsOffPreferred counts LUNs not on their preferred owner.
-	LUNsOffPreferred int            `json:"luns_off_preferred"`
-	Hosts            int            `json:"hosts"`
-	Unknown          int            `json:"unknown_initiators"`
-	Sessions         int            `json:"sessions"`
-	Reports          map[string]int `json:"reports"` // by severity
-	Time             time.Time      `json:"time"`
-	// Access: "open" (nothing mapped: every admitted initiator sees every
-	// LUN) or "mapped"; UnknownInitiators the policy for undeclared ones.
-	Access            string `json:"access"`
-	Mappings          int    `json:"mappings"`
-	UnknownInitiators string `json:"unknown_initiators_policy"`
-	// State is the state directory's health (nil: no state kept).
-	State *StateInfo `json:"state,omitempty"`
-}
-
-// NodeInfo is one storage node.
-type NodeInfo struct {
-	Name    string     `json:"name"`
-	Up      bool       `json:"up"`
-	GroupID uint16     `json:"group_id"`
-	Ports   []PortInfo `json:"ports"`
-	// Owned and Preferred count the LUNs the node owns and is home to.
-	Owned     int `json:"owned"`
-	Preferred int `json:"preferred"`
-	// Load, Utilisation and Expansion are the ownership core's figures
-	// (work per tick served as owner, over capacity, and the response
-	// time over the best seen).
-	Load        float64 `json:"load"`
-	Utilisation float64 `json:"utilisation"`
-	Expansion   float64 `json:"expansion"`
-}
-
-// PortInfo is one target port.
-type PortInfo struct {
-	Name       string `json:"name"`
-	Node       string `json:"node"`
-	Addr       string `json:"addr"`
-	RelativeID uint16 `json:"relative_id"`
-	GroupID    uint16 `json:"group_id"`
-	Up         bool   `json:"up"`
-	Sessions   int    `json:"sessions"`
-}
-
-// HostInfo is a host: declared in the config, or an unknown initiator
-// that logged in (Declared false, type default).
-type HostInfo struct {
-	Name     string `json:"name"`
-	Declared bool   `json:"declared"`
-	Type     string `json:"type"`
-	TypeDoc  string `json:"type_doc"`
-	// NonOwner is the ALUA state the host sees on a non-owner group.
-	NonOwner    string `json:"non_owner_state"`
-	FollowsALUA bool   `json:"follows_alua"`
-	// Observed is what the host was seen to do after the array's planned
-	// moves of its LUNs: "follows", "does not follow" or "unknown" (no
-	// move watched yet); LastFollow when it last followed one.
-	Observed   string     `json:"observed"`
-	LastFollow *time.Time `json:"last_follow,omitempty"`
-	// RTPG: it has read REPORT TARGET PORT GROUPS (ExtendedRTPG: with the
-	// extended header, as Linux scsi_dh_alua does).
-	RTPG         bool `json:"rtpg"`
-	ExtendedRTPG bool `json:"extended_rtpg"`
-	// SuggestedType is the host type its behaviour, IQN naming authority
-	// and command pattern fit, when that is not its type; SuggestWhy the
-	// evidence. The array never changes a declared type by itself.
-	SuggestedType string   `json:"suggested_type,omitempty"`
-	SuggestWhy    string   `json:"suggest_why,omitempty"`
-	Initiators    []string `json:"initiators"`
-	Sessions      int      `json:"sessions"`
-	// Group is the host group; Auth how it logs in (none, chap,
-	// chap-mutual; never a secret); LUNs what it sees, host LUN -> LUN.
-	Group string            `json:"group,omitempty"`
-	Auth  string            `json:"auth"`
-	LUNs  map[uint64]uint64 `json:"luns"`
-	// Per node: reaches (paths in use), protocol-only (logged in, never
-	// discovered), lost (reached before, not now), none, node-offline.
-	Nodes map[string]string `json:"nodes"`
-}
-
-// PathInfo is one path (I_T nexus) with its counters: the per-path load
-// view (reference 000's "ra mlm load show").
-type PathInfo struct {
-	Host       string    `json:"host"`
-	Initiator  string    `json:"initiator"`
-	ISID       string    `json:"isid"`
-	Node       string    `json:"node"`
-	Port       string    `json:"port"`
-	RelativeID uint16    `json:"relative_id"`
-	GroupID    uint16    `json:"group_id"`
-	Since      time.Time `json:"since"`
-	// Commands, bytes and the device server's mean service time (µs),
-	// since login.
-	Commands     uint64  `json:"commands"`
-	BytesRead    uint64  `json:"bytes_read"`
-	BytesWritten uint64  `json:"bytes_written"`
-	NonOptimized uint64  `json:"non_optimized"`
-	ServiceUs    float64 `json:"service_us"`
-	// Exchanges and their mean latency (µs), fabric included.
-	Exchanges uint64  `json:"exchanges"`
-	LatencyUs float64 `json:"latency_us"`
-	// MBps is the last stats interval's rate, AvgMBps the rate since login.
-	MBps    float64 `json:"mbps"`
-	AvgMBps float64 `json:"avg_mbps"`
-	// Expansion is the core's latency expansion factor (0: not judged
-	// yet); Degraded its Path Degraded verdict; Discovered: the host's
-	// multipath driver uses the path (RTPG or I/O seen).
-	Expansion  float64   `json:"expansion"`
-	Degraded   bool      `json:"degraded"`
-	Discovered bool      `json:"discovered"`
-	LUNs       []PathLUN `json:"luns"`
-}
-
-// PathLUN is one LUN as seen on one path: its ALUA state for this host,
-// whether the path carried its I/O in the last interval (INU, in use) or
-// not (RDY), and its rates.
-type PathLUN struct {
-	LUN     uint64  `json:"lun"`
-	State   string  `json:"state"`
-	InUse   bool    `json:"in_use"`
-	MBps    float64 `json:"mbps"`
-	AvgMBps float64 `json:"avg_mbps"`
-}
-
-// PortLatency is GET /v1/latency: every port's recent intervals.
-type PortLatency struct {
-	Node    string          `json:"node"`
-	Port    string          `json:"port"`
-	Samples []LatencySample `json:"samples"`
-}
-
-// RebalanceReply is POST /v1/rebalance.
-type RebalanceReply struct {
-	Moves   int         `json:"moves"`
-	Reason  string      `json:"reason,omitempty"`
-	Batches []BatchInfo `json:"batches"`
-}
-
-// BatchInfo is one planned batch.
-type BatchInfo struct {
-	LUNs  []uint64 `json:"luns"`
-	To    string   `json:"to"`
-	Cause string   `json:"cause"`
-}
 
 // coreView is what the API reads from the ownership core in one visit.
 type coreView struct {
@@ -239,11 +88,11 @@ func (d *Daemon) portUp(p *array.Port) bool {
 }
 
 // Nodes reports every node with its ports.
-func (d *Daemon) Nodes() []NodeInfo {
+func (d *Daemon) Nodes() []api.NodeInfo {
 	return d.nodes(d.view(), d.sessions())
 }
 
-func (d *Daemon) nodes(v *coreView, sess []iscsi.PathStat) []NodeInfo {
+func (d *Daemon) nodes(v *coreView, sess []iscsi.PathStat) []api.NodeInfo {
 	perPort := map[uint16]int{}
 	for _, s := range sess {
 		perPort[s.Nexus.TargetPort]++
@@ -254,15 +103,15 @@ func (d *Daemon) nodes(v *coreView, sess []iscsi.PathStat) []NodeInfo {
 			addrs[p.Port] = p.Addr
 		}
 	}
-	var out []NodeInfo
+	var out []api.NodeInfo
 	for _, n := range d.Array.Nodes {
-		ni := NodeInfo{Name: n.Name, Up: n.Up(), GroupID: n.GroupID}
+		ni := api.NodeInfo{Name: n.Name, Up: n.Up(), GroupID: n.GroupID}
 		for _, p := range n.Ports {
 			addr := addrs[p.Name]
 			if addr == "" {
 				addr = p.Addr
 			}
-			ni.Ports = append(ni.Ports, PortInfo{Name: p.Name, Node: n.Name, Addr: addr, RelativeID: p.RelativeID,
+			ni.Ports = append(ni.Ports, api.PortInfo{Name: p.Name, Node: n.Name, Addr: addr, RelativeID: p.RelativeID,
 				GroupID: n.GroupID, Up: d.portUp(p), Sessions: perPort[p.RelativeID]})
 		}
 		for _, l := range d.Array.LUNs {
@@ -283,8 +132,8 @@ func (d *Daemon) nodes(v *coreView, sess []iscsi.PathStat) []NodeInfo {
 }
 
 // Ports lists every target port.
-func (d *Daemon) Ports() []PortInfo {
-	var out []PortInfo
+func (d *Daemon) Ports() []api.PortInfo {
+	var out []api.PortInfo
 	for _, n := range d.Nodes() {
 		out = append(out, n.Ports...)
 	}
@@ -292,19 +141,19 @@ func (d *Daemon) Ports() []PortInfo {
 }
 
 // Hosts reports the declared hosts and the unknown initiators logged in.
-func (d *Daemon) Hosts() []HostInfo {
+func (d *Daemon) Hosts() []api.HostInfo {
 	return d.hosts(d.view(), d.sessions())
 }
 
-func (d *Daemon) hosts(v *coreView, sess []iscsi.PathStat) []HostInfo {
+func (d *Daemon) hosts(v *coreView, sess []iscsi.PathStat) []api.HostInfo {
 	cfg, lm := d.Array.Config(), d.Array.LUNMap()
-	byName := map[string]*HostInfo{}
+	byName := map[string]*api.HostInfo{}
 	var order []string
-	add := func(h array.Host, declared bool) *HostInfo {
+	add := func(h array.Host, declared bool) *api.HostInfo {
 		if hi := byName[h.Name]; hi != nil {
 			return hi
 		}
-		hi := &HostInfo{Name: h.Name, Declared: declared, Type: h.Type.Name, TypeDoc: h.Type.Doc,
+		hi := &api.HostInfo{Name: h.Name, Declared: declared, Type: h.Type.Name, TypeDoc: h.Type.Doc,
 			NonOwner: h.Type.NonOwner.String(), FollowsALUA: h.Type.TPGS, Initiators: h.Initiators,
 			Nodes: map[string]string{}, Auth: authMode(cfg, h.Name), LUNs: map[uint64]uint64{}}
 		for _, hc := range cfg.Hosts {
@@ -329,7 +178,7 @@ func (d *Daemon) hosts(v *coreView, sess []iscsi.PathStat) []HostInfo {
 		add(h, declared[h.Name]).Sessions++
 	}
 	sort.Strings(order)
-	out := make([]HostInfo, 0, len(order))
+	out := make([]api.HostInfo, 0, len(order))
 	for _, name := range order {
 		hi := byName[name]
 		var st ownership.HostState
@@ -391,10 +240,10 @@ func contains(s []string, x string) bool {
 }
 
 // Status reports the array at a glance.
-func (d *Daemon) Status() StatusInfo {
+func (d *Daemon) Status() api.StatusInfo {
 	v, sess := d.view(), d.sessions()
 	cfg := d.Array.Config()
-	st := StatusInfo{Target: cfg.Target, ALUA: cfg.ALUA, Ownership: d.brain.Load() != nil, Nodes: d.nodes(v, sess),
+	st := api.StatusInfo{Target: cfg.Target, ALUA: cfg.ALUA, Ownership: d.brain.Load() != nil, Nodes: d.nodes(v, sess),
 		LUNs: len(d.Array.LUNs), Sessions: len(sess), Reports: map[string]int{}, Time: d.now()}
 	for _, l := range d.Array.LUNs {
 		if l.Owner() != l.Preferred {
@@ -419,19 +268,19 @@ func (d *Daemon) Status() StatusInfo {
 	}
 	if s := d.state; s != nil {
 		s.mu.Lock()
-		st.State = &StateInfo{Dir: s.dir, LoadError: s.loadErr, SaveError: s.saveErr, Saves: s.saves}
+		st.State = &api.StateInfo{Dir: s.dir, LoadError: s.loadErr, SaveError: s.saveErr, Saves: s.saves}
 		s.mu.Unlock()
 	}
 	return st
 }
 
 // Paths reports every logged-in path with its counters.
-func (d *Daemon) Paths() []PathInfo {
+func (d *Daemon) Paths() []api.PathInfo {
 	v, sess := d.view(), d.sessions()
 	type agg struct {
 		cmds, br, bw, nonOpt uint64
 		busy                 time.Duration
-		luns                 map[uint64]*PathLUN
+		luns                 map[uint64]*api.PathLUN
 	}
 	per := map[scsi.Nexus]*agg{}
 	for _, s := range d.SCSI.IOStats() {
@@ -440,7 +289,7 @@ func (d *Daemon) Paths() []PathInfo {
 		}
 		a := per[s.Nexus]
 		if a == nil {
-			a = &agg{luns: map[uint64]*PathLUN{}}
+			a = &agg{luns: map[uint64]*api.PathLUN{}}
 			per[s.Nexus] = a
 		}
 		a.cmds += s.Reads + s.Writes + s.Other
@@ -448,20 +297,20 @@ func (d *Daemon) Paths() []PathInfo {
 		a.bw += s.BytesWritten
 		a.nonOpt += s.NonOptimized
 		a.busy += s.Busy
-		a.luns[s.LUN] = &PathLUN{LUN: s.LUN, AvgMBps: float64(s.BytesRead + s.BytesWritten)}
+		a.luns[s.LUN] = &api.PathLUN{LUN: s.LUN, AvgMBps: float64(s.BytesRead + s.BytesWritten)}
 	}
 	d.ioMu.Lock()
-	last := make(map[ioKey]IOInterval, len(d.lastIO))
+	last := make(map[ioKey]api.IOInterval, len(d.lastIO))
 	for k, iv := range d.lastIO {
 		last[k] = *iv
 	}
 	d.ioMu.Unlock()
 	now := d.now()
-	var out []PathInfo
+	var out []api.PathInfo
 	for _, s := range sess {
 		n := s.Nexus
 		e := d.nexusEvent("", n)
-		pi := PathInfo{Host: e.Host, Initiator: n.InitiatorName, ISID: e.ISID, Node: e.Node, RelativeID: n.TargetPort,
+		pi := api.PathInfo{Host: e.Host, Initiator: n.InitiatorName, ISID: e.ISID, Node: e.Node, RelativeID: n.TargetPort,
 			Since: s.Since, Exchanges: s.Exchanges}
 		port := d.Array.Port(n.TargetPort)
 		if port != nil {
@@ -482,7 +331,7 @@ func (d *Daemon) Paths() []PathInfo {
 			}
 		}
 		for _, l := range d.Array.LUNs {
-			pl := PathLUN{LUN: l.ID}
+			pl := api.PathLUN{LUN: l.ID}
 			if port != nil {
 				pl.State = l.State(n.InitiatorName, port.Node).String()
 			}
@@ -506,30 +355,21 @@ func (d *Daemon) Paths() []PathInfo {
 }
 
 // Latency reports every port's recent intervals.
-func (d *Daemon) Latency() []PortLatency {
+func (d *Daemon) Latency() []api.PortLatency {
 	m := d.metrics
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []PortLatency
+	var out []api.PortLatency
 	for _, p := range d.Array.Ports {
 		pc := m.port(p.RelativeID)
-		out = append(out, PortLatency{Node: p.Node.Name, Port: p.Name,
-			Samples: append([]LatencySample{}, pc.history...)})
+		out = append(out, api.PortLatency{Node: p.Node.Name, Port: p.Name,
+			Samples: append([]api.LatencySample{}, pc.history...)})
 	}
 	return out
 }
 
-// Rebalance asks the ownership core for a balance plan now.
-// ClearRequest names a latched report to clear: path-flapping with its
-// LUN, or host-type-incorrect with its host.
-type ClearRequest struct {
-	Condition string `json:"condition"`
-	LUN       uint64 `json:"lun"`
-	Host      string `json:"host"`
-}
-
 // ClearReport is the operator clearing a latched report.
-func (d *Daemon) ClearReport(req ClearRequest) error {
+func (d *Daemon) ClearReport(req api.ClearRequest) error {
 	b := d.brain.Load()
 	if b == nil {
 		return errNoCore
@@ -548,18 +388,18 @@ func (d *Daemon) ClearReport(req ClearRequest) error {
 	return nil
 }
 
-func (d *Daemon) Rebalance() (RebalanceReply, error) {
+func (d *Daemon) Rebalance() (api.RebalanceReply, error) {
 	b := d.brain.Load()
 	if b == nil {
-		return RebalanceReply{}, errNoCore
+		return api.RebalanceReply{}, errNoCore
 	}
 	res, batches, err := b.rebalance()
 	if err != nil {
-		return RebalanceReply{}, err
+		return api.RebalanceReply{}, err
 	}
-	out := RebalanceReply{Moves: res.Moves, Reason: res.Reason, Batches: []BatchInfo{}}
+	out := api.RebalanceReply{Moves: res.Moves, Reason: res.Reason, Batches: []api.BatchInfo{}}
 	for _, bt := range batches {
-		out.Batches = append(out.Batches, BatchInfo{LUNs: bt.LUNs, To: bt.To, Cause: string(bt.Cause)})
+		out.Batches = append(out.Batches, api.BatchInfo{LUNs: bt.LUNs, To: bt.To, Cause: string(bt.Cause)})
 	}
 	return out, nil
 }

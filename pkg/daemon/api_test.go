@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aluad/aluad/ownership"
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/initiator"
 	"github.com/aluad/aluad/pkg/reports"
@@ -51,7 +52,7 @@ const (
 
 // apiDaemon starts a daemon with its management API on loopback, guarded
 // by a token, with host h1 declared as linux-dmmp.
-func apiDaemon(t *testing.T, tick time.Duration) (*Daemon, *Client) {
+func apiDaemon(t *testing.T, tick time.Duration) (*Daemon, *api.Client) {
 	t.Helper()
 	cfg := testConfig(t.TempDir())
 	cfg.Hosts = []array.HostConfig{{Name: "h1", Type: "linux-dmmp", Initiators: []string{hostIQN}}}
@@ -63,7 +64,7 @@ func apiDaemon(t *testing.T, tick time.Duration) (*Daemon, *Client) {
 	d, err := Start(cfg, Options{Logger: quiet(), API: "127.0.0.1:0", APIToken: apiToken, StatsInterval: -1})
 	require.NoError(t, err)
 	t.Cleanup(func() { d.Stop(5 * time.Second) })
-	return d, NewHTTPClient("http://"+d.APIAddr(), apiToken)
+	return d, api.NewHTTPClient("http://"+d.APIAddr(), apiToken)
 }
 
 // loginAll logs initiator name in on every portal (ISIDs from isid up)
@@ -155,7 +156,7 @@ func TestManagementAPI(t *testing.T) {
 		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, path)
 		require.Contains(t, string(body), "bearer token is required")
 	}
-	_, err := NewHTTPClient(base, "wrong").Status()
+	_, err := api.NewHTTPClient(base, "wrong").Status()
 	require.ErrorContains(t, err, "bearer token is required")
 	for path, want := range map[string]string{"/": "Recovery Guru", "/app.js": "renderGuru", "/style.css": ".problem"} {
 		resp, err := http.Get(base + path)
@@ -206,7 +207,7 @@ func TestManagementAPI(t *testing.T) {
 	ps, err := c.Paths()
 	require.NoError(t, err)
 	require.Len(t, ps, 5)
-	var a0 *PathInfo
+	var a0 *api.PathInfo
 	for i := range ps {
 		if ps[i].Host == "h1" && ps[i].Port == "a0" {
 			a0 = &ps[i]
@@ -275,8 +276,14 @@ func TestManagementAPI(t *testing.T) {
 	metricValue(t, fams, "aluad_reports_active", map[string]string{"condition": "host-redundancy-lost", "severity": "critical"})
 
 	// Unknown calls get a JSON error; the stream speaks SSE.
-	_, err = NewHTTPClient(base, apiToken).doRaw("GET", "/v1/nope")
-	require.ErrorContains(t, err, "no such API call")
+	nope, _ := http.NewRequestWithContext(ctx, "GET", base+"/v1/nope", nil)
+	nope.Header.Set("Authorization", "Bearer "+apiToken)
+	nr, err := http.DefaultClient.Do(nope)
+	require.NoError(t, err)
+	nb, _ := io.ReadAll(nr.Body)
+	nr.Body.Close()
+	require.Equal(t, http.StatusNotFound, nr.StatusCode)
+	require.Contains(t, string(nb), "no such API call")
 	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/v1/events/stream?since=0", nil)
 	req.Header.Set("Authorization", "Bearer "+apiToken)
 	resp, err := http.DefaultClient.Do(req)
@@ -290,11 +297,6 @@ func TestManagementAPI(t *testing.T) {
 	line, err = br.ReadString('\n')
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(line, `data: {"seq":1,`), line)
-}
-
-func (c *Client) doRaw(method, url string) (map[string]any, error) {
-	var out map[string]any
-	return out, c.do(method, url, nil, &out)
 }
 
 // Path Degraded end to end: h1 reads through a0 and a1 (both node a, LUN
@@ -333,13 +335,13 @@ func TestPathDegradedAndNodeOffline(t *testing.T) {
 	}()
 	// The brain emits the intervals on its ticks; wait until both paths
 	// have been judged (a best interval and an expansion).
-	waitPaths := func(what string, cond func(map[string]PathInfo) bool) map[string]PathInfo {
+	waitPaths := func(what string, cond func(map[string]api.PathInfo) bool) map[string]api.PathInfo {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)
 		for {
 			ps, err := c.Paths()
 			require.NoError(t, err)
-			by := map[string]PathInfo{}
+			by := map[string]api.PathInfo{}
 			for _, p := range ps {
 				by[p.Port] = p
 			}
@@ -352,10 +354,10 @@ func TestPathDegradedAndNodeOffline(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	waitPaths("both read paths judged", func(by map[string]PathInfo) bool {
+	waitPaths("both read paths judged", func(by map[string]api.PathInfo) bool {
 		return by["a0"].Expansion > 0 && by["a1"].Expansion > 0
 	})
-	_, err := c.Inject(Fault{Kind: FaultDelay, Port: "a1", Initiator: hostIQN, Delay: 20 * time.Millisecond})
+	_, err := c.Inject(api.Fault{Kind: api.FaultDelay, Port: "a1", Initiator: hostIQN, Delay: 20 * time.Millisecond})
 	require.NoError(t, err)
 	rs := waitReports(t, c, "path degraded", func(rs []reports.Report) bool {
 		return find(rs, ownership.PathDegraded, "h1") != nil
@@ -365,18 +367,18 @@ func TestPathDegradedAndNodeOffline(t *testing.T) {
 	require.Equal(t, []string{"a1"}, pd.Ports, "the slow path's port, not the node's")
 	require.Equal(t, reports.Minor, pd.Severity)
 	require.Contains(t, pd.Cause, "port 2")
-	by := waitPaths("a1 marked degraded", func(by map[string]PathInfo) bool { return by["a1"].Degraded })
+	by := waitPaths("a1 marked degraded", func(by map[string]api.PathInfo) bool { return by["a1"].Degraded })
 	require.False(t, by["a0"].Degraded, "the healthy peer")
 	require.GreaterOrEqual(t, by["a1"].Expansion, 3.0)
 
-	_, err = c.Inject(Fault{Kind: FaultDelay, Port: "a1", Initiator: hostIQN, Delay: 0})
+	_, err = c.Inject(api.Fault{Kind: api.FaultDelay, Port: "a1", Initiator: hostIQN, Delay: 0})
 	require.NoError(t, err)
 	waitReports(t, c, "path degraded cleared", func(rs []reports.Report) bool {
 		return find(rs, ownership.PathDegraded, "h1") == nil
 	})
 
 	// Node b crashes: one Node Offline report.
-	_, err = c.Inject(Fault{Kind: FaultCrash, Node: "b"})
+	_, err = c.Inject(api.Fault{Kind: api.FaultCrash, Node: "b"})
 	require.NoError(t, err)
 	rs = waitReports(t, c, "node offline", func(rs []reports.Report) bool {
 		for _, r := range rs {
@@ -398,7 +400,7 @@ func TestPathDegradedAndNodeOffline(t *testing.T) {
 	require.False(t, st.Nodes[1].Up)
 	require.Equal(t, 1, st.Reports["critical"])
 
-	_, err = c.Inject(Fault{Kind: FaultRestart, Node: "b"})
+	_, err = c.Inject(api.Fault{Kind: api.FaultRestart, Node: "b"})
 	require.NoError(t, err)
 	waitReports(t, c, "node offline cleared", func(rs []reports.Report) bool {
 		for _, r := range rs {

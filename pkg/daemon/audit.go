@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/aluad/aluad/pkg/api"
 )
 
 // The audit log: every state-changing management call (any method but
@@ -130,7 +132,7 @@ func (d *Daemon) audited(h http.Handler) http.Handler {
 		if len(rec.Body) > 512 {
 			rec.Body = rec.Body[:512] + "..."
 		}
-		d.Events.Add(Event{Kind: EventAudit, Initiator: rec.Who,
+		d.Events.Add(api.Event{Kind: EventAudit, Initiator: rec.Who,
 			Reason: fmt.Sprintf("%s %s %s -> %d", rec.Method, rec.Path, rec.Body, rec.Status)})
 		d.log.Info("audit", "who", rec.Who, "method", rec.Method, "path", rec.Path, "status", rec.Status)
 		if err := d.audit.write(rec); err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/aluad/aluad/ownership"
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/iscsi"
 )
@@ -247,9 +248,9 @@ func (b *brain) apply(r ownership.Ready) {
 			delete(b.reports, k)
 		}
 		b.repMu.Unlock()
-		ri := ReportInfo{Condition: string(rc.Condition), Raised: rc.Raised,
+		ri := api.ReportInfo{Condition: string(rc.Condition), Raised: rc.Raised,
 			Host: rc.Host, Node: rc.Node, LUN: rc.LUN, Port: rc.Port, Cause: rc.Cause}
-		b.d.Events.Add(Event{Kind: EventReport, Report: &ri})
+		b.d.Events.Add(api.Event{Kind: api.EventReport, Report: &ri})
 		b.d.recordReport(ri)
 		if rc.Raised {
 			b.d.metrics.reportRaised(string(rc.Condition))
@@ -286,20 +287,20 @@ func (b *brain) executor() {
 }
 
 // feed turns a feed event into core events.
-func (b *brain) feed(e Event) {
+func (b *brain) feed(e api.Event) {
 	nx := func() ownership.Nexus {
 		return ownership.Nexus{Host: e.Host, Initiator: e.Initiator, ISID: e.ISID, Port: e.TargetPort, Node: e.Node}
 	}
 	switch e.Kind {
-	case EventLogin:
+	case api.EventLogin:
 		b.post(ownership.Login{Nexus: nx()})
-	case EventLogout:
+	case api.EventLogout:
 		b.post(ownership.Logout{Nexus: nx(), Orderly: e.Reason == iscsi.ReasonLogout})
-	case EventRTPG:
+	case api.EventRTPG:
 		if e.LUN != nil {
 			b.post(ownership.RTPG{Nexus: nx(), LUN: *e.LUN, Extended: e.Extended})
 		}
-	case EventIO:
+	case api.EventIO:
 		if e.IO == nil || e.LUN == nil {
 			return
 		}
@@ -312,14 +313,14 @@ func (b *brain) feed(e Event) {
 			Media: float64(min(ops, e.IO.Reads+e.IO.Writes+e.IO.Syncs)),
 			Bytes: float64(e.IO.BytesRead + e.IO.BytesWritten), RespTime: rt,
 			Ticks: max(1, int(math.Round(float64(e.IO.Interval)/float64(b.tick))))})
-	case EventPath:
+	case api.EventPath:
 		if e.Path == nil || e.Path.Exchanges == 0 {
 			return
 		}
 		ops := float64(e.Path.Exchanges)
 		b.post(ownership.PathLatency{Nexus: nx(), Ops: ops,
 			Exchange: float64(e.Path.Exchange) / ops / float64(time.Microsecond)})
-	case EventALUA:
+	case api.EventALUA:
 		c := e.Change
 		if c == nil || c.Failed {
 			return

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/reports"
 )
@@ -51,99 +52,32 @@ import (
 //	GET  /metrics              Prometheus text format
 //	GET  /                     the web dashboard
 
-// LUNInfo is one LUN as the control API reports it.
-type LUNInfo struct {
-	ID         uint64      `json:"id"`
-	Owner      string      `json:"owner"`
-	Preferred  string      `json:"preferred"`
-	Media      string      `json:"media"`
-	Group      string      `json:"group"`
-	Moving     bool        `json:"moving"`
-	Generation uint64      `json:"generation"`
-	Groups     []GroupInfo `json:"groups"`
-	Nodes      []NodeIO    `json:"nodes"`
-}
-
-// GroupInfo is a target port group's state (as a "default" host sees it).
-type GroupInfo struct {
-	Node   string   `json:"node"`
-	ID     uint16   `json:"id"`
-	State  string   `json:"state"`
-	Pref   bool     `json:"pref"`
-	Status byte     `json:"status"`
-	Ports  []uint16 `json:"ports"`
-}
-
-// NodeIO counts the commands that arrived at a node for a LUN.
-type NodeIO struct {
-	Node           string `json:"node"`
-	Commands       uint64 `json:"commands"`
-	Bytes          uint64 `json:"bytes"`
-	Forwarded      uint64 `json:"forwarded"`
-	ForwardedBytes uint64 `json:"forwarded_bytes"`
-}
-
-// PathIO is the cumulative I/O of one nexus (host path) to one LUN.
-type PathIO struct {
-	Initiator  string `json:"initiator"`
-	ISID       string `json:"isid,omitempty"`
-	Host       string `json:"host,omitempty"`
-	TargetPort uint16 `json:"target_port"`
-	Node       string `json:"node,omitempty"`
-	LUN        uint64 `json:"lun"`
-	Reads      uint64 `json:"reads"`
-	Writes     uint64 `json:"writes"`
-	Other      uint64 `json:"other"`
-	// Media counts READs and WRITEs whatever their status; LastMedia is
-	// the arrival of the latest (zero if none).
-	Media        uint64    `json:"media"`
-	LastMedia    time.Time `json:"last_media"`
-	NonOptimized uint64    `json:"non_optimized"`
-	Gone         bool      `json:"gone,omitempty"`
-}
-
 // PathIOs reports the I/O counters of every (nexus, LUN).
-func (d *Daemon) PathIOs() []PathIO {
-	var out []PathIO
+func (d *Daemon) PathIOs() []api.PathIO {
+	var out []api.PathIO
 	for _, s := range d.SCSI.IOStats() {
 		e := d.nexusEvent("", s.Nexus)
-		out = append(out, PathIO{Initiator: e.Initiator, ISID: e.ISID, Host: e.Host, TargetPort: e.TargetPort,
+		out = append(out, api.PathIO{Initiator: e.Initiator, ISID: e.ISID, Host: e.Host, TargetPort: e.TargetPort,
 			Node: e.Node, LUN: s.LUN, Reads: s.Reads, Writes: s.Writes, Other: s.Other, Media: s.Media,
 			LastMedia: s.LastMedia, NonOptimized: s.NonOptimized, Gone: s.Gone})
 	}
 	return out
 }
 
-// CapacityRequest is the body of PUT /v1/nodes/{name}/capacity.
-type CapacityRequest struct {
-	Capacity float64 `json:"capacity"`
-}
-
-// MoveRequest is the body of POST /v1/luns/{id}/move.
-type MoveRequest struct {
-	To string `json:"to"`
-}
-
-// EventsReply is the answer of GET /v1/events.
-type EventsReply struct {
-	Events []Event `json:"events"`
-	Lost   uint64  `json:"lost"`
-}
-
 // LUNInfos reports every LUN.
-func (d *Daemon) LUNInfos() []LUNInfo {
-	var out []LUNInfo
+func (d *Daemon) LUNInfos() []api.LUNInfo {
+	var out []api.LUNInfo
 	for _, l := range d.Array.LUNs {
-		li := LUNInfo{ID: l.ID, Owner: l.Owner().Name, Preferred: l.Preferred.Name, Media: l.Media, Group: l.Group,
+		li := api.LUNInfo{ID: l.ID, Owner: l.Owner().Name, Preferred: l.Preferred.Name, Media: l.Media, Group: l.Group,
 			Moving: l.Moving(), Generation: l.Generation()}
 		for _, g := range l.Groups("") {
-			li.Groups = append(li.Groups, GroupInfo{Node: g.Node.Name, ID: g.ID, State: g.State.String(), Pref: g.Pref,
+			li.Groups = append(li.Groups, api.GroupInfo{Node: g.Node.Name, ID: g.ID, State: g.State.String(), Pref: g.Pref,
 				Status: g.Status, Ports: g.Ports})
 		}
 		st := l.Stats()
 		for _, n := range d.Array.Nodes {
 			s := &st[n.Index]
-			li.Nodes = append(li.Nodes, NodeIO{Node: n.Name, Commands: s.Commands.Load(), Bytes: s.Bytes.Load(),
+			li.Nodes = append(li.Nodes, api.NodeIO{Node: n.Name, Commands: s.Commands.Load(), Bytes: s.Bytes.Load(),
 				Forwarded: s.Forwarded.Load(), ForwardedBytes: s.ForwardedBytes.Load()})
 		}
 		out = append(out, li)
@@ -194,7 +128,7 @@ func (d *Daemon) ControlHandler() http.Handler {
 	})
 	mux.HandleFunc("POST /v1/luns/{id}/move", d.handleMove)
 	mux.HandleFunc("PUT /v1/nodes/{name}/capacity", func(w http.ResponseWriter, r *http.Request) {
-		var req CapacityRequest
+		var req api.CapacityRequest
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
@@ -236,7 +170,7 @@ func (d *Daemon) ControlHandler() http.Handler {
 	mux.HandleFunc("GET /v1/paths", func(w http.ResponseWriter, r *http.Request) {
 		ps := d.Paths()
 		if ps == nil {
-			ps = []PathInfo{}
+			ps = []api.PathInfo{}
 		}
 		writeJSON(w, http.StatusOK, ps)
 	})
@@ -255,7 +189,7 @@ func (d *Daemon) ControlHandler() http.Handler {
 		writeJSON(w, http.StatusOK, res)
 	})
 	mux.HandleFunc("POST /v1/reports/clear", func(w http.ResponseWriter, r *http.Request) {
-		var req ClearRequest
+		var req api.ClearRequest
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
@@ -278,7 +212,7 @@ func (d *Daemon) ControlHandler() http.Handler {
 		writeJSON(w, http.StatusOK, d.PathIOs())
 	})
 	mux.HandleFunc("POST /v1/faults", func(w http.ResponseWriter, r *http.Request) {
-		var f Fault
+		var f api.Fault
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&f); err != nil {
@@ -299,7 +233,7 @@ func (d *Daemon) ControlHandler() http.Handler {
 			return
 		}
 		ev, lost := d.Events.Since(since)
-		writeJSON(w, http.StatusOK, EventsReply{Events: ev, Lost: lost})
+		writeJSON(w, http.StatusOK, api.EventsReply{Events: ev, Lost: lost})
 	})
 	mux.HandleFunc("GET /v1/mappings", func(w http.ResponseWriter, r *http.Request) {
 		ms := d.Array.Mappings()
@@ -349,7 +283,7 @@ func (d *Daemon) handleMove(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("bad LUN %q", r.PathValue("id")))
 		return
 	}
-	var req MoveRequest
+	var req api.MoveRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {

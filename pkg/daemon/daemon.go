@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/aluad/aluad/ownership"
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/arrayview"
 	"github.com/aluad/aluad/pkg/iscsi"
@@ -55,7 +56,7 @@ type Daemon struct {
 	ioLast   time.Time
 	// lastIO is the latest interval of every (nexus, LUN) that did I/O in
 	// it (the paths view's current rates).
-	lastIO  map[ioKey]*IOInterval
+	lastIO  map[ioKey]*api.IOInterval
 	metrics *metrics
 
 	// brain runs the ownership core once started (nil: not running).
@@ -64,12 +65,6 @@ type Daemon struct {
 	state *stateStore
 	// audit records state-changing management calls.
 	audit *auditLog
-}
-
-// PortalInfo describes one listening target port.
-type PortalInfo struct {
-	Node, Port, Addr, Target string
-	RelativeID               uint16
 }
 
 // Options tune the daemon.
@@ -88,7 +83,7 @@ type Options struct {
 	// StatsInterval is how often io events are emitted (0: 1s; <0: never).
 	StatsInterval time.Duration
 	// OnEvent receives every event as it is added; it must not block.
-	OnEvent func(Event)
+	OnEvent func(api.Event)
 	// Now and Sleep inject the clock (tests); nil uses the real one.
 	Now   func() time.Time
 	Sleep func(time.Duration)
@@ -145,9 +140,9 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 	}
 	d := &Daemon{Array: arr, SCSI: srv, log: opt.Logger, now: opt.Now, done: make(chan struct{}),
 		ioPrev: map[ioKey]scsi.NexusIO{}, pathPrev: map[scsi.Nexus]iscsi.PathStat{}, ioLast: opt.Now(),
-		lastIO: map[ioKey]*IOInterval{}}
+		lastIO: map[ioKey]*api.IOInterval{}}
 	d.metrics = newMetrics(d)
-	d.Events = NewEventLog(opt.EventCapacity, opt.Now, func(e Event) {
+	d.Events = NewEventLog(opt.EventCapacity, opt.Now, func(e api.Event) {
 		if b := d.brain.Load(); b != nil {
 			b.feed(e)
 		}
@@ -168,7 +163,7 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 			h.fn(c.LUNs)
 		}
 		d.metrics.change(c)
-		d.Events.Add(Event{Kind: EventALUA, Change: changeInfo(c)})
+		d.Events.Add(api.Event{Kind: api.EventALUA, Change: changeInfo(c)})
 		d.log.Info("alua change", "luns", c.LUNs, "from", c.From, "to", c.To, "cause", c.Cause,
 			"stop", c.Stop, "failed", c.Failed)
 	})
@@ -308,19 +303,19 @@ func (d *Daemon) fabricEvent(e iscsi.Event) {
 }
 
 // Portals lists the bound portals in port order.
-func (d *Daemon) Portals() []PortalInfo {
+func (d *Daemon) Portals() []api.PortalInfo {
 	var addrs []string
 	if d.fabric != nil {
 		addrs = d.fabric.Addrs()
 	}
-	out := make([]PortalInfo, 0, len(d.Array.Ports))
+	out := make([]api.PortalInfo, 0, len(d.Array.Ports))
 	for i, p := range d.Array.Ports {
 		addr := p.Addr
 		if i < len(addrs) {
 			addr = addrs[i]
 		}
 		cfg := d.Array.Config()
-		out = append(out, PortalInfo{Node: p.Node.Name, Port: p.Name, Addr: addr, Target: cfg.NodeTarget(p.Node.Name),
+		out = append(out, api.PortalInfo{Node: p.Node.Name, Port: p.Name, Addr: addr, Target: cfg.NodeTarget(p.Node.Name),
 			RelativeID: p.RelativeID})
 	}
 	return out

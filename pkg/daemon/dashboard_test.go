@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aluad/aluad/ownership"
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/reports"
 )
 
@@ -78,7 +79,7 @@ func TestDashboardInChromium(t *testing.T) {
 		return find(rs, ownership.MultipathNotDiscovering, h2) != nil
 	})
 	for _, p := range []string{"a0", "a1"} {
-		_, err := c.Inject(Fault{Kind: FaultPathDown, Port: p, Initiator: hostIQN})
+		_, err := c.Inject(api.Fault{Kind: api.FaultPathDown, Port: p, Initiator: hostIQN})
 		require.NoError(t, err)
 	}
 	waitReports(t, c, "host redundancy lost", func(rs []reports.Report) bool {
@@ -102,7 +103,7 @@ func TestDashboardInChromium(t *testing.T) {
 	require.Contains(t, dom, "<svg", "the latency chart is drawn")
 
 	// Repair: the paths come back and h1 logs in and reads RTPG there.
-	_, err := c.Inject(Fault{Kind: FaultClear})
+	_, err := c.Inject(api.Fault{Kind: api.FaultClear})
 	require.NoError(t, err)
 	for i := 0; i < 2; i++ {
 		s := dial(t, d, i, byte(10+i), hostIQN)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aluad/aluad/ownership"
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/initiator"
 )
 
@@ -148,7 +149,7 @@ func TestLogoutIsOrderly(t *testing.T) {
 	reason := func(ini string) string {
 		ev, _ := d.Events.Since(0)
 		for _, e := range ev {
-			if e.Kind == EventLogout && e.Initiator == ini && e.TargetPort == pa {
+			if e.Kind == api.EventLogout && e.Initiator == ini && e.TargetPort == pa {
 				return e.Reason
 			}
 		}
@@ -172,21 +173,21 @@ func TestLogoutIsOrderly(t *testing.T) {
 func TestClearReportErrors(t *testing.T) {
 	_, c := apiDaemon(t, 20*time.Millisecond)
 	for _, tt := range []struct {
-		req  ClearRequest
+		req  api.ClearRequest
 		want string
 	}{
-		{ClearRequest{Condition: "path-flapping", LUN: 0}, "LUN 0 is not damped"},
-		{ClearRequest{Condition: "path-flapping", LUN: 99}, "no LUN 99"},
-		{ClearRequest{Condition: "host-type-incorrect", Host: "nobody"}, `no host "nobody"`},
-		{ClearRequest{Condition: "node-offline"}, "clears by itself"},
+		{api.ClearRequest{Condition: "path-flapping", LUN: 0}, "LUN 0 is not damped"},
+		{api.ClearRequest{Condition: "path-flapping", LUN: 99}, "no LUN 99"},
+		{api.ClearRequest{Condition: "host-type-incorrect", Host: "nobody"}, `no host "nobody"`},
+		{api.ClearRequest{Condition: "node-offline"}, "clears by itself"},
 	} {
 		err := c.ClearReport(tt.req)
 		require.Error(t, err, "%+v", tt.req)
 		require.Contains(t, err.Error(), tt.want)
 	}
-	require.NoError(t, c.ClearReport(ClearRequest{Condition: "host-type-incorrect", Host: "h1"}),
+	require.NoError(t, c.ClearReport(api.ClearRequest{Condition: "host-type-incorrect", Host: "h1"}),
 		"a declared host's observations can always be restarted")
 	var out map[string]any
-	err := c.do("POST", "/v1/reports/clear", map[string]any{"condition": "path-flapping", "colour": "red"}, &out)
+	err := c.Do("POST", "/v1/reports/clear", map[string]any{"condition": "path-flapping", "colour": "red"}, &out)
 	require.ErrorContains(t, err, "unknown field")
 }

@@ -8,65 +8,15 @@ import (
 	"time"
 
 	"github.com/aluad/aluad/ownership"
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/iscsi"
 	tcmu "github.com/aluad/aluad/tcmu-handler"
 )
 
-// Fault kinds that Inject understands. Each has the wire behaviour of
-// the real event (iscsi.PortMode), since a host's recovery time depends
-// on how it learns of the fault.
-const (
-	// FaultPowerLoss: a controller loses power. Its cache is lost (the
-	// partner's mirror takes over) and its ports go silent: no answer to
-	// commands in flight, no FIN or RST, no answer to new connections.
-	FaultPowerLoss = "power-loss"
-	// FaultPanic: a controller panics and reboots. Its cache is lost, its
-	// connections are reset and its portals refuse connections until it
-	// is back (restart).
-	FaultPanic = "panic"
-	// FaultCrash: a controller's target software dies while its OS runs
-	// on. Its cache is lost, its connections are closed (FIN) and new
-	// ones are closed as soon as they are accepted.
-	FaultCrash   = "crash"
-	FaultRestart = "restart" // a failed node comes back (empty cache)
-	// FaultPortDown: a target port is disabled: connections closed, new
-	// ones closed at once. FaultPortUp brings a port back from any fault.
-	FaultPortDown = "port-down"
-	FaultPortUp   = "port-up"
-	// FaultCablePull: one port loses its link: silent on that port only.
-	// FaultCablePlug restores it (the connections it held are reset).
-	FaultCablePull = "cable-pull"
-	FaultCablePlug = "cable-plug"
-	FaultPathDown  = "path-down" // one initiator's path to a port is cut
-	FaultPathUp    = "path-up"
-	FaultDelay     = "delay" // latency added on a port (or one initiator's path to it)
-	FaultClear     = "clear" // every port, path and delay restored (nodes stay as they are)
-)
-
-// FaultKinds lists the kinds in the order the CLI shows them.
-var FaultKinds = []string{FaultPowerLoss, FaultPanic, FaultCrash, FaultRestart, FaultPortDown, FaultPortUp,
-	FaultCablePull, FaultCablePlug, FaultPathDown, FaultPathUp, FaultDelay, FaultClear}
-
 // nodeFaultMode is the wire mode of a failed node's ports, by fault kind.
 var nodeFaultMode = map[string]iscsi.PortMode{
-	FaultPowerLoss: iscsi.PortSilent, FaultPanic: iscsi.PortReset, FaultCrash: iscsi.PortDown,
-}
-
-// Fault is one fault to inject on the running daemon.
-type Fault struct {
-	Kind string `json:"kind"`
-	Node string `json:"node,omitempty"`
-	// Port is a port name (a0) or relative target port id (1).
-	Port      string        `json:"port,omitempty"`
-	Initiator string        `json:"initiator,omitempty"`
-	Delay     time.Duration `json:"delay_ns,omitempty"`
-}
-
-// FaultResult is what an injected fault did.
-type FaultResult struct {
-	Fault  Fault       `json:"fault"`
-	Change *ChangeInfo `json:"change,omitempty"`
+	api.FaultPowerLoss: iscsi.PortSilent, api.FaultPanic: iscsi.PortReset, api.FaultCrash: iscsi.PortDown,
 }
 
 // ErrNoFabric: fabric faults need a started daemon.
@@ -92,8 +42,8 @@ func (d *Daemon) portOf(s string) (*array.Port, error) {
 // Inject applies a fault to the running array and fabric and tells the
 // ownership core, which reacts as it would to the real thing (a crash is
 // failed over at once; a repair fails back after the stability window).
-func (d *Daemon) Inject(f Fault) (FaultResult, error) {
-	res := FaultResult{Fault: f}
+func (d *Daemon) Inject(f api.Fault) (api.FaultResult, error) {
+	res := api.FaultResult{Fault: f}
 	// One fault at a time (a panic racing a cable-plug of its port must
 	// not leave the port serving), and no batch of the core starts while
 	// a node fails: a failover decided from the node's loss must find it
@@ -107,7 +57,7 @@ func (d *Daemon) Inject(f Fault) (FaultResult, error) {
 		}
 	}
 	switch f.Kind {
-	case FaultPowerLoss, FaultPanic, FaultCrash, FaultRestart:
+	case api.FaultPowerLoss, api.FaultPanic, api.FaultCrash, api.FaultRestart:
 		n := d.Array.Node(f.Node)
 		if n == nil {
 			return res, fmt.Errorf("no node %q", f.Node)
@@ -153,7 +103,7 @@ func (d *Daemon) Inject(f Fault) (FaultResult, error) {
 				post(ownership.PortState{Node: n.Name, Port: p.RelativeID, Up: true})
 			}
 		}
-	case FaultPortDown, FaultPortUp, FaultCablePull, FaultCablePlug, FaultPathDown, FaultPathUp, FaultDelay:
+	case api.FaultPortDown, api.FaultPortUp, api.FaultCablePull, api.FaultCablePlug, api.FaultPathDown, api.FaultPathUp, api.FaultDelay:
 		if d.fabric == nil {
 			return res, ErrNoFabric
 		}
@@ -162,8 +112,8 @@ func (d *Daemon) Inject(f Fault) (FaultResult, error) {
 			return res, err
 		}
 		switch f.Kind {
-		case FaultPortDown, FaultPortUp, FaultCablePull, FaultCablePlug:
-			mode := map[string]iscsi.PortMode{FaultPortDown: iscsi.PortDown, FaultCablePull: iscsi.PortSilent}[f.Kind]
+		case api.FaultPortDown, api.FaultPortUp, api.FaultCablePull, api.FaultCablePlug:
+			mode := map[string]iscsi.PortMode{api.FaultPortDown: iscsi.PortDown, api.FaultCablePull: iscsi.PortSilent}[f.Kind]
 			if !p.Node.Up() {
 				return res, fmt.Errorf("node %s is down: its ports follow it (restart it first)", p.Node.Name)
 			}
@@ -173,14 +123,14 @@ func (d *Daemon) Inject(f Fault) (FaultResult, error) {
 			// The controller sees its own port's link go: the core hears
 			// of it as a port state.
 			post(ownership.PortState{Node: p.Node.Name, Port: p.RelativeID, Up: mode == iscsi.PortUp})
-		case FaultPathDown, FaultPathUp:
+		case api.FaultPathDown, api.FaultPathUp:
 			if f.Initiator == "" {
 				return res, errors.New("a path fault needs an initiator")
 			}
-			if err := d.fabric.SetPathUp(f.Initiator, p.RelativeID, f.Kind == FaultPathUp); err != nil {
+			if err := d.fabric.SetPathUp(f.Initiator, p.RelativeID, f.Kind == api.FaultPathUp); err != nil {
 				return res, err
 			}
-		case FaultDelay:
+		case api.FaultDelay:
 			if f.Delay < 0 || f.Delay > time.Minute {
 				return res, errors.New("delay must be from 0 (remove) to 1m")
 			}
@@ -188,7 +138,7 @@ func (d *Daemon) Inject(f Fault) (FaultResult, error) {
 				return res, err
 			}
 		}
-	case FaultClear:
+	case api.FaultClear:
 		if d.fabric == nil {
 			return res, ErrNoFabric
 		}
@@ -205,9 +155,9 @@ func (d *Daemon) Inject(f Fault) (FaultResult, error) {
 			post(ownership.PortState{Node: p.Node.Name, Port: p.RelativeID, Up: true})
 		}
 	default:
-		return res, fmt.Errorf("unknown fault %q (%s)", f.Kind, strings.Join(FaultKinds, ", "))
+		return res, fmt.Errorf("unknown fault %q (%s)", f.Kind, strings.Join(api.FaultKinds, ", "))
 	}
-	d.Events.Add(Event{Kind: EventFault, Fault: &f, Node: f.Node, Initiator: f.Initiator})
+	d.Events.Add(api.Event{Kind: api.EventFault, Fault: &f, Node: f.Node, Initiator: f.Initiator})
 	d.log.Info("fault injected", "kind", f.Kind, "node", f.Node, "port", f.Port, "initiator", f.Initiator, "delay", f.Delay)
 	return res, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/initiator"
 )
@@ -18,7 +19,7 @@ func TestFaultInjection(t *testing.T) {
 	d, err := Start(cfg, Options{Logger: quiet(), Control: ctl})
 	require.NoError(t, err)
 	defer d.Stop(5 * time.Second)
-	c := NewClient(ctl)
+	c := api.NewClient(ctl)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	portals := d.Portals()
@@ -33,20 +34,20 @@ func TestFaultInjection(t *testing.T) {
 	const x, y = "iqn.2026-11.org.example:x", "iqn.2026-11.org.example:y"
 
 	bad := []struct {
-		f    Fault
+		f    api.Fault
 		want string
 	}{
-		{Fault{Kind: "melt"}, "unknown fault"},
-		{Fault{Kind: FaultCrash, Node: "z"}, `no node "z"`},
-		{Fault{Kind: FaultRestart, Node: "a"}, "not down"},
-		{Fault{Kind: FaultPortDown}, "needs a port"},
-		{Fault{Kind: FaultPortDown, Port: "q9"}, `no port "q9"`},
-		{Fault{Kind: FaultPathDown, Port: "a0"}, "needs an initiator"},
-		{Fault{Kind: FaultDelay, Port: "a0", Delay: time.Hour}, "delay must be"},
-		{Fault{Kind: FaultPowerLoss, Node: "z"}, `no node "z"`},
-		{Fault{Kind: FaultPanic}, `no node ""`},
-		{Fault{Kind: FaultCablePull}, "needs a port"},
-		{Fault{Kind: FaultCablePlug, Port: "c7"}, `no port "c7"`},
+		{api.Fault{Kind: "melt"}, "unknown fault"},
+		{api.Fault{Kind: api.FaultCrash, Node: "z"}, `no node "z"`},
+		{api.Fault{Kind: api.FaultRestart, Node: "a"}, "not down"},
+		{api.Fault{Kind: api.FaultPortDown}, "needs a port"},
+		{api.Fault{Kind: api.FaultPortDown, Port: "q9"}, `no port "q9"`},
+		{api.Fault{Kind: api.FaultPathDown, Port: "a0"}, "needs an initiator"},
+		{api.Fault{Kind: api.FaultDelay, Port: "a0", Delay: time.Hour}, "delay must be"},
+		{api.Fault{Kind: api.FaultPowerLoss, Node: "z"}, `no node "z"`},
+		{api.Fault{Kind: api.FaultPanic}, `no node ""`},
+		{api.Fault{Kind: api.FaultCablePull}, "needs a port"},
+		{api.Fault{Kind: api.FaultCablePlug, Port: "c7"}, `no port "c7"`},
 	}
 	for _, b := range bad {
 		_, err := c.Inject(b.f)
@@ -54,20 +55,20 @@ func TestFaultInjection(t *testing.T) {
 	}
 
 	// A port down refuses logins; up again, it takes them.
-	_, err = c.Inject(Fault{Kind: FaultPortDown, Port: "a0"})
+	_, err = c.Inject(api.Fault{Kind: api.FaultPortDown, Port: "a0"})
 	require.NoError(t, err)
 	require.Error(t, dial(0, x))
 	require.NoError(t, dial(1, x), "the node's other port is up")
-	_, err = c.Inject(Fault{Kind: FaultPortUp, Port: "1"})
+	_, err = c.Inject(api.Fault{Kind: api.FaultPortUp, Port: "1"})
 	require.NoError(t, err)
 	require.NoError(t, dial(0, x))
 
 	// A path down is one initiator's: x is refused on b0, y is not.
-	_, err = c.Inject(Fault{Kind: FaultPathDown, Port: "b0", Initiator: x})
+	_, err = c.Inject(api.Fault{Kind: api.FaultPathDown, Port: "b0", Initiator: x})
 	require.NoError(t, err)
 	require.Error(t, dial(2, x))
 	require.NoError(t, dial(2, y))
-	_, err = c.Inject(Fault{Kind: FaultClear})
+	_, err = c.Inject(api.Fault{Kind: api.FaultClear})
 	require.NoError(t, err)
 	require.NoError(t, dial(2, x))
 
@@ -75,7 +76,7 @@ func TestFaultInjection(t *testing.T) {
 	s, err := initiator.Dial(ctx, initiator.Config{Addr: portals[3].Addr, Target: cfg.Target, InitiatorName: y})
 	require.NoError(t, err)
 	defer s.Close()
-	_, err = c.Inject(Fault{Kind: FaultPortDown, Port: "b1"})
+	_, err = c.Inject(api.Fault{Kind: api.FaultPortDown, Port: "b1"})
 	require.NoError(t, err)
 	select {
 	case <-s.Done():
@@ -84,7 +85,7 @@ func TestFaultInjection(t *testing.T) {
 	}
 
 	// A delay on a path is accepted and removed; commands still complete.
-	_, err = c.Inject(Fault{Kind: FaultDelay, Port: "a1", Delay: 5 * time.Millisecond})
+	_, err = c.Inject(api.Fault{Kind: api.FaultDelay, Port: "a1", Delay: 5 * time.Millisecond})
 	require.NoError(t, err)
 	s2, err := initiator.Dial(ctx, initiator.Config{Addr: portals[1].Addr, Target: cfg.Target, InitiatorName: x})
 	require.NoError(t, err)
@@ -93,7 +94,7 @@ func TestFaultInjection(t *testing.T) {
 	require.NoError(t, err)
 
 	// A crash takes the node's ports and LUNs; the core fails its LUNs over.
-	res, err := c.Inject(Fault{Kind: FaultCrash, Node: "b"})
+	res, err := c.Inject(api.Fault{Kind: api.FaultCrash, Node: "b"})
 	require.NoError(t, err)
 	require.Equal(t, "node-down", res.Change.Cause)
 	require.Error(t, dial(2, y), "a crashed node answers no login")
@@ -102,6 +103,6 @@ func TestFaultInjection(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	require.Equal(t, "a", d.Array.LUN(1).Owner().Name, "failed over by the ownership core")
-	_, err = c.Inject(Fault{Kind: FaultCrash, Node: "b"})
+	_, err = c.Inject(api.Fault{Kind: api.FaultCrash, Node: "b"})
 	require.ErrorContains(t, err, "already down")
 }

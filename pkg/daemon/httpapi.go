@@ -10,35 +10,18 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/aluad/aluad/pkg/api"
 )
 
-// DefaultAPI is where the management API listens unless told otherwise.
-const DefaultAPI = "127.0.0.1:8090"
-
-// Connectivity is GET /v1/connectivity: rows of hosts, columns of nodes.
-type Connectivity struct {
-	Nodes []string          `json:"nodes"`
-	Hosts []ConnectivityRow `json:"hosts"`
-}
-
-// ConnectivityRow is one host's row.
-type ConnectivityRow struct {
-	Host     string `json:"host"`
-	Declared bool   `json:"declared"`
-	Type     string `json:"type"`
-	// Cells are in node order: reaches, protocol-only, lost, none,
-	// node-offline (logged-in when the core is off).
-	Cells []string `json:"cells"`
-}
-
 // Connectivity reports the host x node matrix.
-func (d *Daemon) Connectivity() Connectivity {
-	c := Connectivity{Hosts: []ConnectivityRow{}}
+func (d *Daemon) Connectivity() api.Connectivity {
+	c := api.Connectivity{Hosts: []api.ConnectivityRow{}}
 	for _, n := range d.Array.Nodes {
 		c.Nodes = append(c.Nodes, n.Name)
 	}
 	for _, h := range d.Hosts() {
-		row := ConnectivityRow{Host: h.Name, Declared: h.Declared, Type: h.Type}
+		row := api.ConnectivityRow{Host: h.Name, Declared: h.Declared, Type: h.Type}
 		for _, n := range c.Nodes {
 			row.Cells = append(row.Cells, h.Nodes[n])
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/reports"
 )
@@ -41,19 +42,9 @@ type portCounters struct {
 	Exchanges                    uint64
 	Exchange                     time.Duration // fabric-included exchange time
 	NonOptimized                 uint64
-	history                      []LatencySample
+	history                      []api.LatencySample
 	pendOps, pendBytes, pendExch uint64
 	pendExchTime                 time.Duration
-}
-
-// LatencySample is one stats interval of one port.
-type LatencySample struct {
-	Time time.Time `json:"time"`
-	IOPS float64   `json:"iops"`
-	MBps float64   `json:"mbps"`
-	// MeanUs is the mean exchange time (command in to status out) in µs;
-	// 0 when the port answered nothing in the interval.
-	MeanUs float64 `json:"mean_us"`
 }
 
 // historyLen is how many intervals of latency the dashboard can chart.
@@ -105,7 +96,7 @@ func (m *metrics) port(id uint16) *portCounters {
 }
 
 // addIO folds one nexus interval into its port (caller holds m.mu).
-func (m *metrics) addIO(port uint16, iv *IOInterval) {
+func (m *metrics) addIO(port uint16, iv *api.IOInterval) {
 	p := m.port(port)
 	ops := iv.Reads + iv.Writes + iv.Other
 	p.Commands += ops
@@ -120,7 +111,7 @@ func (m *metrics) addIO(port uint16, iv *IOInterval) {
 }
 
 // addPath folds one nexus's exchanges into its port (caller holds m.mu).
-func (m *metrics) addPath(port uint16, pi *PathInterval) {
+func (m *metrics) addPath(port uint16, pi *api.PathInterval) {
 	p := m.port(port)
 	p.Exchanges += pi.Exchanges
 	p.Exchange += pi.Exchange
@@ -136,7 +127,7 @@ func (m *metrics) endInterval(ports []*array.Port, now time.Time, iv time.Durati
 	}
 	for _, ap := range ports {
 		p := m.port(ap.RelativeID)
-		s := LatencySample{Time: now, IOPS: float64(p.pendOps) / secs, MBps: float64(p.pendBytes) / secs / 1e6}
+		s := api.LatencySample{Time: now, IOPS: float64(p.pendOps) / secs, MBps: float64(p.pendBytes) / secs / 1e6}
 		if p.pendExch > 0 {
 			s.MeanUs = float64(p.pendExchTime) / float64(p.pendExch) / float64(time.Microsecond)
 		}

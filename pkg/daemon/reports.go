@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/aluad/aluad/ownership"
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/reports"
 )
 
@@ -23,7 +24,7 @@ func (d *Daemon) Reports() ([]reports.Report, error) {
 	since := map[reportKey]time.Time{}
 	evs, _ := d.Events.Since(0)
 	for _, e := range evs {
-		if e.Kind == EventReport && e.Report != nil {
+		if e.Kind == api.EventReport && e.Report != nil {
 			r := e.Report
 			since[reportKey{ownership.Condition(r.Condition), r.Host, r.Node, r.LUN, r.Port}] = e.Time
 		}

@@ -9,13 +9,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aluad/aluad/ownership"
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/initiator"
 	"github.com/aluad/aluad/pkg/reports"
 )
 
 // waitReports polls the control socket until cond holds on the raised
 // reports (the core debounces over a few ticks).
-func waitReports(t *testing.T, c *Client, what string, cond func([]reports.Report) bool) []reports.Report {
+func waitReports(t *testing.T, c *api.Client, what string, cond func([]reports.Report) bool) []reports.Report {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -54,7 +55,7 @@ func TestReportsOverControlSocket(t *testing.T) {
 	d, err := Start(cfg, Options{Logger: quiet(), Control: ctl, StatsInterval: -1})
 	require.NoError(t, err)
 	defer d.Stop(5 * time.Second)
-	c := NewClient(ctl)
+	c := api.NewClient(ctl)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
@@ -83,7 +84,7 @@ func TestReportsOverControlSocket(t *testing.T) {
 	require.Equal(t, "MND", mnd.Code)
 	require.Contains(t, mnd.Cause, "multipath")
 
-	_, err = d.Inject(Fault{Kind: FaultPathDown, Port: "a0", Initiator: h1})
+	_, err = d.Inject(api.Fault{Kind: api.FaultPathDown, Port: "a0", Initiator: h1})
 	require.NoError(t, err)
 	rs = waitReports(t, c, "host redundancy lost", func(rs []reports.Report) bool {
 		return find(rs, ownership.HostRedundancyLost, h1) != nil
@@ -98,7 +99,7 @@ func TestReportsOverControlSocket(t *testing.T) {
 	require.Contains(t, hrl.Cause, "lost every path to node a")
 
 	// Repair: the path comes back and h1 logs in again there.
-	_, err = d.Inject(Fault{Kind: FaultClear})
+	_, err = d.Inject(api.Fault{Kind: api.FaultClear})
 	require.NoError(t, err)
 	again := dial(t, d, 0, 1, h1)
 	defer again.Close()
@@ -117,6 +118,6 @@ func TestReportsWithoutCore(t *testing.T) {
 	d, err := Start(cfg, Options{Logger: quiet(), Control: ctl, StatsInterval: -1})
 	require.NoError(t, err)
 	defer d.Stop(5 * time.Second)
-	_, err = NewClient(ctl).Reports()
+	_, err = api.NewClient(ctl).Reports()
 	require.ErrorContains(t, err, "ownership core is not running")
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/iscsi"
 	"github.com/aluad/aluad/pkg/media"
@@ -395,10 +396,10 @@ func (s *scenario) cmdEvents() string {
 		if e.LUN != nil {
 			fmt.Fprintf(&b, " lun=%d", *e.LUN)
 		}
-		if e.Kind == EventRTPG {
+		if e.Kind == api.EventRTPG {
 			fmt.Fprintf(&b, " extended=%v", e.Extended)
 		}
-		if e.Kind == EventUA {
+		if e.Kind == api.EventUA {
 			fmt.Fprintf(&b, " sense=%s", e.Reason)
 		}
 		if e.IO != nil {

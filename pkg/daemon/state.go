@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/scsi"
 )
@@ -57,19 +58,13 @@ type State struct {
 	// Capacity per node, where set at run time.
 	Capacity map[string]float64 `json:"capacity,omitempty"`
 	// Reports is the report history (raised and cleared), oldest first.
-	Reports []ReportRecord `json:"reports"`
+	Reports []api.ReportRecord `json:"reports"`
 	// Mode holds, per LUN id, the mode parameters a host saved (MODE
 	// SELECT with SP=1), where they differ from the defaults.
 	Mode map[string]scsi.ModeParams `json:"mode,omitempty"`
 	// PR holds, per LUN id, the persistent reservations registered with
 	// APTPL=1 (kept through a restart, as through a power loss).
 	PR map[string]scsi.SavedPR `json:"pr,omitempty"`
-}
-
-// ReportRecord is one raise or clear in the report history.
-type ReportRecord struct {
-	Time time.Time `json:"time"`
-	ReportInfo
 }
 
 // reportHistoryLen bounds the saved report history.
@@ -182,7 +177,7 @@ type stateStore struct {
 	loadErr string
 	// saveErr is the last save failure ("" when the last save worked).
 	saveErr  string
-	reports  []ReportRecord
+	reports  []api.ReportRecord
 	capacity map[string]float64
 	// configMappings are the config file's mappings.
 	configMappings []array.MappingConfig
@@ -190,14 +185,6 @@ type stateStore struct {
 }
 
 func (s *stateStore) path() string { return filepath.Join(s.dir, "state.json") }
-
-// StateInfo is the state file's part of GET /v1/status.
-type StateInfo struct {
-	Dir       string `json:"dir"`
-	LoadError string `json:"load_error,omitempty"`
-	SaveError string `json:"save_error,omitempty"`
-	Saves     int    `json:"saves"`
-}
 
 // stateDirty asks the saver to write the state.
 func (d *Daemon) stateDirty() {
@@ -214,7 +201,7 @@ func (d *Daemon) stateDirty() {
 func (d *Daemon) Snapshot() State {
 	cfg := d.Array.Config()
 	s := State{Version: StateVersion, Saved: d.now().UTC(), Target: cfg.Target, Owners: map[string]array.SavedOwner{},
-		Preferred: map[string]string{}, Mappings: d.Array.Mappings(), Reports: []ReportRecord{}}
+		Preferred: map[string]string{}, Mappings: d.Array.Mappings(), Reports: []api.ReportRecord{}}
 	for _, l := range d.Array.LUNs {
 		id := strconv.FormatUint(l.ID, 10)
 		s.Owners[id] = array.SavedOwner{Node: l.Owner().Name, Gen: l.Generation()}
@@ -289,12 +276,12 @@ func (d *Daemon) stateLoop() {
 }
 
 // recordReport adds a raise or clear to the history.
-func (d *Daemon) recordReport(r ReportInfo) {
+func (d *Daemon) recordReport(r api.ReportInfo) {
 	if d.state == nil {
 		return
 	}
 	d.state.mu.Lock()
-	d.state.reports = append(d.state.reports, ReportRecord{Time: d.now().UTC(), ReportInfo: r})
+	d.state.reports = append(d.state.reports, api.ReportRecord{Time: d.now().UTC(), ReportInfo: r})
 	if n := len(d.state.reports); n > reportHistoryLen {
 		d.state.reports = slices.Clone(d.state.reports[n-reportHistoryLen:])
 	}
@@ -303,13 +290,13 @@ func (d *Daemon) recordReport(r ReportInfo) {
 }
 
 // ReportHistory returns the saved report history.
-func (d *Daemon) ReportHistory() []ReportRecord {
+func (d *Daemon) ReportHistory() []api.ReportRecord {
 	if d.state == nil {
-		return []ReportRecord{}
+		return []api.ReportRecord{}
 	}
 	d.state.mu.Lock()
 	defer d.state.mu.Unlock()
-	return append([]ReportRecord{}, d.state.reports...)
+	return append([]api.ReportRecord{}, d.state.reports...)
 }
 
 // openState loads dir's state into the array before anything is served.
@@ -350,7 +337,7 @@ func (d *Daemon) openState(dir string) error {
 	}
 	if len(problems) > 0 {
 		st.loadErr = fmt.Sprint(problems)
-		d.Events.Add(Event{Kind: "state", Reason: "state file rejected: " + st.loadErr})
+		d.Events.Add(api.Event{Kind: "state", Reason: "state file rejected: " + st.loadErr})
 	}
 	return nil
 }
@@ -421,7 +408,7 @@ func (d *Daemon) applyState(s State) error {
 	if _, err := d.Array.SetMappings(mappings); err != nil {
 		return err
 	}
-	d.state.reports = append([]ReportRecord{}, s.Reports...)
+	d.state.reports = append([]api.ReportRecord{}, s.Reports...)
 	d.state.capacity = s.Capacity
 	d.log.Info("state restored", "saved", s.Saved, "luns", len(owners), "mappings", len(mappings), "reports", len(s.Reports))
 	return nil

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aluad/aluad/ownership"
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/media"
 )
@@ -17,7 +18,7 @@ import (
 func TestStateEncoding(t *testing.T) {
 	s := State{Version: StateVersion, Target: "iqn.2026-11.org.aluad:array", Owners: map[string]array.SavedOwner{"0": {Node: "b", Gen: 3}},
 		Preferred: map[string]string{"0": "a"}, Mappings: []array.MappingConfig{{LUN: 0, Host: "h"}},
-		ConfigMappings: []array.MappingConfig{}, Reports: []ReportRecord{{ReportInfo: ReportInfo{Condition: "x", Raised: true}}}}
+		ConfigMappings: []array.MappingConfig{}, Reports: []api.ReportRecord{{ReportInfo: api.ReportInfo{Condition: "x", Raised: true}}}}
 	b, err := EncodeState(s)
 	require.NoError(t, err)
 	got, err := DecodeState(b)
@@ -98,8 +99,8 @@ func TestStateSurvivesRestart(t *testing.T) {
 	_, err = d.Map(array.MappingConfig{LUN: 3, Host: "h1"}, "test")
 	require.NoError(t, err)
 	require.NoError(t, d.SetNodeCapacity("b", 42))
-	d.recordReport(ReportInfo{Condition: string(ownership.HostRedundancyLost), Raised: true, Host: "h1", Node: "a"})
-	d.recordReport(ReportInfo{Condition: string(ownership.HostRedundancyLost), Raised: false, Host: "h1", Node: "a"})
+	d.recordReport(api.ReportInfo{Condition: string(ownership.HostRedundancyLost), Raised: true, Host: "h1", Node: "a"})
+	d.recordReport(api.ReportInfo{Condition: string(ownership.HostRedundancyLost), Raised: false, Host: "h1", Node: "a"})
 	before := comparable(d.Snapshot())
 	require.NoError(t, d.Stop(5*time.Second))
 	require.Equal(t, "b", before.Owners["0"].Node)

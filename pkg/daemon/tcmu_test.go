@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/scsi"
 	tcmu "github.com/aluad/aluad/tcmu-handler"
@@ -157,7 +158,7 @@ func TestTCMUFrontEnd(t *testing.T) {
 	require.Eventually(t, func() bool {
 		evs, _ := d.Events.Since(0)
 		for _, e := range evs {
-			if e.Kind == EventRTPG && e.Initiator == h1 && e.TargetPort == otherPort {
+			if e.Kind == api.EventRTPG && e.Initiator == h1 && e.TargetPort == otherPort {
 				return true
 			}
 		}
@@ -201,9 +202,9 @@ func TestTCMUFrontEnd(t *testing.T) {
 
 	// Faults: a port down disables its TPG and ends its sessions; a path
 	// fault is refused with the reason.
-	_, err = d.Inject(Fault{Kind: FaultPathDown, Port: d.Array.Port(ownerPort).Name, Initiator: h1})
+	_, err = d.Inject(api.Fault{Kind: api.FaultPathDown, Port: d.Array.Port(ownerPort).Name, Initiator: h1})
 	require.ErrorIs(t, err, tcmu.ErrNoPathFaults)
-	_, err = d.Inject(Fault{Kind: FaultPortDown, Port: d.Array.Port(ownerPort).Name})
+	_, err = d.Inject(api.Fault{Kind: api.FaultPortDown, Port: d.Array.Port(ownerPort).Name})
 	require.NoError(t, err)
 	p := d.Array.Port(ownerPort)
 	tpgEnable := filepath.Join(l.root, "iscsi", cfg.NodeTarget(p.Node.Name), fmt.Sprintf("tpgt_%d", ownerPort), "enable")
@@ -213,13 +214,13 @@ func TestTCMUFrontEnd(t *testing.T) {
 	require.Eventually(t, func() bool {
 		evs, _ := d.Events.Since(0)
 		for _, e := range evs {
-			if e.Kind == EventLogout && e.Initiator == h1 && e.TargetPort == ownerPort {
+			if e.Kind == api.EventLogout && e.Initiator == h1 && e.TargetPort == ownerPort {
 				return true
 			}
 		}
 		return false
 	}, 5*time.Second, 10*time.Millisecond)
-	_, err = d.Inject(Fault{Kind: FaultClear})
+	_, err = d.Inject(api.Fault{Kind: api.FaultClear})
 	require.NoError(t, err)
 	require.Equal(t, "1", l.fs.Value(tpgEnable))
 

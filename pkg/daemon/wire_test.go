@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/initiator"
 	"github.com/aluad/aluad/pkg/iscsi"
@@ -34,15 +35,15 @@ const (
 func TestFaultWire(t *testing.T) {
 	cases := []struct {
 		name           string
-		fault, restore Fault
+		fault, restore api.Fault
 		// a0 and a1 are node a's ports; b0 is node b's.
 		a0, a1 wireOf
 	}{
-		{"power loss", Fault{Kind: FaultPowerLoss, Node: "a"}, Fault{Kind: FaultRestart, Node: "a"}, silence, silence},
-		{"panic", Fault{Kind: FaultPanic, Node: "a"}, Fault{Kind: FaultRestart, Node: "a"}, resets, resets},
-		{"crash", Fault{Kind: FaultCrash, Node: "a"}, Fault{Kind: FaultRestart, Node: "a"}, closes, closes},
-		{"port disable", Fault{Kind: FaultPortDown, Port: "a0"}, Fault{Kind: FaultPortUp, Port: "a0"}, closes, serves},
-		{"cable pull", Fault{Kind: FaultCablePull, Port: "a0"}, Fault{Kind: FaultCablePlug, Port: "a0"}, silence, serves},
+		{"power loss", api.Fault{Kind: api.FaultPowerLoss, Node: "a"}, api.Fault{Kind: api.FaultRestart, Node: "a"}, silence, silence},
+		{"panic", api.Fault{Kind: api.FaultPanic, Node: "a"}, api.Fault{Kind: api.FaultRestart, Node: "a"}, resets, resets},
+		{"crash", api.Fault{Kind: api.FaultCrash, Node: "a"}, api.Fault{Kind: api.FaultRestart, Node: "a"}, closes, closes},
+		{"port disable", api.Fault{Kind: api.FaultPortDown, Port: "a0"}, api.Fault{Kind: api.FaultPortUp, Port: "a0"}, closes, serves},
+		{"cable pull", api.Fault{Kind: api.FaultCablePull, Port: "a0"}, api.Fault{Kind: api.FaultCablePlug, Port: "a0"}, silence, serves},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -160,18 +161,18 @@ func TestFaultWire(t *testing.T) {
 func TestFaultOnFailedNode(t *testing.T) {
 	d := wireDaemon(t)
 	var err error
-	_, err = d.Inject(Fault{Kind: FaultPowerLoss, Node: "a"})
+	_, err = d.Inject(api.Fault{Kind: api.FaultPowerLoss, Node: "a"})
 	require.NoError(t, err)
-	for _, f := range []Fault{{Kind: FaultPanic, Node: "a"}, {Kind: FaultCrash, Node: "a"}, {Kind: FaultPowerLoss, Node: "a"}} {
+	for _, f := range []api.Fault{{Kind: api.FaultPanic, Node: "a"}, {Kind: api.FaultCrash, Node: "a"}, {Kind: api.FaultPowerLoss, Node: "a"}} {
 		_, err = d.Inject(f)
 		require.ErrorContains(t, err, "already down", "%+v", f)
 	}
-	for _, k := range []string{FaultPortUp, FaultCablePlug, FaultPortDown, FaultCablePull} {
-		_, err = d.Inject(Fault{Kind: k, Port: "a0"})
+	for _, k := range []string{api.FaultPortUp, api.FaultCablePlug, api.FaultPortDown, api.FaultCablePull} {
+		_, err = d.Inject(api.Fault{Kind: k, Port: "a0"})
 		require.ErrorContains(t, err, "node a is down", k)
 	}
 	// A clear leaves the failed node as it failed: silent.
-	_, err = d.Inject(Fault{Kind: FaultClear})
+	_, err = d.Inject(api.Fault{Kind: api.FaultClear})
 	require.NoError(t, err)
 	nc, err := net.DialTimeout("tcp", d.Portals()[0].Addr, time.Second)
 	require.NoError(t, err)
@@ -179,9 +180,9 @@ func TestFaultOnFailedNode(t *testing.T) {
 	nc.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
 	_, err = nc.Read(make([]byte, 1))
 	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "still silent after a clear")
-	_, err = d.Inject(Fault{Kind: FaultRestart, Node: "a"})
+	_, err = d.Inject(api.Fault{Kind: api.FaultRestart, Node: "a"})
 	require.NoError(t, err)
-	_, err = d.Inject(Fault{Kind: FaultRestart, Node: "a"})
+	_, err = d.Inject(api.Fault{Kind: api.FaultRestart, Node: "a"})
 	require.ErrorContains(t, err, "not down")
 }
 
@@ -203,7 +204,7 @@ func TestNopTimeoutFindsSilence(t *testing.T) {
 		defer s.Close()
 		ss = append(ss, s)
 	}
-	_, err = d.Inject(Fault{Kind: FaultPowerLoss, Node: "a"})
+	_, err = d.Inject(api.Fault{Kind: api.FaultPowerLoss, Node: "a"})
 	require.NoError(t, err)
 	for i, s := range ss[:2] {
 		select {
@@ -232,15 +233,15 @@ func TestRestartListensAgain(t *testing.T) {
 	d := wireDaemon(t)
 	var err error
 	addr := d.Portals()[0].Addr
-	_, err = d.Inject(Fault{Kind: FaultPanic, Node: "a"})
+	_, err = d.Inject(api.Fault{Kind: api.FaultPanic, Node: "a"})
 	require.NoError(t, err)
 	thief, err := net.Listen("tcp", addr)
 	require.NoError(t, err)
-	_, err = d.Inject(Fault{Kind: FaultRestart, Node: "a"})
+	_, err = d.Inject(api.Fault{Kind: api.FaultRestart, Node: "a"})
 	require.ErrorContains(t, err, "did not come back")
 	require.True(t, d.Array.Node("a").Up())
 	thief.Close()
-	_, err = d.Inject(Fault{Kind: FaultPortUp, Port: "a0"})
+	_, err = d.Inject(api.Fault{Kind: api.FaultPortUp, Port: "a0"})
 	require.NoError(t, err)
 	nc, err := net.DialTimeout("tcp", addr, time.Second)
 	require.NoError(t, err, "a0 serves again")
@@ -275,7 +276,7 @@ func TestPortModeResetUpRace(t *testing.T) {
 func TestSilentPortHoldsBounded(t *testing.T) {
 	d := wireDaemon(t)
 	var err error
-	_, err = d.Inject(Fault{Kind: FaultCablePull, Port: "a0"})
+	_, err = d.Inject(api.Fault{Kind: api.FaultCablePull, Port: "a0"})
 	require.NoError(t, err)
 	addr := d.Portals()[0].Addr
 	var conns []net.Conn
@@ -300,7 +301,7 @@ func TestSilentPortHoldsBounded(t *testing.T) {
 func TestRestartBringsPortsBack(t *testing.T) {
 	d := wireDaemon(t)
 	var err error
-	for _, f := range []Fault{{Kind: FaultCablePull, Port: "a0"}, {Kind: FaultPowerLoss, Node: "a"}, {Kind: FaultRestart, Node: "a"}} {
+	for _, f := range []api.Fault{{Kind: api.FaultCablePull, Port: "a0"}, {Kind: api.FaultPowerLoss, Node: "a"}, {Kind: api.FaultRestart, Node: "a"}} {
 		_, err = d.Inject(f)
 		require.NoError(t, err, "%+v", f)
 	}

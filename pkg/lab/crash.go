@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
-	"github.com/aluad/aluad/pkg/daemon"
 )
 
 // CrashOptions shape the crash check.
@@ -19,7 +19,7 @@ type CrashOptions struct {
 	Iterations int
 	Mirror     bool
 	// Fault is how the node fails: power-loss (the default), panic or
-	// crash (daemon.FaultPowerLoss, FaultPanic, FaultCrash).
+	// crash (api.FaultPowerLoss, FaultPanic, FaultCrash).
 	Fault   string
 	Seed    uint64
 	LUNs    int
@@ -97,7 +97,7 @@ func RunCrash(ctx context.Context, o CrashOptions) (CrashResult, error) {
 		evs, _ := env.D.Events.Since(seen)
 		for _, e := range evs {
 			seen = e.Seq
-			if e.Kind == daemon.EventALUA && e.Change != nil {
+			if e.Kind == api.EventALUA && e.Change != nil {
 				res.Replayed += e.Change.Replayed
 				if e.Change.Cause == "failback" {
 					res.Failbacks++
@@ -157,7 +157,7 @@ func crashRound(ctx context.Context, env *Env, o CrashOptions, rng *rand.Rand, i
 	}
 	time.Sleep(time.Duration(20+rng.IntN(200)) * time.Millisecond)
 	victim := env.D.Array.Nodes[rng.IntN(len(env.D.Array.Nodes))].Name
-	r, err := env.D.Inject(daemon.Fault{Kind: NodeFault(o.Fault), Node: victim})
+	r, err := env.D.Inject(api.Fault{Kind: NodeFault(o.Fault), Node: victim})
 	if err != nil {
 		stop()
 		wg.Wait()
@@ -177,7 +177,7 @@ func crashRound(ctx context.Context, env *Env, o CrashOptions, rng *rand.Rand, i
 
 // restart brings the crashed node back and waits for the failback.
 func restart(env *Env, victim string) error {
-	if _, err := env.D.Inject(daemon.Fault{Kind: daemon.FaultRestart, Node: victim}); err != nil {
+	if _, err := env.D.Inject(api.Fault{Kind: api.FaultRestart, Node: victim}); err != nil {
 		return err
 	}
 	if !env.WaitOwners(10*time.Second, AtPreferred) {
@@ -220,7 +220,7 @@ func holdsOneOf(got, scratch []byte, acked uint64, maybe []uint64) bool {
 // NodeFault is the node failure a run injects: kind, or a power loss.
 func NodeFault(kind string) string {
 	if kind == "" {
-		return daemon.FaultPowerLoss
+		return api.FaultPowerLoss
 	}
 	return kind
 }
@@ -228,7 +228,7 @@ func NodeFault(kind string) string {
 // CheckNodeFault refuses a kind that is not a node failure.
 func CheckNodeFault(kind string) error {
 	switch NodeFault(kind) {
-	case daemon.FaultPowerLoss, daemon.FaultPanic, daemon.FaultCrash:
+	case api.FaultPowerLoss, api.FaultPanic, api.FaultCrash:
 		return nil
 	}
 	return fmt.Errorf("--fault must be power-loss, panic or crash, not %q", kind)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/aluad/aluad/pkg/daemon"
+	"github.com/aluad/aluad/pkg/api"
 )
 
 // TestExplicitLinuxDMTakesOver: with explicit ALUA a linux-dm host that
@@ -28,7 +28,7 @@ func TestExplicitLinuxDMTakesOver(t *testing.T) {
 			require.NoError(t, h.Write(wctx, 0, 0, make([]byte, 4096), false))
 			cancel()
 			for _, p := range []string{"a0", "a1"} {
-				_, err := env.D.Inject(daemon.Fault{Kind: daemon.FaultPathDown, Port: p, Initiator: env.IQN["h1"]})
+				_, err := env.D.Inject(api.Fault{Kind: api.FaultPathDown, Port: p, Initiator: env.IQN["h1"]})
 				require.NoError(t, err)
 			}
 			wctx, cancel = context.WithTimeout(ctx, 8*time.Second)

@@ -21,6 +21,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/daemon"
 	"github.com/aluad/aluad/pkg/hosts"
@@ -170,7 +171,7 @@ func QuickFollower() hosts.Personality {
 
 // pathSpecs gives a host one path per target port, with its stack's
 // connection ping.
-func pathSpecs(name, iqn string, hostNo byte, portals []daemon.PortalInfo, p hosts.Personality) []hosts.PathSpec {
+func pathSpecs(name, iqn string, hostNo byte, portals []api.PortalInfo, p hosts.Personality) []hosts.PathSpec {
 	var out []hosts.PathSpec
 	for i, pi := range portals {
 		cfg := initiator.Config{Addr: pi.Addr, Target: pi.Target, InitiatorName: iqn,

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/daemon"
 	"github.com/aluad/aluad/pkg/hosts"
@@ -233,12 +234,12 @@ func calibrate(env *Env, w *Workload, t0 time.Time, light bool) {
 
 // apply injects one scenario event.
 func apply(env *Env, e EventSpec) error {
-	inject := func(f daemon.Fault) error {
+	inject := func(f api.Fault) error {
 		_, err := env.D.Inject(f)
 		return err
 	}
-	ports := func(node string) []daemon.PortalInfo {
-		var out []daemon.PortalInfo
+	ports := func(node string) []api.PortalInfo {
+		var out []api.PortalInfo
 		for _, p := range env.D.Portals() {
 			if p.Node == node {
 				out = append(out, p)
@@ -248,29 +249,29 @@ func apply(env *Env, e EventSpec) error {
 	}
 	switch e.Kind {
 	case "cut", "restore":
-		kind := daemon.FaultPathDown
+		kind := api.FaultPathDown
 		if e.Kind == "restore" {
-			kind = daemon.FaultPathUp
+			kind = api.FaultPathUp
 		}
 		for _, p := range ports(e.Node) {
-			if err := inject(daemon.Fault{Kind: kind, Port: p.Port, Initiator: env.IQN[e.Host]}); err != nil {
+			if err := inject(api.Fault{Kind: kind, Port: p.Port, Initiator: env.IQN[e.Host]}); err != nil {
 				return err
 			}
 		}
 		return nil
 	case "power-loss", "panic", "crash", "restart":
-		return inject(daemon.Fault{Kind: e.Kind, Node: e.Node})
+		return inject(api.Fault{Kind: e.Kind, Node: e.Node})
 	case "port-down", "port-up", "cable-pull", "cable-plug":
-		return inject(daemon.Fault{Kind: e.Kind, Port: e.Port})
+		return inject(api.Fault{Kind: e.Kind, Port: e.Port})
 	case "delay":
 		for _, p := range ports(e.Node) {
-			if err := inject(daemon.Fault{Kind: daemon.FaultDelay, Port: p.Port, Initiator: env.IQN[e.Host], Delay: e.Delay}); err != nil {
+			if err := inject(api.Fault{Kind: api.FaultDelay, Port: p.Port, Initiator: env.IQN[e.Host], Delay: e.Delay}); err != nil {
 				return err
 			}
 		}
 		return nil
 	case "clear":
-		return inject(daemon.Fault{Kind: daemon.FaultClear})
+		return inject(api.Fault{Kind: api.FaultClear})
 	case "move":
 		_, err := env.D.Array.Move([]uint64{e.LUN}, e.Node, array.CauseManual)
 		return err
@@ -301,7 +302,7 @@ type collector struct {
 	d    *daemon.Daemon
 	seq  uint64
 	mu   sync.Mutex
-	evs  []daemon.Event
+	evs  []api.Event
 	done chan struct{}
 	wg   sync.WaitGroup
 }
@@ -332,7 +333,7 @@ func (c *collector) poll() {
 	defer c.mu.Unlock()
 	for _, e := range evs {
 		c.seq = e.Seq
-		if e.Kind == daemon.EventALUA || e.Kind == daemon.EventReport {
+		if e.Kind == api.EventALUA || e.Kind == api.EventReport {
 			c.evs = append(c.evs, e)
 		}
 	}
@@ -355,11 +356,11 @@ func (c *collector) records(t0 time.Time) ([]MoveRecord, []ReportRecord) {
 	var reps []ReportRecord
 	for _, e := range c.evs {
 		switch {
-		case e.Kind == daemon.EventALUA && e.Change != nil && !e.Change.Failed && e.Change.To != "" && e.Change.From != "" && e.Change.To != e.Change.From:
+		case e.Kind == api.EventALUA && e.Change != nil && !e.Change.Failed && e.Change.To != "" && e.Change.From != "" && e.Change.To != e.Change.From:
 			ch := e.Change
 			moves = append(moves, MoveRecord{At: e.Time.Sub(t0), LUNs: ch.LUNs, From: ch.From, To: ch.To, Cause: ch.Cause,
 				Flush: ch.Flush, Stop: ch.Stop})
-		case e.Kind == daemon.EventReport && e.Report != nil:
+		case e.Kind == api.EventReport && e.Report != nil:
 			reps = append(reps, ReportRecord{At: e.Time.Sub(t0), Raised: e.Report.Raised,
 				Text: strings.TrimSpace(e.Report.Condition + ": " + e.Report.Cause)})
 		}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/daemon"
 )
@@ -79,7 +80,7 @@ func RunTransition(ctx context.Context, o TransitionOptions) (TransitionResult, 
 	say("steady load for %v; node b fails (%s)", o.Steady, NodeFault(o.Fault))
 
 	// Failover: node b fails; its LUNs move to a at once.
-	if _, err := env.D.Inject(daemon.Fault{Kind: NodeFault(o.Fault), Node: "b"}); err != nil {
+	if _, err := env.D.Inject(api.Fault{Kind: NodeFault(o.Fault), Node: "b"}); err != nil {
 		w.Stop()
 		return res, err
 	}
@@ -90,7 +91,7 @@ func RunTransition(ctx context.Context, o TransitionOptions) (TransitionResult, 
 	}
 	time.Sleep(o.Steady / 2)
 	say("restarting node b; failback after the stability window")
-	if _, err := env.D.Inject(daemon.Fault{Kind: daemon.FaultRestart, Node: "b"}); err != nil {
+	if _, err := env.D.Inject(api.Fault{Kind: api.FaultRestart, Node: "b"}); err != nil {
 		w.Stop()
 		return res, err
 	}
@@ -168,7 +169,7 @@ func moments(d *daemon.Daemon, seq uint64, samples []Sample) []Moment {
 	evs, _ := d.Events.Since(seq)
 	var out []Moment
 	for _, e := range evs {
-		if e.Kind != daemon.EventALUA || e.Change == nil || e.Change.Failed {
+		if e.Kind != api.EventALUA || e.Change == nil || e.Change.Failed {
 			continue
 		}
 		switch e.Change.Cause {

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/daemon"
 	"github.com/aluad/aluad/pkg/iscsi"
@@ -232,7 +233,7 @@ func Abuse(ctx context.Context, c AbuseConfig) (*AbuseResult, error) {
 
 // attacker misbehaves in one of several ways, over and over.
 type attacker struct {
-	ports []daemon.PortalInfo
+	ports []api.PortalInfo
 	rng   *rand.Rand
 	id    int
 	count func(string)
@@ -256,7 +257,7 @@ func (a *attacker) loop(ctx context.Context) {
 	}
 }
 
-func (a *attacker) dial(ctx context.Context) (net.Conn, *daemon.PortalInfo, error) {
+func (a *attacker) dial(ctx context.Context) (net.Conn, *api.PortalInfo, error) {
 	p := &a.ports[a.rng.IntN(len(a.ports))]
 	var d net.Dialer
 	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -274,7 +275,7 @@ func (a *attacker) initiatorName() string {
 
 // login does a one-PDU login (straight to the operational stage) and
 // returns the reader, or nil.
-func (a *attacker) login(c net.Conn, p *daemon.PortalInfo, isid byte) *bufio.Reader {
+func (a *attacker) login(c net.Conn, p *api.PortalInfo, isid byte) *bufio.Reader {
 	var h iscsi.BHS
 	h.SetOpcode(iscsi.OpLoginReq)
 	h[0] |= iscsi.FlagImmediate

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/daemon"
 )
@@ -78,28 +79,28 @@ func TestSessionChurnEventsPair(t *testing.T) {
 	last := map[string]string{}
 	n := 0
 	for _, e := range evs {
-		if e.Kind != daemon.EventLogin && e.Kind != daemon.EventLogout {
+		if e.Kind != api.EventLogin && e.Kind != api.EventLogout {
 			continue
 		}
 		n++
 		k := fmt.Sprintf("%s/%s/%d", e.Initiator, e.ISID, e.TargetPort)
 		prev := last[k]
-		if (e.Kind == daemon.EventLogin && prev == daemon.EventLogin) || (e.Kind == daemon.EventLogout && prev != daemon.EventLogin) {
+		if (e.Kind == api.EventLogin && prev == api.EventLogin) || (e.Kind == api.EventLogout && prev != api.EventLogin) {
 			for _, x := range evs {
-				if x.Seq+12 > e.Seq && x.Seq < e.Seq+6 && (x.Kind == daemon.EventLogin || x.Kind == daemon.EventLogout) && fmt.Sprintf("%s/%s/%d", x.Initiator, x.ISID, x.TargetPort) == k {
+				if x.Seq+12 > e.Seq && x.Seq < e.Seq+6 && (x.Kind == api.EventLogin || x.Kind == api.EventLogout) && fmt.Sprintf("%s/%s/%d", x.Initiator, x.ISID, x.TargetPort) == k {
 					t.Logf("seq %d %s %s reason=%q", x.Seq, k, x.Kind, x.Reason)
 				}
 			}
 		}
-		if e.Kind == daemon.EventLogin {
-			require.NotEqual(t, daemon.EventLogin, prev, "%s: two logins in a row (seq %d)", k, e.Seq)
+		if e.Kind == api.EventLogin {
+			require.NotEqual(t, api.EventLogin, prev, "%s: two logins in a row (seq %d)", k, e.Seq)
 		} else {
-			require.Equal(t, daemon.EventLogin, prev, "%s: logout without a login (seq %d)", k, e.Seq)
+			require.Equal(t, api.EventLogin, prev, "%s: logout without a login (seq %d)", k, e.Seq)
 		}
 		last[k] = e.Kind
 	}
 	for k, v := range last {
-		require.Equal(t, daemon.EventLogout, v, "%s still logged in after Stop", k)
+		require.Equal(t, api.EventLogout, v, "%s still logged in after Stop", k)
 	}
 	require.Zero(t, d.Target.SessionCount())
 	t.Logf("%d login/logout events over %d nexuses", n, len(last))

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/daemon"
 	"github.com/aluad/aluad/pkg/initiator"
@@ -16,7 +17,7 @@ func loginEvents(d *daemon.Daemon, name string) []string {
 	evs, _ := d.Events.Since(0)
 	var out []string
 	for _, e := range evs {
-		if e.Initiator == name && (e.Kind == daemon.EventLogin || e.Kind == daemon.EventLogout) {
+		if e.Initiator == name && (e.Kind == api.EventLogin || e.Kind == api.EventLogout) {
 			out = append(out, e.Kind)
 		}
 	}
@@ -63,13 +64,13 @@ func TestReinstatementAnnouncesInOrder(t *testing.T) {
 		s = next
 		evs := loginEvents(d, name)
 		for j, k := range evs {
-			want := daemon.EventLogin
+			want := api.EventLogin
 			if j%2 == 1 {
-				want = daemon.EventLogout
+				want = api.EventLogout
 			}
 			require.Equal(t, want, k, "round %d, event %d of %v", i, j, evs)
 		}
-		require.Equal(t, daemon.EventLogin, evs[len(evs)-1], "round %d: the live session's login is the last word", i)
+		require.Equal(t, api.EventLogin, evs[len(evs)-1], "round %d: the live session's login is the last word", i)
 	}
 	s.Close()
 }

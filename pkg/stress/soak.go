@@ -24,6 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/daemon"
 	"github.com/aluad/aluad/pkg/initiator"
@@ -236,7 +237,7 @@ loop:
 	wg.Wait()
 	<-faultDone
 	res.Duration = time.Since(start)
-	d.Inject(daemon.Fault{Kind: daemon.FaultClear})
+	d.Inject(api.Fault{Kind: api.FaultClear})
 	err = d.Stop(10 * time.Second)
 	stopped = true
 	res.After = settle(res.Before)
@@ -351,7 +352,7 @@ func (r *soakRun) faults(ctx context.Context, c SoakConfig, start time.Time, sam
 			return
 		}
 		// A fault and its repair a third of the interval later.
-		cut := func(down, up daemon.Fault, what string) {
+		cut := func(down, up api.Fault, what string) {
 			_, err := d.Inject(down)
 			record(down.Kind+" "+what, err)
 			wait(hold)
@@ -361,15 +362,15 @@ func (r *soakRun) faults(ctx context.Context, c SoakConfig, start time.Time, sam
 		switch i % 4 {
 		case 0:
 			n := nodes[rng.IntN(len(nodes))].Name
-			cut(daemon.Fault{Kind: daemon.FaultCrash, Node: n}, daemon.Fault{Kind: daemon.FaultRestart, Node: n}, "node "+n)
+			cut(api.Fault{Kind: api.FaultCrash, Node: n}, api.Fault{Kind: api.FaultRestart, Node: n}, "node "+n)
 		case 1:
 			p := ports[rng.IntN(len(ports))].Port
-			cut(daemon.Fault{Kind: daemon.FaultPortDown, Port: p}, daemon.Fault{Kind: daemon.FaultPortUp, Port: p}, "port "+p)
+			cut(api.Fault{Kind: api.FaultPortDown, Port: p}, api.Fault{Kind: api.FaultPortUp, Port: p}, "port "+p)
 		case 2:
 			p := ports[rng.IntN(len(ports))].Port
 			ini := hostIQN(rng.IntN(c.Hosts))
-			cut(daemon.Fault{Kind: daemon.FaultPathDown, Port: p, Initiator: ini},
-				daemon.Fault{Kind: daemon.FaultPathUp, Port: p, Initiator: ini}, ini+" -> "+p)
+			cut(api.Fault{Kind: api.FaultPathDown, Port: p, Initiator: ini},
+				api.Fault{Kind: api.FaultPathUp, Port: p, Initiator: ini}, ini+" -> "+p)
 		case 3:
 			l := d.Array.LUNs[rng.IntN(len(d.Array.LUNs))]
 			to := nodes[(l.Owner().Index+1)%len(nodes)].Name

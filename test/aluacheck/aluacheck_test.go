@@ -20,6 +20,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/daemon"
 )
@@ -201,7 +202,7 @@ func TestIndependentClientImplicit(t *testing.T) {
 	for i := range d.Portals() {
 		require.Equal(t, "GOOD", c.do("tur %d", i))
 	}
-	ctl := daemon.NewClient(filepath.Join(d.Array.Config().Data, "aluad.sock"))
+	ctl := api.NewClient(filepath.Join(d.Array.Config().Data, "aluad.sock"))
 	ch, err := ctl.Move(0, "b")
 	require.NoError(t, err)
 	require.Equal(t, "a", ch.From)
@@ -279,7 +280,7 @@ func TestIndependentClientSeesFailoverAndFailback(t *testing.T) {
 		Control: filepath.Join(cfg.Data, "aluad.sock")})
 	require.NoError(t, err)
 	t.Cleanup(func() { d.Stop(5 * time.Second) })
-	ctl := daemon.NewClient(filepath.Join(cfg.Data, "aluad.sock"))
+	ctl := api.NewClient(filepath.Join(cfg.Data, "aluad.sock"))
 	const ini = "iqn.2026-11.org.example:failover"
 	all := urls(d, 1) // LUN 1: preferred and owned by b (ports 3, 4)
 	c := startClient(t, tool, ini, all)
@@ -288,7 +289,7 @@ func TestIndependentClientSeesFailoverAndFailback(t *testing.T) {
 		require.Equal(t, "GOOD", c.do("tur %d", i))
 		require.True(t, strings.HasPrefix(c.do("rtpg %d 1", i), "fmt=1"))
 	}
-	res, err := ctl.Inject(daemon.Fault{Kind: daemon.FaultCrash, Node: "b"})
+	res, err := ctl.Inject(api.Fault{Kind: api.FaultCrash, Node: "b"})
 	require.NoError(t, err)
 	require.Empty(t, res.Change.Lost, "mirroring on: nothing lost")
 	seen := untilRTPG(t, c, 0, map[string]string{"1": "AO", "2": "UNAVAILABLE"})
@@ -296,7 +297,7 @@ func TestIndependentClientSeesFailoverAndFailback(t *testing.T) {
 	_, _, status := groupsOf(t, field(c.do("rtpg 0 1"), "groups"))
 	require.Equal(t, "02", status["1"], "an implicit change")
 
-	_, err = ctl.Inject(daemon.Fault{Kind: daemon.FaultRestart, Node: "b"})
+	_, err = ctl.Inject(api.Fault{Kind: api.FaultRestart, Node: "b"})
 	require.NoError(t, err)
 	back := startClient(t, tool, ini, all[2:]) // the host logs in on b's paths again
 	for i := range all[2:] {
@@ -308,7 +309,7 @@ func TestIndependentClientSeesFailoverAndFailback(t *testing.T) {
 	var causes []string
 	evs, _ := d.Events.Since(0)
 	for _, e := range evs {
-		if e.Kind == daemon.EventALUA && e.Change != nil && slices.Contains(e.Change.LUNs, 1) {
+		if e.Kind == api.EventALUA && e.Change != nil && slices.Contains(e.Change.LUNs, 1) {
 			causes = append(causes, e.Change.Cause)
 		}
 	}

@@ -1,4 +1,4 @@
-package daemon
+package api
 
 import (
 	"bytes"
@@ -53,7 +53,9 @@ func NewHTTPClientDial(base, token string, dial func(ctx context.Context, networ
 	return c
 }
 
-func (c *Client) do(method, url string, body, out any) error {
+// Do sends one API call: body (if any) as JSON, the reply decoded into
+// out (if any); an error reply becomes the error.
+func (c *Client) Do(method, url string, body, out any) error {
 	var rd *bytes.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -95,13 +97,13 @@ func (c *Client) do(method, url string, body, out any) error {
 // LUNs lists the LUNs with their owners and group states.
 func (c *Client) LUNs() ([]LUNInfo, error) {
 	var out []LUNInfo
-	return out, c.do("GET", "/v1/luns", nil, &out)
+	return out, c.Do("GET", "/v1/luns", nil, &out)
 }
 
 // Move moves one LUN to node to and returns the change made.
 func (c *Client) Move(lun uint64, to string) (*ChangeInfo, error) {
 	var out ChangeInfo
-	if err := c.do("POST", fmt.Sprintf("/v1/luns/%d/move", lun), MoveRequest{To: to}, &out); err != nil {
+	if err := c.Do("POST", fmt.Sprintf("/v1/luns/%d/move", lun), MoveRequest{To: to}, &out); err != nil {
 		if out.Error != "" {
 			return &out, fmt.Errorf("move failed and was rolled back: %s", out.Error)
 		}
@@ -113,68 +115,68 @@ func (c *Client) Move(lun uint64, to string) (*ChangeInfo, error) {
 // Events returns the events after seq.
 func (c *Client) Events(seq uint64) (EventsReply, error) {
 	var out EventsReply
-	return out, c.do("GET", fmt.Sprintf("/v1/events?since=%d", seq), nil, &out)
+	return out, c.Do("GET", fmt.Sprintf("/v1/events?since=%d", seq), nil, &out)
 }
 
 // Inject injects a fault into the running daemon.
 func (c *Client) Inject(f Fault) (FaultResult, error) {
 	var out FaultResult
-	return out, c.do("POST", "/v1/faults", f, &out)
+	return out, c.Do("POST", "/v1/faults", f, &out)
 }
 
 // IO returns the cumulative I/O counters of every (nexus, LUN).
 func (c *Client) IO() ([]PathIO, error) {
 	var out []PathIO
-	return out, c.do("GET", "/v1/io", nil, &out)
+	return out, c.Do("GET", "/v1/io", nil, &out)
 }
 
 // SetCapacity re-declares a node's capacity to the ownership core.
 func (c *Client) SetCapacity(node string, capacity float64) error {
 	var out CapacityRequest
-	return c.do("PUT", "/v1/nodes/"+node+"/capacity", CapacityRequest{Capacity: capacity}, &out)
+	return c.Do("PUT", "/v1/nodes/"+node+"/capacity", CapacityRequest{Capacity: capacity}, &out)
 }
 
 // Reports returns the conditions raised now.
 func (c *Client) Reports() ([]reports.Report, error) {
 	var out []reports.Report
-	return out, c.do("GET", "/v1/reports", nil, &out)
+	return out, c.Do("GET", "/v1/reports", nil, &out)
 }
 
 // Status returns the array at a glance.
 func (c *Client) Status() (StatusInfo, error) {
 	var out StatusInfo
-	return out, c.do("GET", "/v1/status", nil, &out)
+	return out, c.Do("GET", "/v1/status", nil, &out)
 }
 
 // Hosts returns the declared hosts and the unknown initiators.
 func (c *Client) Hosts() ([]HostInfo, error) {
 	var out []HostInfo
-	return out, c.do("GET", "/v1/hosts", nil, &out)
+	return out, c.Do("GET", "/v1/hosts", nil, &out)
 }
 
 // Connectivity returns the host x node matrix.
 func (c *Client) Connectivity() (Connectivity, error) {
 	var out Connectivity
-	return out, c.do("GET", "/v1/connectivity", nil, &out)
+	return out, c.Do("GET", "/v1/connectivity", nil, &out)
 }
 
 // Paths returns every path's counters.
 func (c *Client) Paths() ([]PathInfo, error) {
 	var out []PathInfo
-	return out, c.do("GET", "/v1/paths", nil, &out)
+	return out, c.Do("GET", "/v1/paths", nil, &out)
 }
 
 // ClearReport clears a latched report (path-flapping by LUN,
 // host-type-incorrect by host).
 func (c *Client) ClearReport(req ClearRequest) error {
 	var out map[string]string
-	return c.do("POST", "/v1/reports/clear", req, &out)
+	return c.Do("POST", "/v1/reports/clear", req, &out)
 }
 
 // Rebalance asks for a balance plan now.
 func (c *Client) Rebalance() (RebalanceReply, error) {
 	var out RebalanceReply
-	return out, c.do("POST", "/v1/rebalance", struct{}{}, &out)
+	return out, c.Do("POST", "/v1/rebalance", struct{}{}, &out)
 }
 
 // Metrics returns the Prometheus text exposition.
@@ -201,13 +203,13 @@ func (c *Client) Metrics() (string, error) {
 // Mappings lists the LUN map.
 func (c *Client) Mappings() ([]array.MappingConfig, error) {
 	var out []array.MappingConfig
-	return out, c.do("GET", "/v1/mappings", nil, &out)
+	return out, c.Do("GET", "/v1/mappings", nil, &out)
 }
 
 // Map adds a mapping.
 func (c *Client) Map(m array.MappingConfig) (MappingReply, error) {
 	var out MappingReply
-	return out, c.do("POST", "/v1/mappings", m, &out)
+	return out, c.Do("POST", "/v1/mappings", m, &out)
 }
 
 // Unmap removes the mapping of lun to host, group or (both empty) all hosts.
@@ -220,11 +222,11 @@ func (c *Client) Unmap(lun uint64, host, group string) (MappingReply, error) {
 		q.Set("group", group)
 	}
 	var out MappingReply
-	return out, c.do("DELETE", "/v1/mappings?"+q.Encode(), nil, &out)
+	return out, c.Do("DELETE", "/v1/mappings?"+q.Encode(), nil, &out)
 }
 
 // ReportHistory lists every report raised and cleared.
 func (c *Client) ReportHistory() ([]ReportRecord, error) {
 	var out []ReportRecord
-	return out, c.do("GET", "/v1/reports/history", nil, &out)
+	return out, c.Do("GET", "/v1/reports/history", nil, &out)
 }
