@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The project's test command (README): installs what it needs on a bare
-# Debian machine, then runs vet, the race-enabled unit and integration
+# The project's test command (README, docs/testing.md): installs what it
+# needs on a bare Debian machine, then runs vet, the race-enabled unit and integration
 # tests, short fuzz runs of every parser, and libiscsi's iscsi-test-cu
 # against aluad (test/conformance) with tgtd run the same way for comparison.
 set -euo pipefail
@@ -15,14 +15,14 @@ echo "== gofmt"; test -z "$(gofmt -l cmd pkg test ownership cluster-tests tcmu-h
 echo "== go test -race"
 go test -race -count=1 ./... 2>&1 | tee results/go-test.txt
 # The deterministic whole-array simulation, a fixed budget of seeds
-# (README: how to run 10,000); a failing seed is shrunk and saved.
+# (docs/simulation.md: how to run 10,000); a failing seed is shrunk and saved.
 echo "== simulation: ${SIM_SEEDS:-300} seeds"
 go run ./cmd/aluad sim --seeds "${SIM_SEEDS:-300}" --steps 400 --shrink 60s --out results/sim-failures | tee results/sim.txt
 echo "== fuzz (every target, ${FUZZTIME:-10s} each)"
 scripts/fuzz.sh
 echo "== CHAP, login ACL and LUN mapping, checked with libiscsi's tools"
 scripts/libiscsi-access.sh | tee results/libiscsi-access.txt
-# The soak and abuse runs, short versions (README: the 30-minute soak).
+# The soak and abuse runs, short versions (docs/security.md: the 30-minute soak).
 echo "== soak (short): 256 sessions, verified I/O, a fault every 10 s"
 go run ./cmd/aluad soak --sessions 256 --duration 80s --fault-every 10s --json results/soak-ci.json | tee results/soak-ci.txt
 echo "== abuse (short)"

@@ -17,7 +17,8 @@
 // every command from a ring to a scsi.Handler with the nexus it can know
 // (the port from the device, the initiator only while one is logged in to
 // that port). What the TCMU mode can and cannot know compared with the
-// pure-Go fabric is listed in the README ("LIO hosts").
+// pure-Go fabric is listed in docs/tcmu.md ("What the TCMU mode can and
+// cannot know").
 //
 // FakeRegion, FakeDevice and MemFS play the kernel's side in tests.
 package tcmu

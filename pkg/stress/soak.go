@@ -110,7 +110,7 @@ type Bounds struct {
 	Heap       uint64 // at the end of the load, over Baseline
 }
 
-// DefaultBounds are the bounds the README states.
+// DefaultBounds are the bounds docs/security.md states ("The soak run").
 var DefaultBounds = Bounds{Goroutines: 32, FDs: 16, Heap: 128 << 20}
 
 // Check says what, if anything, broke the run's promises.
