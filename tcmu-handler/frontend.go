@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aluad/aluad/pkg/iscsi"
+	"github.com/aluad/aluad/pkg/fabric"
 	"github.com/aluad/aluad/pkg/scsi"
 )
 
@@ -28,7 +28,7 @@ type Options struct {
 	// it cannot tell apart (the kernel holds one state per device).
 	State func(lun uint64, port uint16) scsi.AccessState
 	// OnEvent receives logins and logouts, learnt from configfs.
-	OnEvent func(iscsi.Event)
+	OnEvent func(fabric.Event)
 	// OnRTPG credits an RTPG to an initiator when the device it came on is
 	// shared by several (the device server reports RTPGs it can pin to one).
 	OnRTPG func(n scsi.Nexus, lun uint64, extended bool)
@@ -123,7 +123,7 @@ func New(opt Options) (*Frontend, error) {
 		opt.Logger = slog.Default()
 	}
 	if opt.OnEvent == nil {
-		opt.OnEvent = func(iscsi.Event) {}
+		opt.OnEvent = func(fabric.Event) {}
 	}
 	f := &Frontend{opt: opt, fs: opt.FS, ports: map[uint16]TPGSpec{}, iqnOf: map[uint16]string{},
 		done: make(chan struct{}), aluaCh: make(chan struct{}, 1), sessions: map[uint16]map[string]time.Time{},
@@ -364,7 +364,7 @@ func (f *Frontend) pollLoop() {
 }
 
 func (f *Frontend) pollSessions() {
-	var events []iscsi.Event
+	var events []fabric.Event
 	for port, p := range f.ports {
 		names, err := f.opt.Layout.Sessions(f.fs, f.iqnOf[port], port)
 		if err != nil {
@@ -381,11 +381,11 @@ func (f *Frontend) pollSessions() {
 			prev = map[string]time.Time{}
 			f.sessions[port] = prev
 		}
-		portal := iscsi.Portal{Addr: p.Portal, TPGT: port, RelativeID: port, Name: p.Port}
+		portal := fabric.Portal{Addr: p.Portal, TPGT: port, RelativeID: port, Name: p.Port}
 		for ini := range cur {
 			if _, ok := prev[ini]; !ok {
 				prev[ini] = now
-				events = append(events, iscsi.Event{Kind: "login", Nexus: scsi.Nexus{InitiatorName: ini, TargetPort: port}, Portal: portal})
+				events = append(events, fabric.Event{Kind: "login", Nexus: scsi.Nexus{InitiatorName: ini, TargetPort: port}, Portal: portal})
 			}
 		}
 		for ini := range prev {
@@ -396,7 +396,7 @@ func (f *Frontend) pollSessions() {
 				if f.portDown[port] {
 					reason = "port down"
 				}
-				events = append(events, iscsi.Event{Kind: "logout", Nexus: scsi.Nexus{InitiatorName: ini, TargetPort: port}, Portal: portal, Reason: reason})
+				events = append(events, fabric.Event{Kind: "logout", Nexus: scsi.Nexus{InitiatorName: ini, TargetPort: port}, Portal: portal, Reason: reason})
 			}
 		}
 		f.mu.Unlock()
@@ -525,10 +525,10 @@ var ErrNoWireModes = errors.New("the tcmu fabric can only disable a port's TPG (
 	"a silent or reset port needs the lab network (drop the node's addresses)")
 
 // SetPortMode supports PortUp and PortDown (the TPG switch).
-func (f *Frontend) SetPortMode(port uint16, m iscsi.PortMode) error {
+func (f *Frontend) SetPortMode(port uint16, m fabric.PortMode) error {
 	switch m {
-	case iscsi.PortUp, iscsi.PortDown:
-		f.SetPortUp(port, m == iscsi.PortUp)
+	case fabric.PortUp, fabric.PortDown:
+		f.SetPortUp(port, m == fabric.PortUp)
 		return nil
 	}
 	return ErrNoWireModes
@@ -556,13 +556,13 @@ func (f *Frontend) ClearPathFaults() {}
 // PathStats reports every session with the commands credited to it and
 // the time they took from ring to answer (credited only while the
 // session is alone on its port).
-func (f *Frontend) PathStats() []iscsi.PathStat {
+func (f *Frontend) PathStats() []fabric.PathStat {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []iscsi.PathStat
+	var out []fabric.PathStat
 	for port, s := range f.sessions {
 		for ini, since := range s {
-			ps := iscsi.PathStat{Nexus: scsi.Nexus{InitiatorName: ini, TargetPort: port}, Since: since}
+			ps := fabric.PathStat{Nexus: scsi.Nexus{InitiatorName: ini, TargetPort: port}, Since: since}
 			if st := f.stats[pathKey{ini, port}]; st != nil {
 				ps.Exchanges, ps.Exchange = st.n, st.sum
 			}

@@ -283,7 +283,7 @@ type FaultResult struct {
 }
 
 // Fault kinds that Inject understands. Each has the wire behaviour of
-// the real event (iscsi.PortMode), since a host's recovery time depends
+// the real event (fabric.PortMode), since a host's recovery time depends
 // on how it learns of the fault.
 const (
 	// FaultPowerLoss: a controller loses power. Its cache is lost (the

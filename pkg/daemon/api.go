@@ -9,7 +9,7 @@ import (
 	"github.com/aluad/aluad/ownership"
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
-	"github.com/aluad/aluad/pkg/iscsi"
+	"github.com/aluad/aluad/pkg/fabric"
 	"github.com/aluad/aluad/pkg/scsi"
 )
 
@@ -65,7 +65,7 @@ func (d *Daemon) view() *coreView {
 	return v
 }
 
-func (d *Daemon) sessions() []iscsi.PathStat {
+func (d *Daemon) sessions() []fabric.PathStat {
 	if d.fabric == nil {
 		return nil
 	}
@@ -92,7 +92,7 @@ func (d *Daemon) Nodes() []api.NodeInfo {
 	return d.nodes(d.view(), d.sessions())
 }
 
-func (d *Daemon) nodes(v *coreView, sess []iscsi.PathStat) []api.NodeInfo {
+func (d *Daemon) nodes(v *coreView, sess []fabric.PathStat) []api.NodeInfo {
 	perPort := map[uint16]int{}
 	for _, s := range sess {
 		perPort[s.Nexus.TargetPort]++
@@ -145,7 +145,7 @@ func (d *Daemon) Hosts() []api.HostInfo {
 	return d.hosts(d.view(), d.sessions())
 }
 
-func (d *Daemon) hosts(v *coreView, sess []iscsi.PathStat) []api.HostInfo {
+func (d *Daemon) hosts(v *coreView, sess []fabric.PathStat) []api.HostInfo {
 	cfg, lm := d.Array.Config(), d.Array.LUNMap()
 	byName := map[string]*api.HostInfo{}
 	var order []string
@@ -221,7 +221,7 @@ func (d *Daemon) hosts(v *coreView, sess []iscsi.PathStat) []api.HostInfo {
 	return out
 }
 
-func hasSession(sess []iscsi.PathStat, d *Daemon, host string, n *array.Node) bool {
+func hasSession(sess []fabric.PathStat, d *Daemon, host string, n *array.Node) bool {
 	for _, s := range sess {
 		if p := d.Array.Port(s.Nexus.TargetPort); p != nil && p.Node == n && d.Array.HostOf(s.Nexus.InitiatorName).Name == host {
 			return true

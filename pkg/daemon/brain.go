@@ -9,7 +9,7 @@ import (
 	"github.com/aluad/aluad/ownership"
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
-	"github.com/aluad/aluad/pkg/iscsi"
+	"github.com/aluad/aluad/pkg/fabric"
 )
 
 // brain runs the ownership core in the running array (CONVENTIONS 1): one
@@ -295,7 +295,7 @@ func (b *brain) feed(e api.Event) {
 	case api.EventLogin:
 		b.post(ownership.Login{Nexus: nx()})
 	case api.EventLogout:
-		b.post(ownership.Logout{Nexus: nx(), Orderly: e.Reason == iscsi.ReasonLogout})
+		b.post(ownership.Logout{Nexus: nx(), Orderly: e.Reason == fabric.ReasonLogout})
 	case api.EventRTPG:
 		if e.LUN != nil {
 			b.post(ownership.RTPG{Nexus: nx(), LUN: *e.LUN, Extended: e.Extended})

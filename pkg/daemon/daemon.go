@@ -20,6 +20,7 @@ import (
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/arrayview"
+	"github.com/aluad/aluad/pkg/fabric"
 	"github.com/aluad/aluad/pkg/iscsi"
 	"github.com/aluad/aluad/pkg/media"
 	"github.com/aluad/aluad/pkg/scsi"
@@ -52,7 +53,7 @@ type Daemon struct {
 
 	ioMu     sync.Mutex
 	ioPrev   map[ioKey]scsi.NexusIO
-	pathPrev map[scsi.Nexus]iscsi.PathStat
+	pathPrev map[scsi.Nexus]fabric.PathStat
 	ioLast   time.Time
 	// lastIO is the latest interval of every (nexus, LUN) that did I/O in
 	// it (the paths view's current rates).
@@ -139,7 +140,7 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 		}
 	}
 	d := &Daemon{Array: arr, SCSI: srv, log: opt.Logger, now: opt.Now, done: make(chan struct{}),
-		ioPrev: map[ioKey]scsi.NexusIO{}, pathPrev: map[scsi.Nexus]iscsi.PathStat{}, ioLast: opt.Now(),
+		ioPrev: map[ioKey]scsi.NexusIO{}, pathPrev: map[scsi.Nexus]fabric.PathStat{}, ioLast: opt.Now(),
 		lastIO: map[ioKey]*api.IOInterval{}}
 	d.metrics = newMetrics(d)
 	d.Events = NewEventLog(opt.EventCapacity, opt.Now, func(e api.Event) {
@@ -202,9 +203,9 @@ func Start(cfg array.Config, opt Options) (*Daemon, error) {
 
 // startISCSI serves the array on the pure-Go iSCSI target.
 func (d *Daemon) startISCSI(cfg array.Config, opt Options) error {
-	var portals []iscsi.Portal
+	var portals []fabric.Portal
 	for _, p := range d.Array.Ports {
-		portals = append(portals, iscsi.Portal{Addr: p.Addr, TPGT: p.RelativeID, RelativeID: p.RelativeID,
+		portals = append(portals, fabric.Portal{Addr: p.Addr, TPGT: p.RelativeID, RelativeID: p.RelativeID,
 			Node: p.Node.Name, Name: p.Name})
 	}
 	tgt, err := iscsi.NewTarget(iscsi.Config{Name: cfg.Target, Alias: "aluad", Portals: portals,
@@ -296,7 +297,7 @@ func (d *Daemon) statsLoop(iv time.Duration) {
 }
 
 // fabricEvent turns iSCSI login/logout into feed events.
-func (d *Daemon) fabricEvent(e iscsi.Event) {
+func (d *Daemon) fabricEvent(e fabric.Event) {
 	ev := d.nexusEvent(e.Kind, e.Nexus)
 	ev.Reason = e.Reason
 	d.Events.Add(ev)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
-	"github.com/aluad/aluad/pkg/iscsi"
+	"github.com/aluad/aluad/pkg/fabric"
 	"github.com/aluad/aluad/pkg/scsi"
 )
 
@@ -154,7 +154,7 @@ func (d *Daemon) EmitIOStats() {
 		p, ok := d.pathPrev[ps.Nexus]
 		d.pathPrev[ps.Nexus] = ps
 		if ok && p.Since != ps.Since { // a new session on the same nexus
-			p = iscsi.PathStat{}
+			p = fabric.PathStat{}
 		}
 		n := ps.Exchanges - p.Exchanges
 		if n == 0 {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/arrayview"
+	"github.com/aluad/aluad/pkg/fabric"
 	"github.com/aluad/aluad/pkg/iscsi"
 	"github.com/aluad/aluad/pkg/scsi"
 	tcmu "github.com/aluad/aluad/tcmu-handler"
@@ -16,15 +17,15 @@ import (
 // port view go through it.
 type Fabric interface {
 	SetPortUp(port uint16, up bool)
-	// SetPortMode puts a port in a wire mode (iscsi.PortMode); a fabric
+	// SetPortMode puts a port in a wire mode (fabric.PortMode); a fabric
 	// that cannot do a mode says so.
-	SetPortMode(port uint16, m iscsi.PortMode) error
+	SetPortMode(port uint16, m fabric.PortMode) error
 	SetPathUp(initiator string, port uint16, up bool) error
 	SetPathDelay(initiator string, port uint16, d time.Duration) error
 	// ClearPathFaults restores cut paths and removes delays.
 	ClearPathFaults()
 	PortUp(port uint16) bool
-	PathStats() []iscsi.PathStat
+	PathStats() []fabric.PathStat
 	Addrs() []string
 	Shutdown(ctx context.Context) error
 }

@@ -10,13 +10,13 @@ import (
 	"github.com/aluad/aluad/ownership"
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
-	"github.com/aluad/aluad/pkg/iscsi"
+	"github.com/aluad/aluad/pkg/fabric"
 	tcmu "github.com/aluad/aluad/tcmu-handler"
 )
 
 // nodeFaultMode is the wire mode of a failed node's ports, by fault kind.
-var nodeFaultMode = map[string]iscsi.PortMode{
-	api.FaultPowerLoss: iscsi.PortSilent, api.FaultPanic: iscsi.PortReset, api.FaultCrash: iscsi.PortDown,
+var nodeFaultMode = map[string]fabric.PortMode{
+	api.FaultPowerLoss: fabric.PortSilent, api.FaultPanic: fabric.PortReset, api.FaultCrash: fabric.PortDown,
 }
 
 // ErrNoFabric: fabric faults need a started daemon.
@@ -63,7 +63,7 @@ func (d *Daemon) Inject(f api.Fault) (api.FaultResult, error) {
 			return res, fmt.Errorf("no node %q", f.Node)
 		}
 		if mode, fails := nodeFaultMode[f.Kind]; fails {
-			if d.TCMU != nil && mode != iscsi.PortDown {
+			if d.TCMU != nil && mode != fabric.PortDown {
 				// Refused before the node fails: LIO would leave a
 				// failed node's ports serving.
 				return res, tcmu.ErrNoWireModes
@@ -94,7 +94,7 @@ func (d *Daemon) Inject(f api.Fault) (api.FaultResult, error) {
 			// The node is up whatever its ports do: the core hears it
 			// even if a port cannot listen again (port-up retries it).
 			post(ownership.NodeState{Node: n.Name, Up: true})
-			if err := d.setPorts(n, iscsi.PortUp); err != nil {
+			if err := d.setPorts(n, fabric.PortUp); err != nil {
 				return res, fmt.Errorf("node %s restarted, but a port did not come back: %w", n.Name, err)
 			}
 			// Every port serves again (a port disabled or a cable pulled
@@ -113,7 +113,7 @@ func (d *Daemon) Inject(f api.Fault) (api.FaultResult, error) {
 		}
 		switch f.Kind {
 		case api.FaultPortDown, api.FaultPortUp, api.FaultCablePull, api.FaultCablePlug:
-			mode := map[string]iscsi.PortMode{api.FaultPortDown: iscsi.PortDown, api.FaultCablePull: iscsi.PortSilent}[f.Kind]
+			mode := map[string]fabric.PortMode{api.FaultPortDown: fabric.PortDown, api.FaultCablePull: fabric.PortSilent}[f.Kind]
 			if !p.Node.Up() {
 				return res, fmt.Errorf("node %s is down: its ports follow it (restart it first)", p.Node.Name)
 			}
@@ -122,7 +122,7 @@ func (d *Daemon) Inject(f api.Fault) (api.FaultResult, error) {
 			}
 			// The controller sees its own port's link go: the core hears
 			// of it as a port state.
-			post(ownership.PortState{Node: p.Node.Name, Port: p.RelativeID, Up: mode == iscsi.PortUp})
+			post(ownership.PortState{Node: p.Node.Name, Port: p.RelativeID, Up: mode == fabric.PortUp})
 		case api.FaultPathDown, api.FaultPathUp:
 			if f.Initiator == "" {
 				return res, errors.New("a path fault needs an initiator")
@@ -149,7 +149,7 @@ func (d *Daemon) Inject(f api.Fault) (api.FaultResult, error) {
 			if !p.Node.Up() {
 				continue
 			}
-			if err := d.fabric.SetPortMode(p.RelativeID, iscsi.PortUp); err != nil {
+			if err := d.fabric.SetPortMode(p.RelativeID, fabric.PortUp); err != nil {
 				return res, err
 			}
 			post(ownership.PortState{Node: p.Node.Name, Port: p.RelativeID, Up: true})
@@ -164,7 +164,7 @@ func (d *Daemon) Inject(f api.Fault) (api.FaultResult, error) {
 
 // setPorts puts a node's ports in a wire mode (a failed node's ports
 // are as its failure left them).
-func (d *Daemon) setPorts(n *array.Node, mode iscsi.PortMode) error {
+func (d *Daemon) setPorts(n *array.Node, mode fabric.PortMode) error {
 	if d.fabric == nil {
 		return nil
 	}

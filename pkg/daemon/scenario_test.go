@@ -18,7 +18,7 @@ import (
 
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
-	"github.com/aluad/aluad/pkg/iscsi"
+	"github.com/aluad/aluad/pkg/fabric"
 	"github.com/aluad/aluad/pkg/media"
 	"github.com/aluad/aluad/pkg/scsi"
 )
@@ -155,7 +155,7 @@ func (s *scenario) run(t *testing.T, td *datadriven.TestData) string {
 	return ""
 }
 
-func fabricEv(kind string, n scsi.Nexus) iscsi.Event { return iscsi.Event{Kind: kind, Nexus: n} }
+func fabricEv(kind string, n scsi.Nexus) fabric.Event { return fabric.Event{Kind: kind, Nexus: n} }
 
 func (s *scenario) cmdArray(t *testing.T, td *datadriven.TestData) string {
 	mode, nodes, ports, luns := "implicit", 2, 2, 2

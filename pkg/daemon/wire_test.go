@@ -15,8 +15,8 @@ import (
 
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/fabric"
 	"github.com/aluad/aluad/pkg/initiator"
-	"github.com/aluad/aluad/pkg/iscsi"
 )
 
 // wireOf is what a host sees of a port on the wire.
@@ -255,19 +255,19 @@ func TestPortModeResetUpRace(t *testing.T) {
 	addr := d.Portals()[0].Addr
 	rel := d.Array.Node("a").Ports[0].RelativeID
 	for i := 0; i < 300; i++ {
-		require.NoError(t, d.Target.SetPortMode(rel, iscsi.PortReset))
+		require.NoError(t, d.Target.SetPortMode(rel, fabric.PortReset))
 		var wg sync.WaitGroup
 		wg.Add(2)
-		go func() { defer wg.Done(); d.Target.SetPortMode(rel, iscsi.PortUp) }()
-		go func() { defer wg.Done(); d.Target.SetPortMode(rel, iscsi.PortReset) }()
+		go func() { defer wg.Done(); d.Target.SetPortMode(rel, fabric.PortUp) }()
+		go func() { defer wg.Done(); d.Target.SetPortMode(rel, fabric.PortReset) }()
 		wg.Wait()
 		m := d.Target.PortMode(rel)
 		nc, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			nc.Close()
 		}
-		require.Equal(t, m == iscsi.PortUp, err == nil, "iteration %d: port mode %v, dial: %v", i, m, err)
-		require.NoError(t, d.Target.SetPortMode(rel, iscsi.PortUp))
+		require.Equal(t, m == fabric.PortUp, err == nil, "iteration %d: port mode %v, dial: %v", i, m, err)
+		require.NoError(t, d.Target.SetPortMode(rel, fabric.PortUp))
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/aluad/aluad/pkg/fabric"
 )
 
 // Reject reasons (RFC 7143 11.17.1).
@@ -43,7 +45,7 @@ type outPDU struct {
 type conn struct {
 	t      *Target
 	nc     net.Conn
-	portal Portal
+	portal fabric.Portal
 	br     *bufio.Reader
 	cid    uint16
 
@@ -80,7 +82,7 @@ type conn struct {
 	textTTT     uint32
 }
 
-func newConn(t *Target, nc net.Conn, p Portal) *conn {
+func newConn(t *Target, nc net.Conn, p fabric.Portal) *conn {
 	return &conn{t: t, nc: nc, portal: p, br: bufio.NewReaderSize(nc, 64*1024),
 		out: make(chan *outPDU, 512), tasks: map[uint32]*task{}, done: make(chan struct{}), nextTTT: 1}
 }
@@ -134,7 +136,7 @@ func (c *conn) serve() {
 	if !detached {
 		reason := "connection closed"
 		if c.loggedOut.Load() {
-			reason = ReasonLogout
+			reason = fabric.ReasonLogout
 		}
 		sess.close(reason)
 	}

@@ -8,41 +8,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/aluad/aluad/pkg/fabric"
 )
-
-// PortMode is what a target port does on the wire. Each fault has the
-// wire behaviour of the real event, since that is what a host's recovery
-// times depend on: a host learns of a closed or reset connection at once,
-// of a silent one only when its own timer (a NOP-Out timeout) fires.
-type PortMode int
-
-const (
-	// PortUp serves.
-	PortUp PortMode = iota
-	// PortDown: the port is disabled. Its connections are closed (FIN)
-	// and new ones closed as soon as they are accepted.
-	PortDown
-	// PortReset: the controller behind the port panicked or reboots. Its
-	// connections are reset (RST) and new ones refused (the listening
-	// socket is closed) until the port comes back.
-	PortReset
-	// PortSilent: the port lost power or its cable. Nothing is answered
-	// and nothing is closed: commands in flight get no response, open
-	// connections stay open and unread, and new connections are accepted
-	// (the host's kernel completes the handshake on loopback) and never
-	// read. When the port comes back, the connections it held are reset,
-	// as a controller that forgot them answers the host's next segment.
-	PortSilent
-)
-
-var portModeNames = []string{"up", "down", "reset", "silent"}
-
-func (m PortMode) String() string {
-	if int(m) < len(portModeNames) {
-		return portModeNames[m]
-	}
-	return fmt.Sprintf("PortMode(%d)", int(m))
-}
 
 // pathFaults are the fabric faults injected on a running target
 // (CONVENTIONS 8): a port's mode, one initiator's path to a port down,
@@ -54,7 +22,7 @@ type pathFaults struct {
 	// delays is set while any delay is configured (the send path's
 	// lock-free check).
 	delays   atomic.Bool
-	portMode map[uint16]PortMode
+	portMode map[uint16]fabric.PortMode
 	pathDown map[pathKey]bool
 	delay    map[pathKey]time.Duration
 	// held: the connections a silent port keeps open and unanswered.
@@ -71,7 +39,7 @@ type pathKey struct {
 func (f *pathFaults) down(initiator string, port uint16) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.portMode[port] != PortUp || (initiator != "" && f.pathDown[pathKey{strings.ToLower(initiator), port}])
+	return f.portMode[port] != fabric.PortUp || (initiator != "" && f.pathDown[pathKey{strings.ToLower(initiator), port}])
 }
 
 func (f *pathFaults) delayOf(initiator string, port uint16) time.Duration {
@@ -92,9 +60,9 @@ func (f *pathFaults) delayOf(initiator string, port uint16) time.Duration {
 // SetPortUp disables a target port (PortDown: its connections are closed
 // and new ones closed at once) or brings it back.
 func (t *Target) SetPortUp(port uint16, up bool) {
-	m := PortDown
+	m := fabric.PortDown
 	if up {
-		m = PortUp
+		m = fabric.PortUp
 	}
 	t.SetPortMode(port, m) // only PortReset can fail (re-listening)
 }
@@ -105,7 +73,7 @@ var ErrNoPort = errors.New("iscsi: no such target port")
 // SetPortMode puts a target port in mode m (see PortMode). Leaving
 // PortSilent resets the connections it held; leaving PortReset listens
 // again on the same address, which can fail if another socket took it.
-func (t *Target) SetPortMode(port uint16, m PortMode) error {
+func (t *Target) SetPortMode(port uint16, m fabric.PortMode) error {
 	idx := -1
 	for i, p := range t.cfg.Portals {
 		if p.RelativeID == port {
@@ -115,14 +83,14 @@ func (t *Target) SetPortMode(port uint16, m PortMode) error {
 	if idx < 0 {
 		return ErrNoPort
 	}
-	if m < PortUp || m > PortSilent {
+	if m < fabric.PortUp || m > fabric.PortSilent {
 		return fmt.Errorf("iscsi: unknown port mode %d", int(m))
 	}
 	// One mode change at a time: the mode and the listener change
 	// together (a reset racing an up must not close the new listener).
 	t.modeMu.Lock()
 	defer t.modeMu.Unlock()
-	if t.PortMode(port) == PortReset && m != PortReset {
+	if t.PortMode(port) == fabric.PortReset && m != fabric.PortReset {
 		// Listen again first: if the address was taken, the port stays
 		// refusing and a later change tries again.
 		if err := t.reopenListener(idx); err != nil {
@@ -131,16 +99,16 @@ func (t *Target) SetPortMode(port uint16, m PortMode) error {
 	}
 	t.faults.mu.Lock()
 	if t.faults.portMode == nil {
-		t.faults.portMode = map[uint16]PortMode{}
+		t.faults.portMode = map[uint16]fabric.PortMode{}
 	}
 	was := t.faults.portMode[port]
-	if m == PortUp {
+	if m == fabric.PortUp {
 		delete(t.faults.portMode, port)
 	} else {
 		t.faults.portMode[port] = m
 	}
 	var held []net.Conn
-	if was == PortSilent && m != PortSilent {
+	if was == fabric.PortSilent && m != fabric.PortSilent {
 		held = t.faults.held[port]
 		delete(t.faults.held, port)
 	}
@@ -149,13 +117,13 @@ func (t *Target) SetPortMode(port uint16, m PortMode) error {
 		resetConn(nc)
 	}
 	switch m {
-	case PortDown:
-		t.dropPaths("", port, PortDown)
-	case PortReset:
+	case fabric.PortDown:
+		t.dropPaths("", port, fabric.PortDown)
+	case fabric.PortReset:
 		t.closeListener(idx)
-		t.dropPaths("", port, PortReset)
-	case PortSilent:
-		t.dropPaths("", port, PortSilent)
+		t.dropPaths("", port, fabric.PortReset)
+	case fabric.PortSilent:
+		t.dropPaths("", port, fabric.PortSilent)
 	}
 	return nil
 }
@@ -168,9 +136,9 @@ func (t *Target) applyMode(c *conn) {
 		return
 	}
 	switch t.PortMode(c.portal.RelativeID) {
-	case PortSilent:
+	case fabric.PortSilent:
 		w.silence()
-	case PortReset:
+	case fabric.PortReset:
 		w.reset.Store(true)
 	}
 }
@@ -192,7 +160,7 @@ const maxHeld = 256
 // hold keeps a connection of a silent port open and unread.
 func (t *Target) hold(port uint16, nc net.Conn) {
 	t.faults.mu.Lock()
-	if t.faults.portMode[port] == PortSilent {
+	if t.faults.portMode[port] == fabric.PortSilent {
 		if t.faults.held == nil {
 			t.faults.held = map[uint16][]net.Conn{}
 		}
@@ -281,7 +249,7 @@ func (t *Target) SetPathUp(initiator string, port uint16, up bool) {
 	}
 	t.faults.mu.Unlock()
 	if !up {
-		t.dropPaths(initiator, port, PortDown)
+		t.dropPaths(initiator, port, fabric.PortDown)
 	}
 }
 
@@ -315,7 +283,7 @@ func (t *Target) ClearPathFaults() {
 // dropPaths ends the connections of initiator ("" for all) on port, on
 // the wire as mode says: closed (PortDown, and a cut path), reset or
 // silenced.
-func (t *Target) dropPaths(initiator string, port uint16, mode PortMode) {
+func (t *Target) dropPaths(initiator string, port uint16, mode fabric.PortMode) {
 	t.mu.Lock()
 	var victims []*conn
 	for c := range t.conns {
@@ -330,9 +298,9 @@ func (t *Target) dropPaths(initiator string, port uint16, mode PortMode) {
 	for _, c := range victims {
 		if w, ok := c.nc.(*wireConn); ok {
 			switch mode {
-			case PortSilent:
+			case fabric.PortSilent:
 				w.silence()
-			case PortReset:
+			case fabric.PortReset:
 				w.reset.Store(true)
 			}
 		}
@@ -342,10 +310,10 @@ func (t *Target) dropPaths(initiator string, port uint16, mode PortMode) {
 }
 
 // PortUp reports whether a target port is up (in no fault mode).
-func (t *Target) PortUp(port uint16) bool { return t.PortMode(port) == PortUp }
+func (t *Target) PortUp(port uint16) bool { return t.PortMode(port) == fabric.PortUp }
 
 // PortMode reports a target port's mode.
-func (t *Target) PortMode(port uint16) PortMode {
+func (t *Target) PortMode(port uint16) fabric.PortMode {
 	t.faults.mu.Lock()
 	defer t.faults.mu.Unlock()
 	return t.faults.portMode[port]

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aluad/aluad/pkg/fabric"
 	"github.com/aluad/aluad/pkg/scsi"
 )
 
@@ -16,7 +17,7 @@ type session struct {
 	tsih      uint16
 	discovery bool
 	nexus     scsi.Nexus
-	portal    Portal
+	portal    fabric.Portal
 	initiator string
 
 	mu       sync.Mutex
@@ -50,7 +51,7 @@ func (s *session) recordExchange(d time.Duration) {
 	s.exchNanos.Add(int64(d))
 }
 
-func newSession(t *Target, key sessionKey, tsih uint16, l *Login, p Portal) *session {
+func newSession(t *Target, key sessionKey, tsih uint16, l *Login, p fabric.Portal) *session {
 	s := &session{t: t, key: key, tsih: tsih, discovery: l.SessionType == "Discovery", portal: p,
 		initiator: l.Initiator, pending: map[uint32]func(){}, since: time.Now(), ended: make(chan struct{})}
 	s.nexus = scsi.Nexus{
@@ -202,7 +203,7 @@ func (s *session) announce() {
 	}
 	s.announced = true
 	s.t.handler.NexusUp(s.nexus)
-	s.t.event(Event{Kind: "login", Nexus: s.nexus, Portal: s.portal})
+	s.t.event(fabric.Event{Kind: "login", Nexus: s.nexus, Portal: s.portal})
 }
 
 // end is the nexus-loss bookkeeping, run once: the logout pairs with an
@@ -213,7 +214,7 @@ func (s *session) end(reason string) {
 	defer close(s.ended)
 	if s.announced {
 		s.t.handler.NexusLost(s.nexus)
-		s.t.event(Event{Kind: "logout", Nexus: s.nexus, Portal: s.portal, Reason: reason})
+		s.t.event(fabric.Event{Kind: "logout", Nexus: s.nexus, Portal: s.portal, Reason: reason})
 	}
 	if s.prev != nil {
 		<-s.prev.ended

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/aluad/aluad/pkg/fabric"
 	"github.com/aluad/aluad/pkg/scsi"
 )
 
@@ -53,7 +54,7 @@ type evRec struct {
 	evs []string
 }
 
-func (r *evRec) add(e Event) {
+func (r *evRec) add(e fabric.Event) {
 	r.mu.Lock()
 	r.evs = append(r.evs, e.Kind)
 	r.mu.Unlock()
@@ -65,7 +66,7 @@ func (r *evRec) get() []string {
 }
 
 func orderTarget(t *testing.T, h scsi.Handler, rec *evRec) *Target {
-	tg, err := NewTarget(Config{Name: "iqn.2026-11.org.aluad:t", Portals: []Portal{{Addr: "127.0.0.1:0", TPGT: 1, RelativeID: 1}},
+	tg, err := NewTarget(Config{Name: "iqn.2026-11.org.aluad:t", Portals: []fabric.Portal{{Addr: "127.0.0.1:0", TPGT: 1, RelativeID: 1}},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), OnEvent: rec.add}, h)
 	require.NoError(t, err)
 	require.NoError(t, tg.Listen())

@@ -10,41 +10,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aluad/aluad/pkg/fabric"
 	"github.com/aluad/aluad/pkg/scsi"
 )
-
-// Portal is one listening address of a target port: an iSCSI target portal
-// group with one portal. Each is a SCSI target port of its own.
-type Portal struct {
-	Addr string // host:port
-	TPGT uint16
-	// RelativeID is the SCSI relative target port identifier (unique in the array).
-	RelativeID uint16
-	// Node and Name label the port for logs and events.
-	Node, Name string
-}
-
-// Event is something the control path wants to know about a nexus.
-type Event struct {
-	Kind   string // "login", "logout"
-	Nexus  scsi.Nexus
-	Portal Portal
-	// Reason says why a session ended: ReasonLogout when the initiator
-	// logged out (an orderly departure); anything else is a fault (the
-	// connection was lost, a ping went unanswered, the port went down, a
-	// reset or a reinstatement ended it).
-	Reason string
-}
-
-// ReasonLogout is the Reason of a session ended by a Logout Request.
-const ReasonLogout = "logout"
 
 // Config configures a Target.
 type Config struct {
 	// Name is the target IQN served on every portal.
 	Name    string
 	Alias   string
-	Portals []Portal
+	Portals []fabric.Portal
 	Limits  Limits
 	// Auth, when set, decides per login whether and how an initiator
 	// authenticates (CHAPPolicy).
@@ -60,7 +35,7 @@ type Config struct {
 	LoginTimeout time.Duration
 	Logger       *slog.Logger
 	// OnEvent, if set, receives nexus events (never blocks the caller for long).
-	OnEvent func(Event)
+	OnEvent func(fabric.Event)
 	// Limits against abuse (limits.go); zero takes the default.
 	MaxConnections          int
 	MaxSessions             int
@@ -174,7 +149,7 @@ func (t *Target) reopenListener(i int) error {
 	return nil
 }
 
-func (t *Target) accept(l net.Listener, p Portal) {
+func (t *Target) accept(l net.Listener, p fabric.Portal) {
 	defer t.wg.Done()
 	for {
 		raw, err := l.Accept()
@@ -185,13 +160,13 @@ func (t *Target) accept(l net.Listener, p Portal) {
 			tc.SetNoDelay(true)
 		}
 		switch t.PortMode(p.RelativeID) {
-		case PortSilent:
+		case fabric.PortSilent:
 			t.hold(p.RelativeID, raw) // accepted by the kernel, never answered
 			continue
-		case PortReset:
+		case fabric.PortReset:
 			resetConn(raw)
 			continue
-		case PortDown:
+		case fabric.PortDown:
 			raw.Close() // the port is disabled
 			continue
 		}
@@ -213,7 +188,7 @@ func (t *Target) accept(l net.Listener, p Portal) {
 		t.mu.Unlock()
 		// A mode change after the check above and before the connection
 		// was listed did not see it: apply the port's mode now.
-		if t.PortMode(p.RelativeID) != PortUp {
+		if t.PortMode(p.RelativeID) != fabric.PortUp {
 			t.applyMode(c)
 			c.close("path down")
 		}
@@ -280,7 +255,7 @@ func (t *Target) Close() {
 	t.Shutdown(ctx)
 }
 
-func (t *Target) event(e Event) {
+func (t *Target) event(e fabric.Event) {
 	if t.cfg.OnEvent != nil {
 		t.cfg.OnEvent(e)
 	}
@@ -367,29 +342,16 @@ func (t *Target) SessionCount() int {
 	return len(t.sessions)
 }
 
-// PathStat is the fabric's view of one I_T nexus (a normal session):
-// the commands it answered and their summed exchange time, from the
-// command PDU's arrival to its status PDU written to the socket. It
-// includes what the device server's time does not: Data-Out waits, the
-// TCP send queue and an injected path delay, so a slow path shows here
-// and not in the array's response time.
-type PathStat struct {
-	Nexus     scsi.Nexus
-	Exchanges uint64
-	Exchange  time.Duration
-	Since     time.Time
-}
-
 // PathStats reports every logged-in normal session.
-func (t *Target) PathStats() []PathStat {
+func (t *Target) PathStats() []fabric.PathStat {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := make([]PathStat, 0, len(t.sessions))
+	out := make([]fabric.PathStat, 0, len(t.sessions))
 	for _, s := range t.sessions {
 		if s.discovery {
 			continue
 		}
-		out = append(out, PathStat{Nexus: s.nexus, Exchanges: s.exchanges.Load(),
+		out = append(out, fabric.PathStat{Nexus: s.nexus, Exchanges: s.exchanges.Load(),
 			Exchange: time.Duration(s.exchNanos.Load()), Since: s.since})
 	}
 	return out
