@@ -151,7 +151,7 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 			opt.OnEvent(e)
 		}
 	})
-	srv.SetALUA(arrayview.View{Arr: arr, Srv: srv, HostBlind: cfg.Fabric.TCMU()})
+	srv.SetALUA(arrayview.View{Arr: arr, Srv: srv, HostBlind: fabricOf(cfg).hostBlind})
 	srv.SetObserver(d)
 	// Saved before the command's GOOD: a restart right after it keeps
 	// what the host was told is saved.
@@ -187,12 +187,8 @@ func Start(cfg array.Config, opt Options) (*Daemon, error) {
 		d.Array.Close()
 		return nil, err
 	}
-	if cfg.Fabric.TCMU() {
-		if err := d.startTCMU(cfg, opt); err != nil {
-			d.Array.Close()
-			return nil, err
-		}
-	} else if err := d.startISCSI(cfg, opt); err != nil {
+	if err := fabricOf(cfg).start(d, cfg, opt); err != nil {
+		d.Array.Close()
 		return nil, err
 	}
 	if err := d.startServices(cfg, opt); err != nil {
@@ -216,11 +212,9 @@ func (d *Daemon) startISCSI(cfg array.Config, opt Options) error {
 		MaxTotalData: int(cfg.Limits.MaxTotalData), CmdWindow: uint32(cfg.Limits.CmdWindow),
 		LoginTimeout: cfg.Limits.LoginTimeout, WriteTimeout: cfg.Limits.WriteTimeout}, d.SCSI)
 	if err != nil {
-		d.Array.Close()
 		return err
 	}
 	if err := tgt.Listen(); err != nil {
-		d.Array.Close()
 		return err
 	}
 	d.Target, d.fabric = tgt, iscsiFabric{tgt}

@@ -30,6 +30,30 @@ type Fabric interface {
 	Shutdown(ctx context.Context) error
 }
 
+// fabricKind is one front end the daemon can start.
+type fabricKind struct {
+	start func(d *Daemon, cfg array.Config, opt Options) error
+	// hostBlind: the front end cannot tell hosts apart when it reports
+	// access states (LIO's kernel ALUA is per port, not per initiator),
+	// so every host gets the same state.
+	hostBlind bool
+}
+
+// fabrics are the front ends by the config's fabric kind.
+var fabrics = map[string]fabricKind{
+	"iscsi": {start: (*Daemon).startISCSI},
+	"tcmu":  {start: (*Daemon).startTCMU, hostBlind: true},
+}
+
+// fabricOf is the front end cfg chooses (the validated config names one
+// of fabrics; empty is the pure-Go iSCSI target).
+func fabricOf(cfg array.Config) fabricKind {
+	if f, ok := fabrics[cfg.Fabric.Kind]; ok {
+		return f
+	}
+	return fabrics["iscsi"]
+}
+
 // iscsiFabric adapts the pure-Go target, whose path faults cannot fail.
 type iscsiFabric struct{ *iscsi.Target }
 
