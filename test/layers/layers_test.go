@@ -1,0 +1,152 @@
+// Package layers checks the module's import graph against its layers:
+// every package may import only the aluad packages listed for it here, so
+// a new dependency (or a new package) is a decision made in this table,
+// not an accident. docs/architecture.md draws the same graph.
+package layers
+
+import (
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+const module = "github.com/aluad/aluad/"
+
+// allowed lists, for every package of the module (by directory), the
+// aluad packages its non-test sources may import. Lower layers first.
+var allowed = map[string][]string{
+	// Leaves: the pure ownership core, the device server, the media.
+	"ownership": nil,
+	"pkg/scsi":  nil,
+	"pkg/media": nil,
+	// What every front end reports, and the front ends.
+	"pkg/fabric":   {"pkg/scsi"},
+	"pkg/iscsi":    {"pkg/fabric", "pkg/scsi"},
+	"tcmu-handler": {"pkg/fabric", "pkg/scsi"},
+	// The array and its view for the device server.
+	"pkg/cache":     {"pkg/media"},
+	"pkg/array":     {"pkg/cache", "pkg/media"},
+	"pkg/arrayview": {"pkg/array", "pkg/scsi"},
+	"pkg/reports":   {"ownership"},
+	// The management surface's types and client.
+	"pkg/api": {"pkg/array", "pkg/reports"},
+	// Hosts: the Go initiator and the emulated multipath stacks.
+	"pkg/initiator": {"pkg/iscsi", "pkg/scsi"},
+	"pkg/hosts":     {"pkg/initiator", "pkg/scsi"},
+	// Wiring: the daemon, and the simulation (which wires the same parts
+	// without a fabric).
+	"pkg/daemon": {"ownership", "pkg/api", "pkg/array", "pkg/arrayview", "pkg/fabric", "pkg/iscsi",
+		"pkg/media", "pkg/reports", "pkg/scsi", "tcmu-handler"},
+	"pkg/sim": {"ownership", "pkg/array", "pkg/arrayview", "pkg/media", "pkg/scsi"},
+	// Runs that start a daemon and drive hosts against it.
+	"pkg/lab":    {"pkg/api", "pkg/array", "pkg/daemon", "pkg/hosts", "pkg/initiator"},
+	"pkg/stress": {"pkg/api", "pkg/array", "pkg/daemon", "pkg/initiator", "pkg/iscsi"},
+	"cmd/aluad": {"ownership", "pkg/api", "pkg/array", "pkg/daemon", "pkg/lab", "pkg/reports", "pkg/sim",
+		"pkg/stress"},
+	// The QEMU lab talks to the array through the API only.
+	"cluster-tests/agentproto":    nil,
+	"cluster-tests/agent":         {"cluster-tests/agentproto"},
+	"cluster-tests/qemulab":       {"cluster-tests/agentproto", "pkg/api"},
+	"cluster-tests/cmd/qemulab":   {"cluster-tests/qemulab"},
+	"cluster-tests/cmd/qemu-boot": {"cluster-tests/qemulab"},
+	// Independent checks and benchmarks.
+	"test/conformance":     nil,
+	"test/bench/writeload": {"pkg/initiator"},
+}
+
+// imports reads the aluad imports of every package directory under root
+// (non-test sources; testdata and hidden directories skipped).
+func imports(t *testing.T, root string) map[string]map[string]bool {
+	out := map[string]map[string]bool{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if p != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "results") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+			return nil
+		}
+		rel, err := filepath.Rel(root, filepath.Dir(p))
+		if err != nil {
+			return err
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), p, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		pkg := filepath.ToSlash(rel)
+		if out[pkg] == nil {
+			out[pkg] = map[string]bool{}
+		}
+		for _, imp := range f.Imports {
+			path, _ := strconv.Unquote(imp.Path.Value)
+			if strings.HasPrefix(path, module) {
+				out[pkg][strings.TrimPrefix(path, module)] = true
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	return out
+}
+
+func TestLayers(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	require.NoError(t, err)
+	_, err = os.Stat(filepath.Join(root, "go.mod"))
+	require.NoError(t, err, "the module root")
+	got := imports(t, root)
+	require.GreaterOrEqual(t, len(got), 20, "the module's packages were not found")
+	for pkg, imps := range got {
+		may, known := allowed[pkg]
+		if !known {
+			t.Errorf("package %s is not in the layers table: place it (what may it import?)", pkg)
+			continue
+		}
+		ok := map[string]bool{}
+		for _, m := range may {
+			ok[m] = true
+		}
+		var bad []string
+		for imp := range imps {
+			if !ok[imp] {
+				bad = append(bad, imp)
+			}
+		}
+		sort.Strings(bad)
+		if len(bad) > 0 {
+			t.Errorf("%s imports %v, which its layer does not allow", pkg, bad)
+		}
+	}
+	for pkg := range allowed {
+		if _, ok := got[pkg]; !ok {
+			t.Errorf("the layers table names %s, which has no sources", pkg)
+		}
+	}
+}
+
+// The check itself: a package reaching up a layer is caught.
+func TestLayersCatchAnUpwardImport(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module x\n"), 0o644))
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "pkg/scsi"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "pkg/scsi/a.go"),
+		[]byte("package scsi\n\nimport _ \""+module+"pkg/array\"\n"), 0o644))
+	got := imports(t, dir)
+	require.True(t, got["pkg/scsi"]["pkg/array"])
+	require.NotContains(t, allowed["pkg/scsi"], "pkg/array", "the table must refuse it")
+}
