@@ -440,3 +440,13 @@ type StateInfo struct {
 	SaveError string `json:"save_error,omitempty"`
 	Saves     int    `json:"saves"`
 }
+
+// NewChangeInfo is an array change as the feed and the API report it.
+func NewChangeInfo(c array.Change) *ChangeInfo {
+	ci := &ChangeInfo{LUNs: c.LUNs, From: c.From, To: c.To, Cause: string(c.Cause), Failed: c.Failed,
+		Flush: c.Flush, Stop: c.Stop, Replayed: c.Replayed, Lost: c.Lost}
+	if c.Err != nil {
+		ci.Error = c.Err.Error()
+	}
+	return ci
+}

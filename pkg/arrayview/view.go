@@ -90,18 +90,8 @@ func (v View) SetTargetPortGroups(n scsi.Nexus, lun uint64, reqs []scsi.TPGReque
 	return nil
 }
 
-// Announce turns an array change into unit attentions: 2A/06 on every
-// I_T nexus of every LUN in it, or 2A/07 when the transition failed
-// (SPC-4 5.15.2.3).
+// Announce turns an array change into unit attentions (the device
+// server chooses which, SPC-4 5.15.2.3).
 func Announce(srv *scsi.Server, c array.Change) {
-	r := scsi.ReasonUAAsymmetricChanged
-	if c.Failed {
-		if c.Cause == array.CauseSTPG {
-			return // rolled back; the STPG itself reports the failure
-		}
-		r = scsi.ReasonUAImplicitTransitionFailed
-	}
-	for _, lun := range c.LUNs {
-		srv.QueueUA(lun, false, r)
-	}
+	srv.AnnounceALUAChange(c.LUNs, c.Failed, c.Cause == array.CauseSTPG)
 }

@@ -3,7 +3,6 @@ package daemon
 import (
 	"errors"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/aluad/aluad/ownership"
@@ -38,14 +37,14 @@ type pathKey struct {
 
 // view reads the core (nil when it is not running).
 func (d *Daemon) view() *coreView {
-	b := d.brain.Load()
-	if b == nil {
+	if !d.ctl.Running() {
 		return nil
 	}
+	started, tick := d.ctl.Clock()
 	v := &coreView{nodes: map[string]ownership.NodeStat{}, hosts: map[string]ownership.HostState{},
-		paths: map[pathKey]ownership.PathState{}, behaviour: map[string]ownership.HostBehaviour{}, tick: b.tick,
-		start: b.started}
-	err := b.do(func(c *ownership.Core) {
+		paths: map[pathKey]ownership.PathState{}, behaviour: map[string]ownership.HostBehaviour{}, tick: tick,
+		start: started}
+	err := d.ctl.Do(func(c *ownership.Core) {
 		for _, hb := range c.HostBehaviours() {
 			v.behaviour[hb.Host] = hb
 		}
@@ -243,7 +242,7 @@ func contains(s []string, x string) bool {
 func (d *Daemon) Status() api.StatusInfo {
 	v, sess := d.view(), d.sessions()
 	cfg := d.Array.Config()
-	st := api.StatusInfo{Target: cfg.Target, ALUA: cfg.ALUA, Ownership: d.brain.Load() != nil, Nodes: d.nodes(v, sess),
+	st := api.StatusInfo{Target: cfg.Target, ALUA: cfg.ALUA, Ownership: d.ctl.Running(), Nodes: d.nodes(v, sess),
 		LUNs: len(d.Array.LUNs), Sessions: len(sess), Reports: map[string]int{}, Time: d.now()}
 	for _, l := range d.Array.LUNs {
 		if l.Owner() != l.Preferred {
@@ -309,7 +308,7 @@ func (d *Daemon) Paths() []api.PathInfo {
 	var out []api.PathInfo
 	for _, s := range sess {
 		n := s.Nexus
-		e := d.nexusEvent("", n)
+		e := d.ctl.Event("", n)
 		pi := api.PathInfo{Host: e.Host, Initiator: n.InitiatorName, ISID: e.ISID, Node: e.Node, RelativeID: n.TargetPort,
 			Since: s.Since, Exchanges: s.Exchanges}
 		port := d.Array.Port(n.TargetPort)
@@ -370,30 +369,11 @@ func (d *Daemon) Latency() []api.PortLatency {
 
 // ClearReport is the operator clearing a latched report.
 func (d *Daemon) ClearReport(req api.ClearRequest) error {
-	b := d.brain.Load()
-	if b == nil {
-		return errNoCore
-	}
-	var err error
-	if derr := b.do(func(c *ownership.Core) {
-		err = c.Step(ownership.ClearReport{Condition: ownership.Condition(req.Condition), LUN: req.LUN, Host: req.Host})
-		b.apply(c.Ready())
-		c.Advance()
-	}); derr != nil {
-		return derr
-	}
-	if err != nil {
-		return errors.New(strings.TrimPrefix(err.Error(), "ownership: "))
-	}
-	return nil
+	return d.ctl.ClearReport(ownership.ClearReport{Condition: ownership.Condition(req.Condition), LUN: req.LUN, Host: req.Host})
 }
 
 func (d *Daemon) Rebalance() (api.RebalanceReply, error) {
-	b := d.brain.Load()
-	if b == nil {
-		return api.RebalanceReply{}, errNoCore
-	}
-	res, batches, err := b.rebalance()
+	res, batches, err := d.ctl.Rebalance()
 	if err != nil {
 		return api.RebalanceReply{}, err
 	}
@@ -402,4 +382,26 @@ func (d *Daemon) Rebalance() (api.RebalanceReply, error) {
 		out.Batches = append(out.Batches, api.BatchInfo{LUNs: bt.LUNs, To: bt.To, Cause: string(bt.Cause)})
 	}
 	return out, nil
+}
+
+// SetNodeCapacity re-declares a node's capacity (work units per tick) to
+// the running ownership core, e.g. after the lab has measured its load.
+func (d *Daemon) SetNodeCapacity(node string, capacity float64) error {
+	if !d.ctl.Running() {
+		return errors.New("the ownership core is not running")
+	}
+	if d.Array.Node(node) == nil || capacity <= 0 {
+		return errors.New("need a known node and a positive capacity")
+	}
+	d.ctl.Post(ownership.NodeDecl{Node: node, Capacity: capacity})
+	if st := d.state; st != nil {
+		st.mu.Lock()
+		if st.capacity == nil {
+			st.capacity = map[string]float64{}
+		}
+		st.capacity[node] = capacity
+		st.mu.Unlock()
+		d.stateDirty()
+	}
+	return nil
 }

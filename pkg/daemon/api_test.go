@@ -3,7 +3,6 @@ package daemon
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -410,26 +409,4 @@ func TestPathDegradedAndNodeOffline(t *testing.T) {
 		}
 		return true
 	})
-}
-
-// TestQuerySeesPostedEvents: the core answers a query only after the
-// events posted before it, so the API never answers from before a login
-// the host already completed.
-func TestQuerySeesPostedEvents(t *testing.T) {
-	d, _ := apiDaemon(t, time.Hour) // no ticks: only posts and queries wake the loop
-	b := d.brain.Load()
-	require.NotNil(t, b)
-	port := d.Array.Ports[0]
-	for i := 0; i < 200; i++ {
-		isid := fmt.Sprintf("80000000%04x", i)
-		b.post(ownership.Login{Nexus: ownership.Nexus{Host: "h1", Initiator: hostIQN, ISID: isid,
-			Port: port.RelativeID, Node: port.Node.Name}})
-		var seen bool
-		require.NoError(t, b.do(func(c *ownership.Core) {
-			for _, p := range c.PathStates() {
-				seen = seen || p.Nexus.ISID == isid
-			}
-		}))
-		require.True(t, seen, "query %d sees the login posted before it", i)
-	}
 }

@@ -56,7 +56,7 @@ import (
 func (d *Daemon) PathIOs() []api.PathIO {
 	var out []api.PathIO
 	for _, s := range d.SCSI.IOStats() {
-		e := d.nexusEvent("", s.Nexus)
+		e := d.ctl.Event("", s.Nexus)
 		out = append(out, api.PathIO{Initiator: e.Initiator, ISID: e.ISID, Host: e.Host, TargetPort: e.TargetPort,
 			Node: e.Node, LUN: s.LUN, Reads: s.Reads, Writes: s.Writes, Other: s.Other, Media: s.Media,
 			LastMedia: s.LastMedia, NonOptimized: s.NonOptimized, Gone: s.Gone})
@@ -305,9 +305,9 @@ func (d *Daemon) handleMove(w http.ResponseWriter, r *http.Request) {
 	case err != nil && !c.Failed:
 		writeError(w, http.StatusConflict, err.Error())
 	case err != nil:
-		writeJSON(w, http.StatusInternalServerError, changeInfo(c))
+		writeJSON(w, http.StatusInternalServerError, api.NewChangeInfo(c))
 	default:
-		writeJSON(w, http.StatusOK, changeInfo(c))
+		writeJSON(w, http.StatusOK, api.NewChangeInfo(c))
 	}
 }
 

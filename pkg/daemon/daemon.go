@@ -1,11 +1,10 @@
 // Package daemon wires one running aluad: the array (nodes, ports, LUNs),
-// the SCSI device server over it with the array's ALUA view, and the iSCSI
-// fabric in front. It owns start-up order and graceful shutdown (in-flight
-// commands finish, data is flushed), the announcement of ALUA changes as
-// unit attentions, the event feed (logins, logouts, RTPGs, per-interval I/O
-// per nexus, ALUA changes) and the local control API (a Unix socket) with
-// its client. cmd/aluad and the integration tests use it; it holds no
-// protocol logic of its own.
+// the SCSI device server over it with the array's ALUA view, the front end
+// hosts reach it through (the pure-Go iSCSI target or LIO over TCMU), the
+// control path (pkg/control) and the management surface (the control
+// socket and HTTP API, metrics, audit, saved state). It owns start-up
+// order and graceful shutdown (in-flight commands finish, data is
+// flushed). The protocols live in their own packages.
 package daemon
 
 import (
@@ -20,6 +19,7 @@ import (
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/arrayview"
+	"github.com/aluad/aluad/pkg/control"
 	"github.com/aluad/aluad/pkg/fabric"
 	"github.com/aluad/aluad/pkg/iscsi"
 	"github.com/aluad/aluad/pkg/media"
@@ -60,8 +60,9 @@ type Daemon struct {
 	lastIO  map[ioKey]*api.IOInterval
 	metrics *metrics
 
-	// brain runs the ownership core once started (nil: not running).
-	brain atomic.Pointer[brain]
+	// ctl is the control path: the observers, the ownership core (once
+	// started, unless the config turns it off) and the UAs of changes.
+	ctl *control.Path
 	// state saves what survives a restart (nil: no state directory).
 	state *stateStore
 	// audit records state-changing management calls.
@@ -143,31 +144,34 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 		ioPrev: map[ioKey]scsi.NexusIO{}, pathPrev: map[scsi.Nexus]fabric.PathStat{}, ioLast: opt.Now(),
 		lastIO: map[ioKey]*api.IOInterval{}}
 	d.metrics = newMetrics(d)
-	d.Events = NewEventLog(opt.EventCapacity, opt.Now, func(e api.Event) {
-		if b := d.brain.Load(); b != nil {
-			b.feed(e)
-		}
-		if opt.OnEvent != nil {
-			opt.OnEvent(e)
-		}
-	})
+	d.Events = NewEventLog(opt.EventCapacity, opt.Now, opt.OnEvent)
 	srv.SetALUA(arrayview.View{Arr: arr, Srv: srv, HostBlind: fabricOf(cfg).hostBlind})
-	srv.SetObserver(d)
 	// Saved before the command's GOOD: a restart right after it keeps
 	// what the host was told is saved.
 	srv.SetOnPersist(func(uint64) { d.SaveState() })
 	srv.SetLUNMapper(lunMapper{arr})
-	arr.OnChange(func(c array.Change) {
-		arrayview.Announce(srv, c)
-		d.stateDirty()
-		if h := d.aluaHook.Load(); h != nil {
-			h.fn(c.LUNs)
-		}
-		d.metrics.change(c)
-		d.Events.Add(api.Event{Kind: api.EventALUA, Change: changeInfo(c)})
-		d.log.Info("alua change", "luns", c.LUNs, "from", c.From, "to", c.To, "cause", c.Cause,
-			"stop", c.Stop, "failed", c.Failed)
-	})
+	d.ctl = control.New(control.Options{Array: arr, SCSI: srv, Log: opt.Logger, Now: opt.Now,
+		Publish: d.Events.Add, OnUA: d.metrics.unitAttention,
+		OnReport: func(ri api.ReportInfo) {
+			d.recordReport(ri)
+			if ri.Raised {
+				d.metrics.reportRaised(ri.Condition)
+			}
+		},
+		OnChange: func(c array.Change) {
+			d.stateDirty()
+			if h := d.aluaHook.Load(); h != nil {
+				h.fn(c.LUNs)
+			}
+			d.metrics.change(c)
+			d.log.Info("alua change", "luns", c.LUNs, "from", c.From, "to", c.To, "cause", c.Cause,
+				"stop", c.Stop, "failed", c.Failed)
+		},
+		BeforeTick: d.EmitIOStats,
+		Hold: func() { // not while a fault is being injected (Inject)
+			d.faultMu.RLock()
+			d.faultMu.RUnlock()
+		}})
 	return d, nil
 }
 
@@ -205,7 +209,7 @@ func (d *Daemon) startISCSI(cfg array.Config, opt Options) error {
 			Node: p.Node.Name, Name: p.Name})
 	}
 	tgt, err := iscsi.NewTarget(iscsi.Config{Name: cfg.Target, Alias: "aluad", Portals: portals,
-		Logger: opt.Logger, NopInterval: opt.NopInterval, NopTimeout: 2 * opt.NopInterval, OnEvent: d.fabricEvent,
+		Logger: opt.Logger, NopInterval: opt.NopInterval, NopTimeout: 2 * opt.NopInterval, OnEvent: d.ctl.Fabric,
 		Auth: chapPolicy(cfg), Authorize: func(ini string, _ bool) bool { return d.Array.LUNMap().Admit(ini) },
 		MaxConnections: cfg.Limits.MaxConnections, MaxSessions: cfg.Limits.MaxSessions,
 		MaxSessionsPerInitiator: cfg.Limits.MaxSessionsPerInitiator, MaxSessionData: int(cfg.Limits.MaxSessionData),
@@ -247,25 +251,23 @@ func (d *Daemon) startServices(cfg array.Config, opt Options) error {
 		}
 	}
 	if !cfg.Ownership.Off {
-		b, err := newBrain(d)
-		if err != nil {
+		var decls []ownership.Event
+		if d.state != nil {
+			for n, c := range d.state.capacity {
+				decls = append(decls, ownership.NodeDecl{Node: n, Capacity: c})
+			}
+		}
+		if err := d.ctl.Start(cfg, decls...); err != nil {
 			d.Stop(0)
 			return err
 		}
-		d.brain.Store(b)
-		if d.state != nil {
-			for n, c := range d.state.capacity {
-				b.post(ownership.NodeDecl{Node: n, Capacity: c})
-			}
-		}
-		b.start()
 	}
 	if d.state != nil {
 		d.wg.Add(1)
 		go d.stateLoop()
 		d.stateDirty()
 	}
-	if opt.StatsInterval >= 0 && d.brain.Load() == nil { // the brain emits them on its ticks
+	if opt.StatsInterval >= 0 && !d.ctl.Running() { // the core emits them on its ticks
 		iv := opt.StatsInterval
 		if iv == 0 {
 			iv = time.Second
@@ -288,13 +290,6 @@ func (d *Daemon) statsLoop(iv time.Duration) {
 			d.EmitIOStats()
 		}
 	}
-}
-
-// fabricEvent turns iSCSI login/logout into feed events.
-func (d *Daemon) fabricEvent(e fabric.Event) {
-	ev := d.nexusEvent(e.Kind, e.Nexus)
-	ev.Reason = e.Reason
-	d.Events.Add(ev)
 }
 
 // Portals lists the bound portals in port order.
@@ -334,9 +329,7 @@ func (d *Daemon) Stop(grace time.Duration) error {
 		d.api.close()
 	}
 	d.wg.Wait()
-	if b := d.brain.Load(); b != nil {
-		b.wg.Wait()
-	}
+	d.ctl.Stop()
 	var terr error
 	if d.fabric != nil {
 		terr = d.fabric.Shutdown(ctx)

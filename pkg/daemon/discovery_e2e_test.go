@@ -30,10 +30,9 @@ func fastCore(t *testing.T) *Daemon {
 // raised lists the conditions the core raises now, as "condition host node".
 func raised(d *Daemon) map[string]bool {
 	out := map[string]bool{}
-	if b := d.brain.Load(); b != nil {
-		for _, r := range b.Reports() {
-			out[string(r.Condition)+" "+r.Host+" "+r.Node] = true
-		}
+	rs, _ := d.ctl.Reports()
+	for _, r := range rs {
+		out[string(r.Condition)+" "+r.Host+" "+r.Node] = true
 	}
 	return out
 }

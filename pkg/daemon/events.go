@@ -1,25 +1,13 @@
 package daemon
 
 import (
-	"fmt"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/aluad/aluad/pkg/api"
-	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/fabric"
 	"github.com/aluad/aluad/pkg/scsi"
 )
-
-func changeInfo(c array.Change) *api.ChangeInfo {
-	ci := &api.ChangeInfo{LUNs: c.LUNs, From: c.From, To: c.To, Cause: string(c.Cause), Failed: c.Failed,
-		Flush: c.Flush, Stop: c.Stop, Replayed: c.Replayed, Lost: c.Lost}
-	if c.Err != nil {
-		ci.Error = c.Err.Error()
-	}
-	return ci
-}
 
 // EventLog keeps the most recent events in a ring and hands each new one
 // to an optional in-process consumer.
@@ -69,43 +57,10 @@ func (l *EventLog) Since(seq uint64) (events []api.Event, lost uint64) {
 	return events, lost
 }
 
-// nexusEvent fills the nexus fields of an event.
-func (d *Daemon) nexusEvent(kind string, n scsi.Nexus) api.Event {
-	e := api.Event{Kind: kind, Initiator: n.InitiatorName, TargetPort: n.TargetPort}
-	if i := strings.LastIndex(n.InitiatorPort, ",i,0x"); i >= 0 {
-		e.ISID = n.InitiatorPort[i+len(",i,0x"):]
-	}
-	e.Host = d.Array.HostOf(n.InitiatorName).Name
-	if p := d.Array.Port(n.TargetPort); p != nil {
-		e.Node = p.Node.Name
-	}
-	return e
-}
-
-// RTPG implements scsi.Observer.
-// An RTPG the fabric could not pin to an initiator (TCMU, several hosts
-// on one port) is not an event: the fabric credits it itself.
-func (d *Daemon) RTPG(n scsi.Nexus, lun uint64, extended bool) {
-	if n.InitiatorName == "" {
-		return
-	}
-	e := d.nexusEvent(api.EventRTPG, n)
-	e.LUN, e.Extended = &lun, extended
-	d.Events.Add(e)
-}
-
-// UnitAttention implements scsi.Observer: the moment a host learns of a
-// change, against which its switch to the new owner is measured.
-func (d *Daemon) UnitAttention(n scsi.Nexus, lun uint64, r scsi.Reason) {
-	e := d.nexusEvent(api.EventUA, n)
-	_, asc, ascq := r.Codes()
-	e.LUN, e.Reason = &lun, fmt.Sprintf("%02X/%02X", asc, ascq)
-	d.metrics.unitAttention(e.Reason)
-	d.Events.Add(e)
-}
-
-// EmitIOStats adds one io event per (nexus, LUN) that did any I/O since
-// the previous call. The daemon calls it every stats interval.
+// EmitIOStats folds the I/O and exchanges since the previous call into
+// the metrics and hands the control path one interval per (nexus, LUN)
+// that did any I/O and per nexus that answered any command. The daemon
+// calls it every stats interval (the core's tick when it runs).
 func (d *Daemon) EmitIOStats() {
 	d.ioMu.Lock()
 	defer d.ioMu.Unlock()
@@ -140,10 +95,7 @@ func (d *Daemon) EmitIOStats() {
 		if s.Nexus.InitiatorName == "" {
 			continue // counted on its port; no host to credit (TCMU, shared port)
 		}
-		e := d.nexusEvent(api.EventIO, s.Nexus)
-		lun := s.LUN
-		e.LUN, e.IO = &lun, iv
-		d.Events.Add(e)
+		d.ctl.IO(s.Nexus, s.LUN, iv)
 	}
 	if d.fabric == nil {
 		return
@@ -160,10 +112,9 @@ func (d *Daemon) EmitIOStats() {
 		if n == 0 {
 			continue
 		}
-		e := d.nexusEvent(api.EventPath, ps.Nexus)
-		e.Path = &api.PathInterval{Interval: interval, Exchanges: n, Exchange: ps.Exchange - p.Exchange}
-		m.addPath(ps.Nexus.TargetPort, e.Path)
-		d.Events.Add(e)
+		pi := &api.PathInterval{Interval: interval, Exchanges: n, Exchange: ps.Exchange - p.Exchange}
+		m.addPath(ps.Nexus.TargetPort, pi)
+		d.ctl.Exchanges(ps.Nexus, pi)
 	}
 	for k := range d.pathPrev {
 		if !seen[k] {

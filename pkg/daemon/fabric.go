@@ -95,8 +95,8 @@ func (d *Daemon) startTCMU(cfg array.Config, opt Options) error {
 		State: func(lun uint64, port uint16) scsi.AccessState {
 			return view.State(scsi.Nexus{TargetPort: port}, lun)
 		},
-		OnEvent: d.fabricEvent,
-		OnRTPG:  d.RTPG,
+		OnEvent: d.ctl.Fabric,
+		OnRTPG:  d.ctl.RTPG,
 		Logger:  opt.Logger,
 		Netlink: true,
 	}

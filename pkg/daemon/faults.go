@@ -50,12 +50,7 @@ func (d *Daemon) Inject(f api.Fault) (api.FaultResult, error) {
 	// failed in the array, not flush its cache as a planned move would.
 	d.faultMu.Lock()
 	defer d.faultMu.Unlock()
-	b := d.brain.Load()
-	post := func(e ownership.Event) {
-		if b != nil {
-			b.post(e)
-		}
-	}
+	post := func(e ownership.Event) { d.ctl.Post(e) }
 	switch f.Kind {
 	case api.FaultPowerLoss, api.FaultPanic, api.FaultCrash, api.FaultRestart:
 		n := d.Array.Node(f.Node)
@@ -83,7 +78,7 @@ func (d *Daemon) Inject(f api.Fault) (api.FaultResult, error) {
 			if err != nil {
 				return res, err
 			}
-			res.Change = changeInfo(c)
+			res.Change = api.NewChangeInfo(c)
 		} else {
 			if n.Up() {
 				return res, fmt.Errorf("node %s is not down", n.Name)

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"errors"
 	"time"
 
 	"github.com/aluad/aluad/ownership"
@@ -9,17 +8,20 @@ import (
 	"github.com/aluad/aluad/pkg/reports"
 )
 
-// errNoCore: the config turned the ownership core off.
-var errNoCore = errors.New("the ownership core is not running (ownership.off): no reports are raised and nothing rebalances")
-
 // Reports returns the conditions raised now, as an admin reads them: the
 // catalog entry, the host, node, ports and LUNs concerned, the core's
 // cause, and since when (from the event feed, while it still holds the
 // raise).
 func (d *Daemon) Reports() ([]reports.Report, error) {
-	b := d.brain.Load()
-	if b == nil {
-		return nil, errNoCore
+	raised, err := d.ctl.Reports()
+	if err != nil {
+		return nil, err
+	}
+	type reportKey struct {
+		cond       ownership.Condition
+		host, node string
+		lun        uint64
+		port       uint16
 	}
 	since := map[reportKey]time.Time{}
 	evs, _ := d.Events.Since(0)
@@ -30,7 +32,7 @@ func (d *Daemon) Reports() ([]reports.Report, error) {
 		}
 	}
 	var out []reports.Report
-	for _, rc := range b.Reports() {
+	for _, rc := range raised {
 		entry, ok := reports.Lookup(rc.Condition)
 		if !ok {
 			entry = reports.Entry{Condition: rc.Condition, Code: "?", Title: string(rc.Condition), Severity: reports.Major}

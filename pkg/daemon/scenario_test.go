@@ -104,10 +104,10 @@ func (s *scenario) run(t *testing.T, td *datadriven.TestData) string {
 		n := s.nexus(t, td)
 		if td.Cmd == "login" {
 			s.d.SCSI.NexusUp(n)
-			s.d.fabricEvent(fabricEv("login", n))
+			s.d.ctl.Fabric(fabricEv("login", n))
 		} else {
 			s.d.SCSI.NexusLost(n)
-			s.d.fabricEvent(fabricEv("logout", n))
+			s.d.ctl.Fabric(fabricEv("logout", n))
 		}
 		return "ok\n"
 	case "cdb":

@@ -63,6 +63,25 @@ type Observer interface {
 	UnitAttention(n Nexus, lun uint64, r Reason)
 }
 
+// AnnounceALUAChange queues the unit attention that tells every I_T
+// nexus of luns their asymmetric access states changed (SPC-4 5.15.2.3):
+// ASYMMETRIC ACCESS STATE CHANGED (2A/06) once a change took effect;
+// IMPLICIT ASYMMETRIC ACCESS STATE TRANSITION FAILED (2A/07) when the
+// array's own transition failed and the states went back; nothing for a
+// failed explicit one (SET TARGET PORT GROUPS reports it in its status).
+func (s *Server) AnnounceALUAChange(luns []uint64, failed, explicit bool) {
+	r := ReasonUAAsymmetricChanged
+	if failed {
+		if explicit {
+			return
+		}
+		r = ReasonUAImplicitTransitionFailed
+	}
+	for _, lun := range luns {
+		s.QueueUA(lun, false, r)
+	}
+}
+
 // reportTargetPortGroups answers REPORT TARGET PORT GROUPS (SPC-4 6.36) in
 // the length-only (000b) or extended (001b) parameter data format.
 func reportTargetPortGroups(x *exec) ([]byte, error) {

@@ -1,0 +1,570 @@
+// Package control owns the array's control path in a running aluad: what
+// the front end and the device server observe of the hosts (logins,
+// logouts and why, RTPGs, unit attentions, per-interval I/O and exchange
+// times), the ownership core that decides from it (CONVENTIONS 1), the
+// execution of its batches on the array, and the unit attentions that
+// announce every ownership change. The core gets typed inputs straight
+// from the observers; what happens is published to the event feed
+// (Options.Publish), which this package never reads back.
+package control
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aluad/aluad/ownership"
+	"github.com/aluad/aluad/pkg/api"
+	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/fabric"
+	"github.com/aluad/aluad/pkg/scsi"
+)
+
+// Options wire a Path into a running array.
+type Options struct {
+	Array *array.Array
+	SCSI  *scsi.Server
+	Log   *slog.Logger
+	Now   func() time.Time
+	// Publish receives every event for the feed; it must not block.
+	Publish func(api.Event)
+	// OnChange receives every ownership change of the array, after its
+	// unit attention is queued (the daemon saves state and counts it).
+	OnChange func(array.Change)
+	// OnUA is told each unit attention reported to a host ("2A/06").
+	OnUA func(reason string)
+	// OnReport is told each report condition the core raises or clears.
+	OnReport func(api.ReportInfo)
+	// BeforeTick runs on each of the core's ticks before the core hears
+	// the tick (the daemon folds this interval's I/O in through IO).
+	BeforeTick func()
+	// Hold runs before each batch the core decided is carried out, and
+	// may block (the daemon holds batches while it injects a fault).
+	Hold func()
+}
+
+// Path is the control path. It observes from the start (New); the core
+// runs once Start is called (the config may leave it off).
+type Path struct {
+	o    Options
+	arr  *array.Array
+	core atomic.Pointer[runner]
+}
+
+// New builds the control path and attaches it to the device server (as
+// its observer) and to the array (for its changes).
+func New(o Options) *Path {
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	p := &Path{o: o, arr: o.Array}
+	o.SCSI.SetObserver(p)
+	o.Array.OnChange(p.changed)
+	return p
+}
+
+// Nexus is the core's name for a nexus: the host it belongs to and the
+// node its port is on.
+func (p *Path) Nexus(n scsi.Nexus) ownership.Nexus {
+	x := ownership.Nexus{Host: p.arr.HostOf(n.InitiatorName).Name, Initiator: n.InitiatorName, Port: n.TargetPort}
+	if i := strings.LastIndex(n.InitiatorPort, ",i,0x"); i >= 0 {
+		x.ISID = n.InitiatorPort[i+len(",i,0x"):]
+	}
+	if pt := p.arr.Port(n.TargetPort); pt != nil {
+		x.Node = pt.Node.Name
+	}
+	return x
+}
+
+// Event is a feed event of kind about nexus n.
+func (p *Path) Event(kind string, n scsi.Nexus) api.Event {
+	x := p.Nexus(n)
+	return api.Event{Kind: kind, Initiator: x.Initiator, ISID: x.ISID, Host: x.Host, TargetPort: x.Port, Node: x.Node}
+}
+
+func (p *Path) publish(e api.Event) {
+	if p.o.Publish != nil {
+		p.o.Publish(e)
+	}
+}
+
+// Fabric takes the front end's login and logout of a nexus.
+func (p *Path) Fabric(e fabric.Event) {
+	ev := p.Event(e.Kind, e.Nexus)
+	ev.Reason = e.Reason
+	p.publish(ev)
+	switch e.Kind {
+	case api.EventLogin:
+		p.Post(ownership.Login{Nexus: p.Nexus(e.Nexus)})
+	case api.EventLogout:
+		p.Post(ownership.Logout{Nexus: p.Nexus(e.Nexus), Orderly: e.Reason == fabric.ReasonLogout})
+	}
+}
+
+// RTPG implements scsi.Observer. An RTPG the front end could not pin to
+// an initiator (TCMU, several hosts on one port) is not an observation of
+// a host: the front end credits it itself.
+func (p *Path) RTPG(n scsi.Nexus, lun uint64, extended bool) {
+	if n.InitiatorName == "" {
+		return
+	}
+	e := p.Event(api.EventRTPG, n)
+	e.LUN, e.Extended = &lun, extended
+	p.publish(e)
+	p.Post(ownership.RTPG{Nexus: p.Nexus(n), LUN: lun, Extended: extended})
+}
+
+// UnitAttention implements scsi.Observer: the moment a host learns of a
+// change, against which its switch to the new owner is measured.
+func (p *Path) UnitAttention(n scsi.Nexus, lun uint64, r scsi.Reason) {
+	e := p.Event(api.EventUA, n)
+	_, asc, ascq := r.Codes()
+	e.LUN, e.Reason = &lun, fmt.Sprintf("%02X/%02X", asc, ascq)
+	if p.o.OnUA != nil {
+		p.o.OnUA(e.Reason)
+	}
+	p.publish(e)
+}
+
+// IO takes one interval of a nexus's I/O to a LUN (a host's; the caller
+// keeps the counts of I/O it cannot pin to a host).
+func (p *Path) IO(n scsi.Nexus, lun uint64, iv *api.IOInterval) {
+	e := p.Event(api.EventIO, n)
+	e.LUN, e.IO = &lun, iv
+	p.publish(e)
+	r := p.core.Load()
+	if r == nil {
+		return
+	}
+	ops := iv.Reads + iv.Writes + iv.Other
+	var rt float64
+	if ops > 0 {
+		rt = float64(iv.Busy) / float64(ops) / float64(time.Microsecond)
+	}
+	r.post(ownership.IO{Host: e.Host, Node: e.Node, LUN: lun, Ops: float64(ops),
+		Media: float64(min(ops, iv.Reads+iv.Writes+iv.Syncs)),
+		Bytes: float64(iv.BytesRead + iv.BytesWritten), RespTime: rt,
+		Ticks: max(1, int(math.Round(float64(iv.Interval)/float64(r.tick))))})
+}
+
+// Exchanges takes one interval of a nexus's exchanges as the front end
+// saw them (Path Degraded's input).
+func (p *Path) Exchanges(n scsi.Nexus, pi *api.PathInterval) {
+	e := p.Event(api.EventPath, n)
+	e.Path = pi
+	p.publish(e)
+	if pi.Exchanges == 0 {
+		return
+	}
+	ops := float64(pi.Exchanges)
+	p.Post(ownership.PathLatency{Nexus: p.Nexus(n), Ops: ops,
+		Exchange: float64(pi.Exchange) / ops / float64(time.Microsecond)})
+}
+
+// changed announces an ownership change: the unit attention first (under
+// the array's lock, before the held commands go, so none completes on the
+// new owner before its nexus has it), then the daemon's bookkeeping and
+// the feed; a move the core did not make (an operator's, a host's STPG)
+// is told to the core.
+func (p *Path) changed(c array.Change) {
+	p.o.SCSI.AnnounceALUAChange(c.LUNs, c.Failed, c.Cause == array.CauseSTPG)
+	if p.o.OnChange != nil {
+		p.o.OnChange(c)
+	}
+	p.publish(api.Event{Kind: api.EventALUA, Change: api.NewChangeInfo(c)})
+	if c.Failed || (c.Cause != array.CauseManual && c.Cause != array.CauseSTPG) {
+		return
+	}
+	evs := make([]ownership.Event, 0, len(c.LUNs))
+	for _, id := range c.LUNs {
+		evs = append(evs, ownership.OwnerChanged{LUN: id, Owner: c.To, Cause: ownership.Cause(c.Cause)})
+	}
+	p.Post(evs...)
+}
+
+// ErrNoCore: the config turned the ownership core off.
+var ErrNoCore = errors.New("the ownership core is not running (ownership.off): no reports are raised and nothing rebalances")
+
+// errStopped: the control path is stopping.
+var errStopped = errors.New("aluad is stopping")
+
+// Running reports whether the ownership core runs.
+func (p *Path) Running() bool { return p.core.Load() != nil }
+
+// Post queues events for the core (dropped when it does not run).
+func (p *Path) Post(evs ...ownership.Event) {
+	if r := p.core.Load(); r != nil {
+		r.post(evs...)
+	}
+}
+
+// Do runs f on the core between two of its steps and waits.
+func (p *Path) Do(f func(c *ownership.Core)) error {
+	r := p.core.Load()
+	if r == nil {
+		return ErrNoCore
+	}
+	return r.do(f)
+}
+
+// Clock is when the core's tick 0 was and how long a tick is.
+func (p *Path) Clock() (started time.Time, tick time.Duration) {
+	if r := p.core.Load(); r != nil {
+		return r.started, r.tick
+	}
+	return time.Time{}, 0
+}
+
+// Reports returns the conditions the core has raised now.
+func (p *Path) Reports() ([]ownership.ReportChange, error) {
+	r := p.core.Load()
+	if r == nil {
+		return nil, ErrNoCore
+	}
+	return r.raised(), nil
+}
+
+// ClearReport is the operator clearing a latched report.
+func (p *Path) ClearReport(c ownership.ClearReport) error {
+	r := p.core.Load()
+	if r == nil {
+		return ErrNoCore
+	}
+	var err error
+	if derr := r.do(func(core *ownership.Core) {
+		err = core.Step(c)
+		r.apply(core.Ready())
+		core.Advance()
+	}); derr != nil {
+		return derr
+	}
+	if err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), "ownership: "))
+	}
+	return nil
+}
+
+// Rebalance is "rebalance now": the core plans at once, and its batches
+// go to the executor like any other.
+func (p *Path) Rebalance() (*ownership.RebalanceResult, []ownership.Batch, error) {
+	r := p.core.Load()
+	if r == nil {
+		return nil, nil, ErrNoCore
+	}
+	return r.rebalance()
+}
+
+// Start runs the ownership core with the config's tunables until Stop.
+// decls are stepped before its first tick (the capacities the state kept).
+func (p *Path) Start(cfg array.Config, decls ...ownership.Event) error {
+	r, err := newRunner(p, cfg)
+	if err != nil {
+		return err
+	}
+	r.post(decls...)
+	p.core.Store(r)
+	r.start()
+	return nil
+}
+
+// Stop stops the core and waits for its goroutines (the batch under way
+// finishes).
+func (p *Path) Stop() {
+	if r := p.core.Load(); r != nil {
+		r.stopOnce.Do(func() { close(r.stop) })
+		r.wg.Wait()
+	}
+}
+
+// runner owns the core: one goroutine steps it, from an inbox producers
+// never block on (observations, faults, changes it did not make, a tick);
+// its decisions go to a second goroutine that carries them out with
+// array.Move, one batch at a time, so a long flush never stalls the core;
+// a batch that could not be carried out is reported back as a rollback.
+type runner struct {
+	p    *Path
+	core *ownership.Core
+	tick time.Duration
+	// started: when tick 0 was (the core's ticks as times).
+	started time.Time
+
+	mu    sync.Mutex
+	inbox []ownership.Event
+	wake  chan struct{}
+	exec  chan ownership.Batch
+	// queries run inside the loop, so readers see the core between steps.
+	queries  chan func()
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+
+	// repMu guards reports: the conditions raised now.
+	repMu   sync.Mutex
+	reports map[reportKey]ownership.ReportChange
+}
+
+type reportKey struct {
+	cond       ownership.Condition
+	host, node string
+	lun        uint64
+	port       uint16
+}
+
+func newRunner(p *Path, cfg array.Config) (*runner, error) {
+	oc, tick := CoreConfig(cfg)
+	core, err := ownership.New(oc)
+	if err != nil {
+		return nil, err
+	}
+	capacity := cfg.Ownership.NodeCapacity
+	if capacity <= 0 {
+		capacity = 1000
+	}
+	for _, n := range p.arr.Nodes {
+		if err := core.Step(ownership.NodeDecl{Node: n.Name, Capacity: capacity}); err != nil {
+			return nil, err
+		}
+	}
+	for _, h := range p.arr.Hosts() {
+		core.Step(ownership.HostDecl{Host: h.Name, Type: CoreHostType(h.Type)})
+	}
+	for _, l := range p.arr.LUNs {
+		if err := core.Step(ownership.LUNDecl{LUN: l.ID, Preferred: l.Preferred.Name, Owner: l.Owner().Name,
+			Media: l.Media, Group: l.Group}); err != nil {
+			return nil, err
+		}
+	}
+	core.Advance()
+	return &runner{p: p, core: core, tick: tick, started: p.o.Now(), wake: make(chan struct{}, 1),
+		exec: make(chan ownership.Batch, 1024), queries: make(chan func()), stop: make(chan struct{}),
+		reports: map[reportKey]ownership.ReportChange{}}, nil
+}
+
+// CoreConfig maps the config's ownership section onto the core's
+// tunables, and gives the tick.
+func CoreConfig(cfg array.Config) (ownership.Config, time.Duration) {
+	oc := ownership.DefaultConfig()
+	o := cfg.Ownership
+	tick := o.Tick
+	if tick <= 0 {
+		tick = time.Second
+	}
+	oc.TickMicros = float64(tick) / float64(time.Microsecond)
+	// Rates given per 1 s tick scale with the tick: shipping needs 10
+	// work units a second, an expansion sample 50 commands a second.
+	perSecond := tick.Seconds()
+	oc.ShipMinWork *= perSecond
+	oc.MinExpansionOps *= perSecond
+	ticks := func(d time.Duration, def int) int {
+		if d <= 0 {
+			return def
+		}
+		return max(1, int(math.Ceil(float64(d)/float64(tick))))
+	}
+	oc.FailbackWindow = ticks(o.FailbackWindow, oc.FailbackWindow)
+	oc.DiscoveryWindow = ticks(o.DiscoveryWindow, oc.DiscoveryWindow)
+	oc.Cooldown = ticks(o.Cooldown, oc.Cooldown)
+	oc.PlanInterval = ticks(o.PlanInterval, oc.PlanInterval)
+	oc.ShipWindow = ticks(o.ShipWindow, oc.ShipWindow)
+	oc.Debounce = ticks(o.AlertDelay, oc.Debounce)
+	// These default to wall time, whatever the tick: a host follows a
+	// move within its path checker's interval, not within so many ticks.
+	wall := func(d, def time.Duration) int {
+		if d <= 0 {
+			d = def
+		}
+		return ticks(d, 1)
+	}
+	// Stress must hold for three plan intervals, and a failback waits
+	// twice its window after the last move, unless configured.
+	oc.StressWindow = ticks(o.StressWindow, 3*oc.PlanInterval)
+	oc.FailbackCooldown = ticks(o.FailbackCooldown, 2*oc.FailbackWindow)
+	oc.DampWindow = wall(o.DampWindow, 30*time.Minute)
+	oc.DampClear = wall(o.DampClear, time.Hour)
+	oc.FollowWindow = wall(o.FollowWindow, 30*time.Second)
+	if o.StressFloor > 0 {
+		oc.StressFloor = o.StressFloor
+	}
+	if o.DampCount > 0 {
+		oc.DampCount = o.DampCount
+	}
+	if o.PathDegradedFactor > 0 {
+		oc.PathDegradedFactor = o.PathDegradedFactor
+	}
+	oc.Passive = cfg.ALUA == "explicit"
+	return oc, tick
+}
+
+// CoreHostType is what the core needs of a host type.
+func CoreHostType(t array.HostType) ownership.HostType {
+	return ownership.HostType{Name: t.Name, TPGS: t.TPGS, Standby: t.NonOwner == array.Standby}
+}
+
+// post queues events for the core.
+func (r *runner) post(evs ...ownership.Event) {
+	if len(evs) == 0 {
+		return
+	}
+	r.mu.Lock()
+	r.inbox = append(r.inbox, evs...)
+	r.mu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (r *runner) start() {
+	r.wg.Add(2)
+	go r.loop()
+	go r.executor()
+}
+
+func (r *runner) loop() {
+	defer r.wg.Done()
+	defer close(r.exec)
+	t := time.NewTicker(r.tick)
+	defer t.Stop()
+	for {
+		var q func()
+		select {
+		case <-r.stop:
+			return
+		case <-r.wake:
+		case q = <-r.queries:
+		case <-t.C:
+			if r.p.o.BeforeTick != nil {
+				r.p.o.BeforeTick() // this tick's I/O, then the tick
+			}
+			r.post(ownership.Tick{})
+		}
+		r.drain()
+		if q != nil {
+			// After the drain: a query sees every event posted before
+			// it was asked (a login whose response the host already has).
+			q()
+		}
+	}
+}
+
+// drain steps the core through the queued events and applies its output.
+func (r *runner) drain() {
+	r.mu.Lock()
+	evs := r.inbox
+	r.inbox = nil
+	r.mu.Unlock()
+	for _, e := range evs {
+		if err := r.core.Step(e); err != nil {
+			r.p.o.Log.Debug("ownership core refused an event", "event", e, "err", err)
+		}
+	}
+	r.apply(r.core.Ready())
+	r.core.Advance()
+}
+
+// do runs f on the core inside the loop, between two steps, and waits.
+func (r *runner) do(f func(c *ownership.Core)) error {
+	done := make(chan struct{})
+	q := func() {
+		defer close(done)
+		f(r.core)
+	}
+	select {
+	case r.queries <- q:
+	case <-r.stop:
+		return errStopped
+	}
+	select {
+	case <-done:
+		return nil
+	case <-r.stop:
+		return errStopped
+	}
+}
+
+func (r *runner) rebalance() (*ownership.RebalanceResult, []ownership.Batch, error) {
+	var res *ownership.RebalanceResult
+	var batches []ownership.Batch
+	err := r.do(func(c *ownership.Core) {
+		if err := c.Step(ownership.Rebalance{}); err != nil {
+			res = &ownership.RebalanceResult{Reason: err.Error()}
+			return
+		}
+		rd := c.Ready()
+		res, batches = rd.Rebalance, rd.Batches
+		r.apply(rd)
+		c.Advance()
+	})
+	return res, batches, err
+}
+
+// apply hands batches to the executor and publishes report changes.
+func (r *runner) apply(rd ownership.Ready) {
+	for _, batch := range rd.Batches {
+		r.exec <- batch
+	}
+	for _, rc := range rd.Reports {
+		k := reportKey{rc.Condition, rc.Host, rc.Node, rc.LUN, rc.Port}
+		r.repMu.Lock()
+		if rc.Raised {
+			r.reports[k] = rc
+		} else {
+			delete(r.reports, k)
+		}
+		r.repMu.Unlock()
+		ri := api.ReportInfo{Condition: string(rc.Condition), Raised: rc.Raised,
+			Host: rc.Host, Node: rc.Node, LUN: rc.LUN, Port: rc.Port, Cause: rc.Cause}
+		r.p.publish(api.Event{Kind: api.EventReport, Report: &ri})
+		if r.p.o.OnReport != nil {
+			r.p.o.OnReport(ri)
+		}
+		r.p.o.Log.Info("report", "change", rc.String())
+	}
+}
+
+// executor carries out batches. A batch may hold LUNs of several owners
+// (with more than two nodes); each owner's share moves as one array batch.
+func (r *runner) executor() {
+	defer r.wg.Done()
+	arr := r.p.arr
+	for batch := range r.exec {
+		if r.p.o.Hold != nil {
+			r.p.o.Hold()
+		}
+		for _, ids := range arr.ByOwner(batch.LUNs) {
+			_, err := arr.Move(ids, batch.To, array.Cause(batch.Cause))
+			// Tell the core where they are now: a rollback if the move
+			// failed; otherwise a confirmation, which corrects the core's
+			// view if it moved on while this ran (an operator's move).
+			cause := batch.Cause
+			if err != nil && !errors.Is(err, array.ErrNoChange) {
+				r.p.o.Log.Warn("ownership move failed", "luns", ids, "to", batch.To, "cause", batch.Cause, "err", err)
+				cause = ownership.CauseRollback
+			}
+			evs := make([]ownership.Event, 0, len(ids))
+			for _, id := range ids {
+				evs = append(evs, ownership.OwnerChanged{LUN: id, Owner: arr.LUN(id).Owner().Name, Cause: cause})
+			}
+			r.post(evs...)
+		}
+	}
+}
+
+// raised returns the conditions raised now.
+func (r *runner) raised() []ownership.ReportChange {
+	r.repMu.Lock()
+	defer r.repMu.Unlock()
+	out := make([]ownership.ReportChange, 0, len(r.reports))
+	for _, rc := range r.reports {
+		out = append(out, rc)
+	}
+	return out
+}
