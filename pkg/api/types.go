@@ -6,9 +6,8 @@ import (
 	"github.com/aluad/aluad/pkg/array"
 )
 
-// Event kinds: what the array learns about hosts and what it changes. This
-// feed is the ownership core's input (connectivity from login, logout and
-// rtpg; workload from io; its own decisions as alua).
+// Event kinds: what the array learns about hosts and what it changes, and
+// what its operators do.
 const (
 	EventLogin  = "login"
 	EventLogout = "logout"
@@ -24,6 +23,13 @@ const (
 	// EventPath: one interval of a nexus's exchanges as the fabric saw
 	// them (commands answered, summed exchange time): Path Degraded's input.
 	EventPath = "path"
+	// EventMapping: the LUN map changed (Reason says how, Initiator who asked).
+	EventMapping = "mapping"
+	// EventAudit: a state-changing management call (Reason: method, path,
+	// outcome; Initiator: who made it).
+	EventAudit = "audit"
+	// EventState: the state directory's saved state was rejected.
+	EventState = "state"
 )
 
 // StatusInfo is GET /v1/status: the array at a glance.

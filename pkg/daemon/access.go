@@ -13,13 +13,6 @@ import (
 // the login ACL for initiators no host declares, and the LUN map the
 // device server consults on every command.
 
-// EventMapping: the LUN map changed (Reason says how, Initiator who asked).
-const EventMapping = "mapping"
-
-// EventAudit: a state-changing management call (Reason: method, path,
-// outcome; Initiator: who made it).
-const EventAudit = "audit"
-
 // chapPolicy builds the target's CHAP policy from the config: a host's
 // own credentials, else the target-wide ones; discovery sessions only
 // when auth.discovery is set. nil when nothing asks for CHAP.
@@ -115,7 +108,7 @@ func (d *Daemon) Unmap(m array.MappingConfig, who string) (api.MappingReply, err
 func (d *Daemon) mapChanged(what, who string, changed []string) api.MappingReply {
 	aff := d.Array.Affected(changed)
 	told := d.SCSI.MapChanged(func(n scsi.Nexus) bool { return aff(n.InitiatorName) })
-	d.Events.Add(api.Event{Kind: EventMapping, Initiator: who, Reason: what})
+	d.Events.Add(api.Event{Kind: api.EventMapping, Initiator: who, Reason: what})
 	d.log.Info("lun map changed", "change", what, "by", who, "nexuses_told", told)
 	d.stateDirty()
 	if changed == nil {

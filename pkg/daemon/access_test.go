@@ -20,6 +20,7 @@ import (
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/initiator"
 	"github.com/aluad/aluad/pkg/iscsi"
+	"github.com/aluad/aluad/pkg/mgmt"
 	"github.com/aluad/aluad/pkg/scsi"
 )
 
@@ -282,7 +283,7 @@ func TestLUNMappingEndToEnd(t *testing.T) {
 	require.NoError(t, err)
 	var audits []api.Event
 	for _, e := range ev.Events {
-		if e.Kind == EventAudit {
+		if e.Kind == api.EventAudit {
 			audits = append(audits, e)
 		}
 	}
@@ -294,7 +295,7 @@ func TestLUNMappingEndToEnd(t *testing.T) {
 	require.NoError(t, err)
 	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
 	require.Len(t, lines, 4)
-	var rec AuditRecord
+	var rec mgmt.AuditRecord
 	require.NoError(t, json.Unmarshal([]byte(lines[2]), &rec))
 	require.Equal(t, "DELETE", rec.Method)
 	require.Equal(t, 200, rec.Status)

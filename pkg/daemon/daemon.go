@@ -23,6 +23,7 @@ import (
 	"github.com/aluad/aluad/pkg/fabric"
 	"github.com/aluad/aluad/pkg/iscsi"
 	"github.com/aluad/aluad/pkg/media"
+	"github.com/aluad/aluad/pkg/mgmt"
 	"github.com/aluad/aluad/pkg/scsi"
 	tcmu "github.com/aluad/aluad/tcmu-handler"
 )
@@ -46,8 +47,8 @@ type Daemon struct {
 	Events  *EventLog
 	log     *slog.Logger
 	now     func() time.Time
-	control *controlServer
-	api     *apiServer
+	control *mgmt.ControlServer
+	api     *mgmt.APIServer
 	done    chan struct{}
 	wg      sync.WaitGroup
 
@@ -66,7 +67,7 @@ type Daemon struct {
 	// state saves what survives a restart (nil: no state directory).
 	state *stateStore
 	// audit records state-changing management calls.
-	audit *auditLog
+	audit *mgmt.Audit
 }
 
 // Options tune the daemon.
@@ -187,7 +188,7 @@ func Start(cfg array.Config, opt Options) (*Daemon, error) {
 			return nil, err
 		}
 	}
-	if d.audit, err = openAudit(opt.StateDir); err != nil {
+	if d.audit, err = mgmt.OpenAudit(opt.StateDir, d.log, d.now); err != nil {
 		d.Array.Close()
 		return nil, err
 	}
@@ -236,15 +237,15 @@ func (d *Daemon) startServices(cfg array.Config, opt Options) error {
 		d.Array.Close()
 	}
 	if opt.Control != "" {
-		if d.control, err = listenControl(opt.Control, d); err != nil {
+		if d.control, err = mgmt.ListenControl(opt.Control, mgmt.Handler(d, d.audit)); err != nil {
 			closeFabric()
 			return err
 		}
 	}
 	if opt.API != "" {
-		if d.api, err = listenAPI(opt.API, opt.APIToken, d.ControlHandler()); err != nil {
+		if d.api, err = mgmt.ListenAPI(opt.API, opt.APIToken, mgmt.Handler(d, d.audit)); err != nil {
 			if d.control != nil {
-				d.control.close()
+				d.control.Close()
 			}
 			closeFabric()
 			return err
@@ -323,10 +324,10 @@ func (d *Daemon) Stop(grace time.Duration) error {
 	}
 	close(d.done)
 	if d.control != nil {
-		d.control.close()
+		d.control.Close()
 	}
 	if d.api != nil {
-		d.api.close()
+		d.api.Close()
 	}
 	d.wg.Wait()
 	d.ctl.Stop()
@@ -337,7 +338,7 @@ func (d *Daemon) Stop(grace time.Duration) error {
 	if err := d.SaveState(); err != nil {
 		d.log.Error("the state could not be saved at shutdown", "err", err)
 	}
-	d.audit.close()
+	d.audit.Close()
 	if err := d.Array.Close(); err != nil {
 		return fmt.Errorf("flushing media: %w", err)
 	}

@@ -11,9 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/initiator"
-	"github.com/stretchr/testify/require"
 )
 
 // testConfig is the default topology on ephemeral loopback ports with

@@ -337,7 +337,7 @@ func (d *Daemon) openState(dir string) error {
 	}
 	if len(problems) > 0 {
 		st.loadErr = fmt.Sprint(problems)
-		d.Events.Add(api.Event{Kind: "state", Reason: "state file rejected: " + st.loadErr})
+		d.Events.Add(api.Event{Kind: api.EventState, Reason: "state file rejected: " + st.loadErr})
 	}
 	return nil
 }

@@ -10,11 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/scsi"
 	tcmu "github.com/aluad/aluad/tcmu-handler"
-	"github.com/stretchr/testify/require"
 )
 
 // tcmuLab is a daemon on the TCMU fabric over an in-memory configfs and

@@ -36,8 +36,9 @@ var allowed = map[string][]string{
 	"pkg/array":     {"pkg/cache", "pkg/media"},
 	"pkg/arrayview": {"pkg/array", "pkg/scsi"},
 	"pkg/reports":   {"ownership"},
-	// The management surface's types and client.
-	"pkg/api": {"pkg/array", "pkg/reports"},
+	// The management surface: its types and client, and its transports.
+	"pkg/api":  {"pkg/array", "pkg/reports"},
+	"pkg/mgmt": {"pkg/api", "pkg/array", "pkg/reports"},
 	// Hosts: the Go initiator and the emulated multipath stacks.
 	"pkg/initiator": {"pkg/iscsi", "pkg/scsi"},
 	"pkg/hosts":     {"pkg/initiator", "pkg/scsi"},
@@ -46,7 +47,7 @@ var allowed = map[string][]string{
 	"pkg/control": {"ownership", "pkg/api", "pkg/array", "pkg/fabric", "pkg/scsi"},
 	// Wiring: the daemon, and the simulation (which wires the same parts
 	// without a fabric).
-	"pkg/daemon": {"ownership", "pkg/api", "pkg/array", "pkg/arrayview", "pkg/control", "pkg/fabric", "pkg/iscsi",
+	"pkg/daemon": {"ownership", "pkg/api", "pkg/array", "pkg/arrayview", "pkg/control", "pkg/fabric", "pkg/iscsi", "pkg/mgmt",
 		"pkg/media", "pkg/reports", "pkg/scsi", "tcmu-handler"},
 	"pkg/sim": {"ownership", "pkg/array", "pkg/arrayview", "pkg/media", "pkg/scsi"},
 	// Runs that start a daemon and drive hosts against it.

@@ -1,4 +1,4 @@
-package daemon
+package mgmt
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -35,23 +36,33 @@ type AuditRecord struct {
 	Status int       `json:"status"`
 }
 
-type auditLog struct {
+// Audit is the audit log (a no-op without a directory).
+type Audit struct {
 	mu   sync.Mutex
 	file *os.File
+	log  *slog.Logger
+	now  func() time.Time
 }
 
-func openAudit(dir string) (*auditLog, error) {
+// OpenAudit appends to audit.log in dir (none when dir is empty).
+func OpenAudit(dir string, log *slog.Logger, now func() time.Time) (*Audit, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	if now == nil {
+		now = time.Now
+	}
 	if dir == "" {
-		return &auditLog{}, nil
+		return &Audit{log: log, now: now}, nil
 	}
 	f, err := os.OpenFile(filepath.Join(dir, "audit.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("audit log: %w", err)
 	}
-	return &auditLog{file: f}, nil
+	return &Audit{file: f, log: log, now: now}, nil
 }
 
-func (a *auditLog) write(r AuditRecord) error {
+func (a *Audit) write(r AuditRecord) error {
 	if a == nil || a.file == nil {
 		return nil
 	}
@@ -64,7 +75,8 @@ func (a *auditLog) write(r AuditRecord) error {
 	return a.file.Sync()
 }
 
-func (a *auditLog) close() {
+// Close closes the file.
+func (a *Audit) Close() {
 	if a != nil && a.file != nil {
 		a.mu.Lock()
 		a.file.Close()
@@ -116,8 +128,9 @@ func (w *statusWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
-// audited wraps the API so that every state-changing call is recorded.
-func (d *Daemon) audited(h http.Handler) http.Handler {
+// wrap records every state-changing call to h: to the feed, the log and
+// the file.
+func (a *Audit) wrap(arr Array, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
 			h.ServeHTTP(w, r)
@@ -127,16 +140,16 @@ func (d *Daemon) audited(h http.Handler) http.Handler {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
 		h.ServeHTTP(sw, r)
-		rec := AuditRecord{Time: d.now().UTC(), Who: whoOf(r), Method: r.Method, Path: r.URL.RequestURI(),
+		rec := AuditRecord{Time: a.now().UTC(), Who: whoOf(r), Method: r.Method, Path: r.URL.RequestURI(),
 			Body: string(bytes.TrimSpace(body)), Status: sw.code}
 		if len(rec.Body) > 512 {
 			rec.Body = rec.Body[:512] + "..."
 		}
-		d.Events.Add(api.Event{Kind: EventAudit, Initiator: rec.Who,
+		arr.Publish(api.Event{Kind: api.EventAudit, Initiator: rec.Who,
 			Reason: fmt.Sprintf("%s %s %s -> %d", rec.Method, rec.Path, rec.Body, rec.Status)})
-		d.log.Info("audit", "who", rec.Who, "method", rec.Method, "path", rec.Path, "status", rec.Status)
-		if err := d.audit.write(rec); err != nil {
-			d.log.Error("audit log write failed", "err", err)
+		a.log.Info("audit", "who", rec.Who, "method", rec.Method, "path", rec.Path, "status", rec.Status)
+		if err := a.write(rec); err != nil {
+			a.log.Error("audit log write failed", "err", err)
 		}
 	})
 }
