@@ -291,7 +291,7 @@ func TestLUNMappingEndToEnd(t *testing.T) {
 	require.Contains(t, audits[0].Initiator, "api 127.0.0.1:")
 	require.Contains(t, audits[0].Reason, `POST /v1/mappings {"lun":3,"host":"web","host_lun":7} -> 200`)
 	require.Contains(t, audits[1].Reason, "-> 400")
-	raw, err := os.ReadFile(filepath.Join(d.state.dir, "audit.log"))
+	raw, err := os.ReadFile(filepath.Join(d.state.Info().Dir, "audit.log"))
 	require.NoError(t, err)
 	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
 	require.Len(t, lines, 4)

@@ -265,10 +265,8 @@ func (d *Daemon) Status() api.StatusInfo {
 	if !d.Array.LUNMap().Open() {
 		st.Access = "mapped"
 	}
-	if s := d.state; s != nil {
-		s.mu.Lock()
-		st.State = &api.StateInfo{Dir: s.dir, LoadError: s.loadErr, SaveError: s.saveErr, Saves: s.saves}
-		s.mu.Unlock()
+	if d.state != nil {
+		st.State = d.state.Info()
 	}
 	return st
 }
@@ -394,14 +392,8 @@ func (d *Daemon) SetNodeCapacity(node string, capacity float64) error {
 		return errors.New("need a known node and a positive capacity")
 	}
 	d.ctl.Post(ownership.NodeDecl{Node: node, Capacity: capacity})
-	if st := d.state; st != nil {
-		st.mu.Lock()
-		if st.capacity == nil {
-			st.capacity = map[string]float64{}
-		}
-		st.capacity[node] = capacity
-		st.mu.Unlock()
-		d.stateDirty()
+	if d.state != nil {
+		d.state.SetCapacity(node, capacity)
 	}
 	return nil
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/aluad/aluad/pkg/media"
 	"github.com/aluad/aluad/pkg/mgmt"
 	"github.com/aluad/aluad/pkg/scsi"
+	"github.com/aluad/aluad/pkg/state"
 	tcmu "github.com/aluad/aluad/tcmu-handler"
 )
 
@@ -65,7 +66,7 @@ type Daemon struct {
 	// started, unless the config turns it off) and the UAs of changes.
 	ctl *control.Path
 	// state saves what survives a restart (nil: no state directory).
-	state *stateStore
+	state *state.Store
 	// audit records state-changing management calls.
 	audit *mgmt.Audit
 }
@@ -114,7 +115,7 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 	if opt.EventCapacity <= 0 {
 		opt.EventCapacity = 16384
 	}
-	id, fresh, err := arrayID(cfg, opt.StateDir)
+	id, fresh, err := state.ArrayID(cfg, opt.StateDir)
 	if err != nil {
 		return nil, err
 	}
@@ -254,7 +255,7 @@ func (d *Daemon) startServices(cfg array.Config, opt Options) error {
 	if !cfg.Ownership.Off {
 		var decls []ownership.Event
 		if d.state != nil {
-			for n, c := range d.state.capacity {
+			for n, c := range d.state.Capacities() {
 				decls = append(decls, ownership.NodeDecl{Node: n, Capacity: c})
 			}
 		}
@@ -265,7 +266,10 @@ func (d *Daemon) startServices(cfg array.Config, opt Options) error {
 	}
 	if d.state != nil {
 		d.wg.Add(1)
-		go d.stateLoop()
+		go func() {
+			defer d.wg.Done()
+			d.state.Run(d.done, d.Snapshot)
+		}()
 		d.stateDirty()
 	}
 	if opt.StatsInterval >= 0 && !d.ctl.Running() { // the core emits them on its ticks

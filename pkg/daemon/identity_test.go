@@ -11,6 +11,7 @@ import (
 
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/initiator"
+	"github.com/aluad/aluad/pkg/state"
 )
 
 // lunIdentity builds a daemon without a network and returns LUN 0's NAA
@@ -64,7 +65,7 @@ func TestArrayIdentity(t *testing.T) {
 				require.NotEqual(t, serialA, serial)
 			}
 			if tc.state != "" {
-				_, err := os.Stat(filepath.Join(tc.state, IdentityFile))
+				_, err := os.Stat(filepath.Join(tc.state, state.IdentityFile))
 				require.Equal(t, tc.fileWant, err == nil, "array-id file")
 			}
 		})
@@ -85,15 +86,15 @@ func TestArrayIdentity(t *testing.T) {
 	n4, _, err := lunIdentity(t, nostate, "")
 	require.NoError(t, err)
 	require.Equal(t, n3, n4)
-	_, err = os.Stat(filepath.Join(nostate.Data, IdentityFile))
+	_, err = os.Stat(filepath.Join(nostate.Data, state.IdentityFile))
 	require.NoError(t, err)
 
 	// A damaged id file stops the start: a silent new id would give every
 	// LUN a new WWID under its hosts.
 	bad := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(bad, IdentityFile), []byte("not an id!\n"), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(bad, state.IdentityFile), []byte("not an id!\n"), 0o600))
 	_, _, err = lunIdentity(t, cfgFor(""), bad)
-	require.ErrorContains(t, err, IdentityFile)
+	require.ErrorContains(t, err, state.IdentityFile)
 	c := cfgFor("")
 	c.ArrayID = "has space"
 	require.Error(t, c.Validate(), "a bad array_id in the config is refused")

@@ -13,62 +13,8 @@ import (
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/media"
+	"github.com/aluad/aluad/pkg/state"
 )
-
-func TestStateEncoding(t *testing.T) {
-	s := State{Version: StateVersion, Target: "iqn.2026-11.org.aluad:array", Owners: map[string]array.SavedOwner{"0": {Node: "b", Gen: 3}},
-		Preferred: map[string]string{"0": "a"}, Mappings: []array.MappingConfig{{LUN: 0, Host: "h"}},
-		ConfigMappings: []array.MappingConfig{}, Reports: []api.ReportRecord{{ReportInfo: api.ReportInfo{Condition: "x", Raised: true}}}}
-	b, err := EncodeState(s)
-	require.NoError(t, err)
-	got, err := DecodeState(b)
-	require.NoError(t, err)
-	require.Equal(t, s, got)
-
-	tests := []struct {
-		name string
-		edit func([]byte) []byte
-		want string
-	}{
-		{"a flipped byte", func(b []byte) []byte {
-			i := len(b) / 2
-			for b[i] != '"' && i < len(b)-1 {
-				i++
-			}
-			c := append([]byte(nil), b...)
-			c[i-1] ^= 0x01
-			return c
-		}, ""},
-		{"truncated", func(b []byte) []byte { return b[:len(b)/2] }, "not a state file"},
-		{"empty", func([]byte) []byte { return nil }, "not a state file"},
-		{"another format", func([]byte) []byte { return []byte(`{"format":"x","sha256":"","payload":{}}`) }, "format"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := DecodeState(tc.edit(b))
-			require.Error(t, err)
-			require.ErrorContains(t, err, tc.want)
-		})
-	}
-}
-
-func FuzzDecodeState(f *testing.F) {
-	b, _ := EncodeState(State{Version: StateVersion, Owners: map[string]array.SavedOwner{"1": {Node: "a"}}})
-	f.Add(b)
-	f.Add([]byte(`{"format":"aluad-state","sha256":"00","payload":{"version":1}}`))
-	f.Fuzz(func(t *testing.T, in []byte) {
-		s, err := DecodeState(in)
-		if err != nil {
-			return
-		}
-		// What decodes re-encodes and decodes to the same state.
-		again, err := EncodeState(s)
-		require.NoError(t, err)
-		s2, err := DecodeState(again)
-		require.NoError(t, err)
-		require.Equal(t, s, s2)
-	})
-}
 
 // stateDaemon starts a daemon with a state directory, host h1 declared.
 func stateDaemon(t *testing.T, dataDir, stateDir string, wrap func(uint64, media.Store) media.Store) *Daemon {
@@ -82,7 +28,7 @@ func stateDaemon(t *testing.T, dataDir, stateDir string, wrap func(uint64, media
 }
 
 // comparable strips the save time.
-func comparable(s State) State {
+func comparable(s state.State) state.State {
 	s.Saved = time.Time{}
 	return s
 }
@@ -90,8 +36,8 @@ func comparable(s State) State {
 // TestStateSurvivesRestart: owners and generations, the LUN map, node
 // capacities and the report history are the same after a restart.
 func TestStateSurvivesRestart(t *testing.T) {
-	data, state := t.TempDir(), filepath.Join(t.TempDir(), "state")
-	d := stateDaemon(t, data, state, nil)
+	data, stateDir := t.TempDir(), filepath.Join(t.TempDir(), "state")
+	d := stateDaemon(t, data, stateDir, nil)
 	_, err := d.Array.Move([]uint64{0, 2}, "b", array.CauseManual)
 	require.NoError(t, err)
 	_, err = d.Array.Move([]uint64{2}, "a", array.CauseManual)
@@ -106,7 +52,7 @@ func TestStateSurvivesRestart(t *testing.T) {
 	require.Equal(t, "b", before.Owners["0"].Node)
 	require.Equal(t, uint64(2), before.Owners["2"].Gen)
 
-	d2 := stateDaemon(t, data, state, nil)
+	d2 := stateDaemon(t, data, stateDir, nil)
 	defer d2.Stop(5 * time.Second)
 	require.Equal(t, before, comparable(d2.Snapshot()))
 	require.Equal(t, "b", d2.Array.LUN(0).Owner().Name, "the array serves LUN 0 from b again")
@@ -120,10 +66,10 @@ func TestStateSurvivesRestart(t *testing.T) {
 // (as after a crash at that instant) has every LUN where it was before,
 // and a consistent map.
 func TestStateAfterCrashMidTransition(t *testing.T) {
-	data, state := t.TempDir(), filepath.Join(t.TempDir(), "state")
+	data, stateDir := t.TempDir(), filepath.Join(t.TempDir(), "state")
 	var mu sync.Mutex
 	stores := map[uint64]*faultStore{}
-	d := stateDaemon(t, data, state, func(l uint64, s media.Store) media.Store {
+	d := stateDaemon(t, data, stateDir, func(l uint64, s media.Store) media.Store {
 		fs := &faultStore{Store: s}
 		mu.Lock()
 		stores[l] = fs
@@ -151,7 +97,7 @@ func TestStateAfterCrashMidTransition(t *testing.T) {
 	crashed := filepath.Join(t.TempDir(), "state")
 	require.NoError(t, os.MkdirAll(crashed, 0o700))
 	for _, f := range []string{"state.json", "state.json.prev"} {
-		if b, err := os.ReadFile(filepath.Join(state, f)); err == nil {
+		if b, err := os.ReadFile(filepath.Join(stateDir, f)); err == nil {
 			require.NoError(t, os.WriteFile(filepath.Join(crashed, f), b, 0o600))
 		}
 	}
@@ -169,7 +115,7 @@ func TestStateAfterCrashMidTransition(t *testing.T) {
 	require.NoError(t, <-done)
 	require.NoError(t, d.Stop(5*time.Second))
 	// After the move completed and a clean stop, the file has it.
-	d3 := stateDaemon(t, data, state, nil)
+	d3 := stateDaemon(t, data, stateDir, nil)
 	defer d3.Stop(5 * time.Second)
 	require.Equal(t, "b", d3.Array.LUN(0).Owner().Name)
 }
@@ -180,8 +126,8 @@ func u64p(v uint64) *uint64 { return &v }
 // event), the previous generation is used; with both damaged the array
 // starts from the config, still saying so: never a silent reset.
 func TestCorruptState(t *testing.T) {
-	data, state := t.TempDir(), filepath.Join(t.TempDir(), "state")
-	d := stateDaemon(t, data, state, nil)
+	data, stateDir := t.TempDir(), filepath.Join(t.TempDir(), "state")
+	d := stateDaemon(t, data, stateDir, nil)
 	_, err := d.Array.Move([]uint64{0}, "b", array.CauseManual)
 	require.NoError(t, err)
 	require.NoError(t, d.SaveState())
@@ -189,31 +135,31 @@ func TestCorruptState(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, d.Stop(5*time.Second)) // state.json: 0,2 on b; .prev: 0 on b
 
-	cur := filepath.Join(state, "state.json")
+	cur := filepath.Join(stateDir, "state.json")
 	b, err := os.ReadFile(cur)
 	require.NoError(t, err)
 	pb, err := os.ReadFile(cur + ".prev")
 	require.NoError(t, err)
-	prev, err := DecodeState(pb)
+	prev, err := state.Decode(pb)
 	require.NoError(t, err)
 	b[len(b)/2] ^= 0x20
 	require.NoError(t, os.WriteFile(cur, b, 0o600))
 
-	d2 := stateDaemon(t, data, state, nil)
+	d2 := stateDaemon(t, data, stateDir, nil)
 	st := d2.Status()
 	require.Contains(t, st.State.LoadError, "state.json:")
 	require.Equal(t, prev.Owners, d2.Snapshot().Owners, "restored from the previous generation")
 	require.Equal(t, "b", d2.Array.LUN(0).Owner().Name)
 	ev, _ := d2.Events.Since(0)
 	require.Equal(t, "state", ev[0].Kind)
-	aside, _ := filepath.Glob(filepath.Join(state, "state.json.corrupt-*"))
+	aside, _ := filepath.Glob(filepath.Join(stateDir, "state.json.corrupt-*"))
 	require.Len(t, aside, 1, "the damaged file is kept for inspection")
 	require.NoError(t, d2.Stop(5*time.Second))
 
 	for _, f := range []string{"state.json", "state.json.prev"} {
-		require.NoError(t, os.WriteFile(filepath.Join(state, f), []byte("garbage"), 0o600))
+		require.NoError(t, os.WriteFile(filepath.Join(stateDir, f), []byte("garbage"), 0o600))
 	}
-	d3 := stateDaemon(t, data, state, nil)
+	d3 := stateDaemon(t, data, stateDir, nil)
 	defer d3.Stop(5 * time.Second)
 	st = d3.Status()
 	require.Contains(t, st.State.LoadError, "state.json.prev:")
@@ -223,8 +169,8 @@ func TestCorruptState(t *testing.T) {
 // TestStateConfigMappingsEdited: when the config file's mappings changed
 // since the save, the config file's win.
 func TestStateConfigMappingsEdited(t *testing.T) {
-	data, state := t.TempDir(), filepath.Join(t.TempDir(), "state")
-	d := stateDaemon(t, data, state, nil)
+	data, stateDir := t.TempDir(), filepath.Join(t.TempDir(), "state")
+	d := stateDaemon(t, data, stateDir, nil)
 	_, err := d.Map(array.MappingConfig{LUN: 3, Host: "h1"}, "test")
 	require.NoError(t, err)
 	require.NoError(t, d.Stop(5*time.Second))
@@ -233,7 +179,7 @@ func TestStateConfigMappingsEdited(t *testing.T) {
 	cfg.Hosts = []array.HostConfig{{Name: "h1", Initiators: []string{hostIQN}}, {Name: "h2", Initiators: []string{unknownIQN}}}
 	cfg.Mappings = []array.MappingConfig{{LUN: 4, Host: "h2"}}
 	require.NoError(t, cfg.Validate())
-	d2, err := Start(cfg, Options{Logger: quiet(), StatsInterval: -1, StateDir: state})
+	d2, err := Start(cfg, Options{Logger: quiet(), StatsInterval: -1, StateDir: stateDir})
 	require.NoError(t, err)
 	defer d2.Stop(5 * time.Second)
 	require.Equal(t, []array.MappingConfig{{LUN: 4, Host: "h2"}}, d2.Array.Mappings())

@@ -42,12 +42,15 @@ var allowed = map[string][]string{
 	// Hosts: the Go initiator and the emulated multipath stacks.
 	"pkg/initiator": {"pkg/iscsi", "pkg/scsi"},
 	"pkg/hosts":     {"pkg/initiator", "pkg/scsi"},
+	// What survives a restart: the array id and the state file.
+	"pkg/state": {"pkg/api", "pkg/array", "pkg/scsi"},
 	// The control path: observations in, the ownership core, its moves
 	// carried out, unit attentions and the feed out.
 	"pkg/control": {"ownership", "pkg/api", "pkg/array", "pkg/fabric", "pkg/scsi"},
 	// Wiring: the daemon, and the simulation (which wires the same parts
 	// without a fabric).
 	"pkg/daemon": {"ownership", "pkg/api", "pkg/array", "pkg/arrayview", "pkg/control", "pkg/fabric", "pkg/iscsi", "pkg/mgmt",
+		"pkg/state",
 		"pkg/media", "pkg/reports", "pkg/scsi", "tcmu-handler"},
 	"pkg/sim": {"ownership", "pkg/array", "pkg/arrayview", "pkg/media", "pkg/scsi"},
 	// Runs that start a daemon and drive hosts against it.

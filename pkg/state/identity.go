@@ -1,4 +1,4 @@
-package daemon
+package state
 
 import (
 	"crypto/rand"
@@ -23,10 +23,10 @@ import (
 // IdentityFile is the name of the array id's file in the state directory.
 const IdentityFile = "array-id"
 
-// arrayID returns the id the array serves under: the config's, else the
+// ArrayID returns the id the array serves under: the config's, else the
 // state directory's (created there at the first start), else, with no
-// state directory, the data directory's.
-func arrayID(cfg array.Config, stateDir string) (id string, fresh bool, err error) {
+// state directory, the data directory's. fresh says it was just created.
+func ArrayID(cfg array.Config, stateDir string) (id string, fresh bool, err error) {
 	if cfg.ArrayID != "" {
 		return cfg.ArrayID, false, nil
 	}
