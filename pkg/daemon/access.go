@@ -54,24 +54,6 @@ func chapPolicy(cfg array.Config) iscsi.AuthPolicy {
 	}}
 }
 
-// authMode says how a host authenticates, for views: none, chap or
-// chap-mutual (never the secrets).
-func authMode(cfg array.Config, host string) string {
-	c := cfg.Auth.CHAP
-	for _, h := range cfg.Hosts {
-		if h.Name == host && h.CHAP != nil {
-			c = h.CHAP
-		}
-	}
-	switch {
-	case c == nil:
-		return "none"
-	case c.TargetUser != "" || (cfg.Auth.CHAP != nil && cfg.Auth.CHAP.TargetUser != ""):
-		return "chap-mutual"
-	}
-	return "chap"
-}
-
 // lunMapper adapts the array's live LUN map to the device server.
 type lunMapper struct{ arr *array.Array }
 

@@ -29,8 +29,10 @@ import (
 	tcmu "github.com/aluad/aluad/tcmu-handler"
 )
 
-// Daemon is a running array with its fabric.
+// Daemon is a running array with its fabric. Its views (status, hosts,
+// paths, reports...) are the management surface's (mgmt.View).
 type Daemon struct {
+	*mgmt.View
 	Array *array.Array
 	SCSI  *scsi.Server
 	// Target is the pure-Go iSCSI target (nil with the TCMU fabric).
@@ -54,13 +56,13 @@ type Daemon struct {
 	wg      sync.WaitGroup
 
 	ioMu     sync.Mutex
-	ioPrev   map[ioKey]scsi.NexusIO
+	ioPrev   map[mgmt.IOKey]scsi.NexusIO
 	pathPrev map[scsi.Nexus]fabric.PathStat
 	ioLast   time.Time
 	// lastIO is the latest interval of every (nexus, LUN) that did I/O in
 	// it (the paths view's current rates).
-	lastIO  map[ioKey]*api.IOInterval
-	metrics *metrics
+	lastIO  map[mgmt.IOKey]*api.IOInterval
+	metrics *mgmt.Metrics
 
 	// ctl is the control path: the observers, the ownership core (once
 	// started, unless the config turns it off) and the UAs of changes.
@@ -143,21 +145,36 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 		}
 	}
 	d := &Daemon{Array: arr, SCSI: srv, log: opt.Logger, now: opt.Now, done: make(chan struct{}),
-		ioPrev: map[ioKey]scsi.NexusIO{}, pathPrev: map[scsi.Nexus]fabric.PathStat{}, ioLast: opt.Now(),
-		lastIO: map[ioKey]*api.IOInterval{}}
-	d.metrics = newMetrics(d)
+		ioPrev: map[mgmt.IOKey]scsi.NexusIO{}, pathPrev: map[scsi.Nexus]fabric.PathStat{}, ioLast: opt.Now(),
+		lastIO: map[mgmt.IOKey]*api.IOInterval{}}
 	d.Events = NewEventLog(opt.EventCapacity, opt.Now, opt.OnEvent)
+	d.View = &mgmt.View{Array: arr, SCSI: srv, Now: opt.Now, Events: d.Events.Since, Portals: d.Portals,
+		FrontEnd: func() mgmt.FrontEnd {
+			if d.fabric == nil {
+				return nil
+			}
+			return d.fabric
+		},
+		LastIO: d.copyLastIO,
+		State: func() *api.StateInfo {
+			if d.state == nil {
+				return nil
+			}
+			return d.state.Info()
+		}}
+	d.metrics = mgmt.NewMetrics(d.View)
+	d.View.Metrics = d.metrics
 	srv.SetALUA(arrayview.View{Arr: arr, Srv: srv, HostBlind: fabricOf(cfg).hostBlind})
 	// Saved before the command's GOOD: a restart right after it keeps
 	// what the host was told is saved.
 	srv.SetOnPersist(func(uint64) { d.SaveState() })
 	srv.SetLUNMapper(lunMapper{arr})
 	d.ctl = control.New(control.Options{Array: arr, SCSI: srv, Log: opt.Logger, Now: opt.Now,
-		Publish: d.Events.Add, OnUA: d.metrics.unitAttention,
+		Publish: d.Events.Add, OnUA: d.metrics.UnitAttention,
 		OnReport: func(ri api.ReportInfo) {
 			d.recordReport(ri)
 			if ri.Raised {
-				d.metrics.reportRaised(ri.Condition)
+				d.metrics.ReportRaised(ri.Condition)
 			}
 		},
 		OnChange: func(c array.Change) {
@@ -165,7 +182,7 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 			if h := d.aluaHook.Load(); h != nil {
 				h.fn(c.LUNs)
 			}
-			d.metrics.change(c)
+			d.metrics.Change(c)
 			d.log.Info("alua change", "luns", c.LUNs, "from", c.From, "to", c.To, "cause", c.Cause,
 				"stop", c.Stop, "failed", c.Failed)
 		},
@@ -174,6 +191,7 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 			d.faultMu.RLock()
 			d.faultMu.RUnlock()
 		}})
+	d.View.Control = d.ctl
 	return d, nil
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/fabric"
+	"github.com/aluad/aluad/pkg/mgmt"
 	"github.com/aluad/aluad/pkg/scsi"
 )
 
@@ -69,14 +70,10 @@ func (d *Daemon) EmitIOStats() {
 	d.ioLast = now
 	cur := d.SCSI.IOStats()
 	m := d.metrics
-	m.mu.Lock()
-	defer func() {
-		m.endInterval(d.Array.Ports, now, interval)
-		m.mu.Unlock()
-	}()
+	defer m.EndInterval(d.Array.Ports, now, interval)
 	clear(d.lastIO)
 	for _, s := range cur {
-		k := ioKey{s.Nexus, s.LUN}
+		k := mgmt.IOKey{Nexus: s.Nexus, LUN: s.LUN}
 		p := d.ioPrev[k]
 		d.ioPrev[k] = s
 		if s.Gone {
@@ -90,7 +87,7 @@ func (d *Daemon) EmitIOStats() {
 		if iv.Reads+iv.Writes+iv.Other == 0 {
 			continue
 		}
-		m.addIO(s.Nexus.TargetPort, iv)
+		m.AddIO(s.Nexus.TargetPort, iv)
 		d.lastIO[k] = iv
 		if s.Nexus.InitiatorName == "" {
 			continue // counted on its port; no host to credit (TCMU, shared port)
@@ -113,7 +110,7 @@ func (d *Daemon) EmitIOStats() {
 			continue
 		}
 		pi := &api.PathInterval{Interval: interval, Exchanges: n, Exchange: ps.Exchange - p.Exchange}
-		m.addPath(ps.Nexus.TargetPort, pi)
+		m.AddPath(ps.Nexus.TargetPort, pi)
 		d.ctl.Exchanges(ps.Nexus, pi)
 	}
 	for k := range d.pathPrev {
@@ -123,7 +120,13 @@ func (d *Daemon) EmitIOStats() {
 	}
 }
 
-type ioKey struct {
-	n   scsi.Nexus
-	lun uint64
+// copyLastIO is the latest interval of every (nexus, LUN), copied.
+func (d *Daemon) copyLastIO() map[mgmt.IOKey]api.IOInterval {
+	d.ioMu.Lock()
+	defer d.ioMu.Unlock()
+	out := make(map[mgmt.IOKey]api.IOInterval, len(d.lastIO))
+	for k, iv := range d.lastIO {
+		out[k] = *iv
+	}
+	return out
 }

@@ -10,22 +10,6 @@ import (
 	"github.com/aluad/aluad/pkg/mgmt"
 )
 
-// Connectivity reports the host x node matrix.
-func (d *Daemon) Connectivity() api.Connectivity {
-	c := api.Connectivity{Hosts: []api.ConnectivityRow{}}
-	for _, n := range d.Array.Nodes {
-		c.Nodes = append(c.Nodes, n.Name)
-	}
-	for _, h := range d.Hosts() {
-		row := api.ConnectivityRow{Host: h.Name, Declared: h.Declared, Type: h.Type}
-		for _, n := range c.Nodes {
-			row.Cells = append(row.Cells, h.Nodes[n])
-		}
-		c.Hosts = append(c.Hosts, row)
-	}
-	return c
-}
-
 // APIAddr is the bound address of the management API ("" when none).
 func (d *Daemon) APIAddr() string {
 	if d.api == nil {
@@ -57,7 +41,7 @@ func (d *Daemon) EventsSince(seq uint64) ([]api.Event, uint64) { return d.Events
 func (d *Daemon) Publish(e api.Event) { d.Events.Add(e) }
 
 // Gatherer is the daemon's metrics registry.
-func (d *Daemon) Gatherer() prometheus.Gatherer { return d.metrics.reg }
+func (d *Daemon) Gatherer() prometheus.Gatherer { return d.metrics.Gatherer() }
 
 // Done is closed when the daemon stops.
 func (d *Daemon) Done() <-chan struct{} { return d.done }

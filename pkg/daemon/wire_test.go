@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/aluad/aluad/ownership"
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/fabric"
@@ -313,16 +314,13 @@ func TestRestartBringsPortsBack(t *testing.T) {
 	require.NoError(t, err, "a0 serves after the restart")
 	defer s.Close()
 	require.Eventually(t, func() bool {
-		v := d.view()
-		if v == nil {
-			return false
-		}
-		for k, ps := range v.paths {
-			if k.port == p.RelativeID && ps.Up {
-				return true
+		up := false
+		d.ctl.Do(func(c *ownership.Core) {
+			for _, ps := range c.PathStates() {
+				up = up || ps.Nexus.Port == p.RelativeID && ps.Up
 			}
-		}
-		return false
+		})
+		return up
 	}, 5*time.Second, 10*time.Millisecond, "the core counts the path through a0 as up")
 }
 

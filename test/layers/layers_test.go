@@ -38,7 +38,7 @@ var allowed = map[string][]string{
 	"pkg/reports":   {"ownership"},
 	// The management surface: its types and client, and its transports.
 	"pkg/api":  {"pkg/array", "pkg/reports"},
-	"pkg/mgmt": {"pkg/api", "pkg/array", "pkg/reports"},
+	"pkg/mgmt": {"ownership", "pkg/api", "pkg/array", "pkg/control", "pkg/fabric", "pkg/reports", "pkg/scsi"},
 	// Hosts: the Go initiator and the emulated multipath stacks.
 	"pkg/initiator": {"pkg/iscsi", "pkg/scsi"},
 	"pkg/hosts":     {"pkg/initiator", "pkg/scsi"},

@@ -1,4 +1,4 @@
-package daemon
+package mgmt
 
 import (
 	"io"
@@ -22,7 +22,7 @@ import (
 // per-port counters are folded in from the per-nexus counters every stats
 // interval by EmitIOStats (so they lag by at most one interval, and
 // survive the nexuses that end).
-type metrics struct {
+type Metrics struct {
 	reg *prometheus.Registry
 	// moves: LUNs moved, by cause; batches and failed batches by cause.
 	moves, batches, failed *prometheus.CounterVec
@@ -53,9 +53,10 @@ const historyLen = 300
 // stopBuckets are the upper bounds (seconds) of the stop-time histogram.
 var stopBuckets = []float64{0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 
-// newMetrics registers the counters and the scrape-time collector of d.
-func newMetrics(d *Daemon) *metrics {
-	m := &metrics{reg: prometheus.NewRegistry(), ports: map[uint16]*portCounters{}}
+// NewMetrics registers the counters and the scrape-time collector of v
+// (which the views then read the latency history from).
+func NewMetrics(v *View) *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry(), ports: map[uint16]*portCounters{}}
 	counter := func(name, help, label string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{label})
 	}
@@ -66,11 +67,12 @@ func newMetrics(d *Daemon) *metrics {
 		Help: "How long I/O to a moving batch was held, by cause.", Buckets: stopBuckets}, []string{"cause"})
 	m.ua = counter("aluad_unit_attentions_total", "Unit attentions reported to initiators, by ASC/ASCQ.", "asc_ascq")
 	m.raised = counter("aluad_reports_raised_total", "Report conditions raised, by condition.", "condition")
-	m.reg.MustRegister(m.moves, m.batches, m.failed, m.stop, m.ua, m.raised, stateCollector{d})
+	m.reg.MustRegister(m.moves, m.batches, m.failed, m.stop, m.ua, m.raised, stateCollector{v})
 	return m
 }
 
-func (m *metrics) change(c array.Change) {
+// Change counts an ownership change.
+func (m *Metrics) Change(c array.Change) {
 	cause := string(c.Cause)
 	m.batches.WithLabelValues(cause).Inc()
 	if c.Failed {
@@ -81,12 +83,14 @@ func (m *metrics) change(c array.Change) {
 	m.stop.WithLabelValues(cause).Observe(c.Stop.Seconds())
 }
 
-func (m *metrics) unitAttention(reason string) { m.ua.WithLabelValues(reason).Inc() }
+// UnitAttention counts a unit attention reported to a host.
+func (m *Metrics) UnitAttention(reason string) { m.ua.WithLabelValues(reason).Inc() }
 
-func (m *metrics) reportRaised(cond string) { m.raised.WithLabelValues(cond).Inc() }
+// ReportRaised counts a report condition raised.
+func (m *Metrics) ReportRaised(cond string) { m.raised.WithLabelValues(cond).Inc() }
 
 // port returns a port's counters (caller holds m.mu).
-func (m *metrics) port(id uint16) *portCounters {
+func (m *Metrics) port(id uint16) *portCounters {
 	p := m.ports[id]
 	if p == nil {
 		p = &portCounters{}
@@ -95,8 +99,10 @@ func (m *metrics) port(id uint16) *portCounters {
 	return p
 }
 
-// addIO folds one nexus interval into its port (caller holds m.mu).
-func (m *metrics) addIO(port uint16, iv *api.IOInterval) {
+// AddIO folds one nexus interval into its port.
+func (m *Metrics) AddIO(port uint16, iv *api.IOInterval) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	p := m.port(port)
 	ops := iv.Reads + iv.Writes + iv.Other
 	p.Commands += ops
@@ -110,8 +116,10 @@ func (m *metrics) addIO(port uint16, iv *api.IOInterval) {
 	p.pendBytes += iv.BytesRead + iv.BytesWritten
 }
 
-// addPath folds one nexus's exchanges into its port (caller holds m.mu).
-func (m *metrics) addPath(port uint16, pi *api.PathInterval) {
+// AddPath folds one nexus's exchanges into its port.
+func (m *Metrics) AddPath(port uint16, pi *api.PathInterval) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	p := m.port(port)
 	p.Exchanges += pi.Exchanges
 	p.Exchange += pi.Exchange
@@ -119,8 +127,11 @@ func (m *metrics) addPath(port uint16, pi *api.PathInterval) {
 	p.pendExchTime += pi.Exchange
 }
 
-// endInterval closes one stats interval on every port (caller holds m.mu).
-func (m *metrics) endInterval(ports []*array.Port, now time.Time, iv time.Duration) {
+// EndInterval closes one stats interval on every port (the latency
+// history's sample).
+func (m *Metrics) EndInterval(ports []*array.Port, now time.Time, iv time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	secs := iv.Seconds()
 	if secs <= 0 {
 		return
@@ -140,9 +151,12 @@ func (m *metrics) endInterval(ports []*array.Port, now time.Time, iv time.Durati
 	}
 }
 
-// WriteMetrics writes every metric in the Prometheus text format.
-func (d *Daemon) WriteMetrics(w io.Writer) error {
-	fams, err := d.metrics.reg.Gather()
+// Gatherer is the registry, for /metrics.
+func (m *Metrics) Gatherer() prometheus.Gatherer { return m.reg }
+
+// Write writes every metric in the Prometheus text format.
+func (m *Metrics) Write(w io.Writer) error {
+	fams, err := m.reg.Gather()
 	if err != nil {
 		return err
 	}
@@ -157,7 +171,7 @@ func (d *Daemon) WriteMetrics(w io.Writer) error {
 
 // stateCollector reads the array's state and the per-port counters at
 // scrape time.
-type stateCollector struct{ d *Daemon }
+type stateCollector struct{ v *View }
 
 func desc(name, help string, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc(name, help, labels, nil)
@@ -202,7 +216,7 @@ func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
-	d, arr := c.d, c.d.Array
+	v, arr := c.v, c.v.Array
 	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
 	}
@@ -210,13 +224,9 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descNodeUp, b2f(n.Up()), n.Name)
 	}
 	for _, pt := range arr.Ports {
-		up := pt.Node.Up() && (d.fabric == nil || d.fabric.PortUp(pt.RelativeID))
-		gauge(descPortUp, b2f(up), pt.Node.Name, pt.Name)
+		gauge(descPortUp, b2f(v.portUp(pt)), pt.Node.Name, pt.Name)
 	}
-	sessions := 0
-	if d.fabric != nil {
-		sessions = len(d.fabric.PathStats())
-	}
+	sessions := len(v.sessions())
 	gauge(descSessions, float64(sessions))
 	for _, l := range arr.LUNs {
 		own, lun := l.Owner(), strconv.FormatUint(l.ID, 10)
@@ -225,7 +235,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(descOnPreferred, b2f(own == l.Preferred), lun)
 	}
-	m := d.metrics
+	m := v.Metrics
 	m.mu.Lock()
 	rows := make([]portCounters, len(arr.Ports))
 	for i, pt := range arr.Ports {
@@ -237,7 +247,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(f.d, prometheus.CounterValue, f.v(&rows[i]), pt.Node.Name, pt.Name)
 		}
 	}
-	if rs, err := d.Reports(); err == nil {
+	if rs, err := v.Reports(); err == nil {
 		count := map[string]int{}
 		for _, r := range rs {
 			count[string(r.Condition)]++
