@@ -524,6 +524,14 @@ func (f *Frontend) SetPortUp(port uint16, up bool) {
 var ErrNoWireModes = errors.New("the tcmu fabric can only disable a port's TPG (LIO closes its sessions); " +
 	"a silent or reset port needs the lab network (drop the node's addresses)")
 
+// Supports says whether SetPortMode can put a port in m.
+func (f *Frontend) Supports(m fabric.PortMode) error {
+	if m == fabric.PortUp || m == fabric.PortDown {
+		return nil
+	}
+	return ErrNoWireModes
+}
+
 // SetPortMode supports PortUp and PortDown (the TPG switch).
 func (f *Frontend) SetPortMode(port uint16, m fabric.PortMode) error {
 	switch m {

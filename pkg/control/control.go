@@ -43,9 +43,6 @@ type Options struct {
 	// BeforeTick runs on each of the core's ticks before the core hears
 	// the tick (the daemon folds this interval's I/O in through IO).
 	BeforeTick func()
-	// Hold runs before each batch the core decided is carried out, and
-	// may block (the daemon holds batches while it injects a fault).
-	Hold func()
 }
 
 // Path is the control path. It observes from the start (New); the core
@@ -54,6 +51,11 @@ type Path struct {
 	o    Options
 	arr  *array.Array
 	core atomic.Pointer[runner]
+	// faultMu: Inject holds it; the core's executor waits on it before
+	// each batch, so no batch starts while a node fails (a failover
+	// decided from the node's loss must find it failed in the array, not
+	// flush its cache as a planned move would).
+	faultMu sync.RWMutex
 }
 
 // New builds the control path and attaches it to the device server (as
@@ -536,9 +538,9 @@ func (r *runner) executor() {
 	defer r.wg.Done()
 	arr := r.p.arr
 	for batch := range r.exec {
-		if r.p.o.Hold != nil {
-			r.p.o.Hold()
-		}
+		// Not while a fault is being injected (Inject).
+		r.p.faultMu.RLock()
+		r.p.faultMu.RUnlock()
 		for _, ids := range arr.ByOwner(batch.LUNs) {
 			_, err := arr.Move(ids, batch.To, array.Cause(batch.Cause))
 			// Tell the core where they are now: a rollback if the move

@@ -40,10 +40,7 @@ type Daemon struct {
 	// TCMU is the LIO/TCMU front end (nil with the pure-Go target).
 	TCMU *tcmu.Frontend
 	// fabric is whichever of the two runs.
-	fabric Fabric
-	// faultMu: Inject holds it; the core's executor waits on it before
-	// each batch.
-	faultMu  sync.RWMutex
+	fabric   Fabric
 	aluaHook atomic.Pointer[aluaHook]
 	// Events is the feed of logins, logouts, RTPGs, I/O intervals and
 	// ALUA changes.
@@ -186,11 +183,7 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 			d.log.Info("alua change", "luns", c.LUNs, "from", c.From, "to", c.To, "cause", c.Cause,
 				"stop", c.Stop, "failed", c.Failed)
 		},
-		BeforeTick: d.EmitIOStats,
-		Hold: func() { // not while a fault is being injected (Inject)
-			d.faultMu.RLock()
-			d.faultMu.RUnlock()
-		}})
+		BeforeTick: d.EmitIOStats})
 	d.View.Control = d.ctl
 	return d, nil
 }

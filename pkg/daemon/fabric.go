@@ -20,6 +20,8 @@ type Fabric interface {
 	// SetPortMode puts a port in a wire mode (fabric.PortMode); a fabric
 	// that cannot do a mode says so.
 	SetPortMode(port uint16, m fabric.PortMode) error
+	// Supports says whether SetPortMode can put a port in m.
+	Supports(m fabric.PortMode) error
 	SetPathUp(initiator string, port uint16, up bool) error
 	SetPathDelay(initiator string, port uint16, d time.Duration) error
 	// ClearPathFaults restores cut paths and removes delays.
@@ -56,6 +58,9 @@ func fabricOf(cfg array.Config) fabricKind {
 
 // iscsiFabric adapts the pure-Go target, whose path faults cannot fail.
 type iscsiFabric struct{ *iscsi.Target }
+
+// Supports: the pure-Go target has every wire mode.
+func (iscsiFabric) Supports(fabric.PortMode) error { return nil }
 
 func (f iscsiFabric) SetPathUp(initiator string, port uint16, up bool) error {
 	f.Target.SetPathUp(initiator, port, up)
