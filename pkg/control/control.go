@@ -40,9 +40,10 @@ type Options struct {
 	OnUA func(reason string)
 	// OnReport is told each report condition the core raises or clears.
 	OnReport func(api.ReportInfo)
-	// BeforeTick runs on each of the core's ticks before the core hears
-	// the tick (the daemon folds this interval's I/O in through IO).
-	BeforeTick func()
+	// FrontEnd is the running front end's counters (nil before it
+	// starts), and Metrics takes the folded intervals (FoldStats).
+	FrontEnd func() Stats
+	Metrics  Metrics
 }
 
 // Path is the control path. It observes from the start (New); the core
@@ -56,6 +57,7 @@ type Path struct {
 	// decided from the node's loss must find it failed in the array, not
 	// flush its cache as a planned move would).
 	faultMu sync.RWMutex
+	stats
 }
 
 // New builds the control path and attaches it to the device server (as
@@ -67,7 +69,8 @@ func New(o Options) *Path {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	p := &Path{o: o, arr: o.Array}
+	p := &Path{o: o, arr: o.Array, stats: stats{ioPrev: map[IOKey]scsi.NexusIO{},
+		pathPrev: map[scsi.Nexus]fabric.PathStat{}, ioLast: o.Now(), lastIO: map[IOKey]*api.IOInterval{}}}
 	o.SCSI.SetObserver(p)
 	o.Array.OnChange(p.changed)
 	return p
@@ -443,9 +446,7 @@ func (r *runner) loop() {
 		case <-r.wake:
 		case q = <-r.queries:
 		case <-t.C:
-			if r.p.o.BeforeTick != nil {
-				r.p.o.BeforeTick() // this tick's I/O, then the tick
-			}
+			r.p.FoldStats() // this tick's I/O, then the tick
 			r.post(ownership.Tick{})
 		}
 		r.drain()

@@ -44,7 +44,7 @@ type Daemon struct {
 	aluaHook atomic.Pointer[aluaHook]
 	// Events is the feed of logins, logouts, RTPGs, I/O intervals and
 	// ALUA changes.
-	Events  *EventLog
+	Events  *api.EventLog
 	log     *slog.Logger
 	now     func() time.Time
 	control *mgmt.ControlServer
@@ -52,13 +52,6 @@ type Daemon struct {
 	done    chan struct{}
 	wg      sync.WaitGroup
 
-	ioMu     sync.Mutex
-	ioPrev   map[mgmt.IOKey]scsi.NexusIO
-	pathPrev map[scsi.Nexus]fabric.PathStat
-	ioLast   time.Time
-	// lastIO is the latest interval of every (nexus, LUN) that did I/O in
-	// it (the paths view's current rates).
-	lastIO  map[mgmt.IOKey]*api.IOInterval
 	metrics *mgmt.Metrics
 
 	// ctl is the control path: the observers, the ownership core (once
@@ -141,10 +134,8 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 			return nil, err
 		}
 	}
-	d := &Daemon{Array: arr, SCSI: srv, log: opt.Logger, now: opt.Now, done: make(chan struct{}),
-		ioPrev: map[mgmt.IOKey]scsi.NexusIO{}, pathPrev: map[scsi.Nexus]fabric.PathStat{}, ioLast: opt.Now(),
-		lastIO: map[mgmt.IOKey]*api.IOInterval{}}
-	d.Events = NewEventLog(opt.EventCapacity, opt.Now, opt.OnEvent)
+	d := &Daemon{Array: arr, SCSI: srv, log: opt.Logger, now: opt.Now, done: make(chan struct{})}
+	d.Events = api.NewEventLog(opt.EventCapacity, opt.Now, opt.OnEvent)
 	d.View = &mgmt.View{Array: arr, SCSI: srv, Now: opt.Now, Events: d.Events.Since, Portals: d.Portals,
 		FrontEnd: func() mgmt.FrontEnd {
 			if d.fabric == nil {
@@ -152,7 +143,6 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 			}
 			return d.fabric
 		},
-		LastIO: d.copyLastIO,
 		State: func() *api.StateInfo {
 			if d.state == nil {
 				return nil
@@ -183,7 +173,13 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 			d.log.Info("alua change", "luns", c.LUNs, "from", c.From, "to", c.To, "cause", c.Cause,
 				"stop", c.Stop, "failed", c.Failed)
 		},
-		BeforeTick: d.EmitIOStats})
+		Metrics: d.metrics,
+		FrontEnd: func() control.Stats {
+			if d.fabric == nil {
+				return nil
+			}
+			return d.fabric
+		}})
 	d.View.Control = d.ctl
 	return d, nil
 }
@@ -303,7 +299,7 @@ func (d *Daemon) statsLoop(iv time.Duration) {
 		case <-d.done:
 			return
 		case <-t.C:
-			d.EmitIOStats()
+			d.ctl.FoldStats()
 		}
 	}
 }
@@ -362,3 +358,7 @@ func (d *Daemon) Stop(grace time.Duration) error {
 	}
 	return nil
 }
+
+// EmitIOStats folds this interval's I/O now (the core's ticks and the
+// stats interval do it by themselves).
+func (d *Daemon) EmitIOStats() { d.ctl.FoldStats() }

@@ -28,9 +28,6 @@ type View struct {
 	Portals func() []api.PortalInfo
 	// Events is the feed after seq, and how many it no longer holds.
 	Events func(seq uint64) ([]api.Event, uint64)
-	// LastIO is the latest interval of every (nexus, LUN) that did I/O
-	// in it (the paths view's current rates).
-	LastIO func() map[IOKey]api.IOInterval
 	// State is the state directory's health (nil: none kept).
 	State   func() *api.StateInfo
 	Metrics *Metrics
@@ -41,12 +38,6 @@ type View struct {
 type FrontEnd interface {
 	PathStats() []fabric.PathStat
 	PortUp(port uint16) bool
-}
-
-// IOKey names one nexus's I/O to one LUN.
-type IOKey struct {
-	Nexus scsi.Nexus
-	LUN   uint64
 }
 
 // The management API's views: what an admin asks an array (status, nodes
@@ -333,7 +324,7 @@ func (vw *View) Paths() []api.PathInfo {
 		a.busy += s.Busy
 		a.luns[s.LUN] = &api.PathLUN{LUN: s.LUN, AvgMBps: float64(s.BytesRead + s.BytesWritten)}
 	}
-	last := vw.LastIO()
+	last := vw.Control.LastIO()
 	now := vw.Now()
 	var out []api.PathInfo
 	for _, s := range sess {
@@ -367,7 +358,7 @@ func (vw *View) Paths() []api.PathInfo {
 			if a != nil && a.luns[l.ID] != nil && age > 0 {
 				pl.AvgMBps = a.luns[l.ID].AvgMBps / age / 1e6
 			}
-			if iv, ok := last[IOKey{n, l.ID}]; ok && iv.Interval > 0 {
+			if iv, ok := last[control.IOKey{Nexus: n, LUN: l.ID}]; ok && iv.Interval > 0 {
 				pl.InUse = iv.Reads+iv.Writes > 0
 				pl.MBps = float64(iv.BytesRead+iv.BytesWritten) / iv.Interval.Seconds() / 1e6
 				pi.MBps += pl.MBps

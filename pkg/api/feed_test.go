@@ -1,19 +1,17 @@
-package daemon
+package api
 
 import (
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/aluad/aluad/pkg/api"
 )
 
 func TestEventLogRing(t *testing.T) {
 	var consumed []uint64
-	l := NewEventLog(4, func() time.Time { return time.Unix(0, 0) }, func(e api.Event) { consumed = append(consumed, e.Seq) })
+	l := NewEventLog(4, func() time.Time { return time.Unix(0, 0) }, func(e Event) { consumed = append(consumed, e.Seq) })
 	for i := 0; i < 6; i++ {
-		l.Add(api.Event{Kind: api.EventLogin})
+		l.Add(Event{Kind: EventLogin})
 	}
 	tests := []struct {
 		since     uint64
