@@ -36,9 +36,8 @@ var allowed = map[string][]string{
 	"pkg/array":     {"pkg/cache", "pkg/media"},
 	"pkg/arrayview": {"pkg/array", "pkg/scsi"},
 	"pkg/reports":   {"ownership"},
-	// The management surface: its types and client, and its transports.
-	"pkg/api":  {"pkg/array", "pkg/reports"},
-	"pkg/mgmt": {"ownership", "pkg/api", "pkg/array", "pkg/control", "pkg/fabric", "pkg/reports", "pkg/scsi"},
+	// The management surface's types, client and feed.
+	"pkg/api": {"pkg/array", "pkg/reports"},
 	// Hosts: the Go initiator and the emulated multipath stacks.
 	"pkg/initiator": {"pkg/iscsi", "pkg/scsi"},
 	"pkg/hosts":     {"pkg/initiator", "pkg/scsi"},
@@ -47,11 +46,12 @@ var allowed = map[string][]string{
 	// The control path: observations in, the ownership core, its moves
 	// carried out, unit attentions and the feed out.
 	"pkg/control": {"ownership", "pkg/api", "pkg/array", "pkg/fabric", "pkg/scsi"},
+	// The management surface: views, handlers, transports, metrics.
+	"pkg/mgmt": {"ownership", "pkg/api", "pkg/array", "pkg/control", "pkg/fabric", "pkg/reports", "pkg/scsi"},
 	// Wiring: the daemon, and the simulation (which wires the same parts
 	// without a fabric).
-	"pkg/daemon": {"ownership", "pkg/api", "pkg/array", "pkg/arrayview", "pkg/control", "pkg/fabric", "pkg/iscsi", "pkg/mgmt",
-		"pkg/state",
-		"pkg/media", "pkg/reports", "pkg/scsi", "tcmu-handler"},
+	"pkg/daemon": {"ownership", "pkg/api", "pkg/array", "pkg/arrayview", "pkg/control", "pkg/fabric", "pkg/iscsi",
+		"pkg/media", "pkg/mgmt", "pkg/scsi", "pkg/state", "tcmu-handler"},
 	"pkg/sim": {"ownership", "pkg/array", "pkg/arrayview", "pkg/media", "pkg/scsi"},
 	// Runs that start a daemon and drive hosts against it.
 	"pkg/lab":    {"pkg/api", "pkg/array", "pkg/daemon", "pkg/hosts", "pkg/initiator"},
