@@ -102,10 +102,7 @@ func Handler(a Array, audit *Audit) http.Handler {
 	mux.HandleFunc("POST /v1/luns/{id}/move", func(w http.ResponseWriter, r *http.Request) { handleMove(a, w, r) })
 	mux.HandleFunc("PUT /v1/nodes/{name}/capacity", func(w http.ResponseWriter, r *http.Request) {
 		var req api.CapacityRequest
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			writeError(w, http.StatusBadRequest, "body: "+err.Error())
+		if !decodeBody(w, r, &req) {
 			return
 		}
 		if err := a.SetNodeCapacity(r.PathValue("name"), req.Capacity); err != nil {
@@ -163,10 +160,7 @@ func Handler(a Array, audit *Audit) http.Handler {
 	})
 	mux.HandleFunc("POST /v1/reports/clear", func(w http.ResponseWriter, r *http.Request) {
 		var req api.ClearRequest
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			writeError(w, http.StatusBadRequest, "body: "+err.Error())
+		if !decodeBody(w, r, &req) {
 			return
 		}
 		if err := a.ClearReport(req); err != nil {
@@ -186,10 +180,7 @@ func Handler(a Array, audit *Audit) http.Handler {
 	})
 	mux.HandleFunc("POST /v1/faults", func(w http.ResponseWriter, r *http.Request) {
 		var f api.Fault
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&f); err != nil {
-			writeError(w, http.StatusBadRequest, "body: "+err.Error())
+		if !decodeBody(w, r, &f) {
 			return
 		}
 		res, err := a.Inject(f)
@@ -217,10 +208,7 @@ func Handler(a Array, audit *Audit) http.Handler {
 	})
 	mux.HandleFunc("POST /v1/mappings", func(w http.ResponseWriter, r *http.Request) {
 		var m array.MappingConfig
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&m); err != nil {
-			writeError(w, http.StatusBadRequest, "body: "+err.Error())
+		if !decodeBody(w, r, &m) {
 			return
 		}
 		res, err := a.Map(m, whoOf(r))
@@ -258,10 +246,7 @@ func handleMove(a Array, w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req api.MoveRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, "body: "+err.Error())
+	if !decodeBody(w, r, &req) {
 		return
 	}
 	c, err := a.Move(id, req.To)
@@ -279,6 +264,18 @@ func handleMove(a Array, w http.ResponseWriter, r *http.Request) {
 	default:
 		writeJSON(w, http.StatusOK, api.NewChangeInfo(c))
 	}
+}
+
+// decodeBody reads a small JSON body into v, refusing unknown fields; a
+// bad body is answered 400 and false returned.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		writeError(w, http.StatusBadRequest, "body: "+err.Error())
+		return false
+	}
+	return true
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
