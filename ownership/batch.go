@@ -1,6 +1,10 @@
 package ownership
 
-import "sort"
+import (
+	"sort"
+
+	"github.com/aluad/aluad/pkg/alua"
+)
 
 // The batcher (reference 002 "I/O Latency Spikes"): the moves of one
 // decision are grouped by destination and LUN class (media type and drive
@@ -8,7 +12,7 @@ import "sort"
 // of that class, and split so that no batch's expected stop exceeds the
 // stop budget. Failovers go first.
 
-var causeOrder = map[Cause]int{CauseFailover: 0, CauseFailback: 1, CauseShipping: 2, CauseBalance: 3}
+var causeOrder = map[alua.Cause]int{alua.CauseFailover: 0, alua.CauseFailback: 1, alua.CauseShipping: 2, alua.CauseBalance: 3}
 
 // emit records the moves as decided (the core's view of owners changes
 // at once) and appends them to Ready as batches.
@@ -17,7 +21,7 @@ func (c *Core) emit(moves []move) {
 		return
 	}
 	type key struct {
-		cause     Cause
+		cause     alua.Cause
 		to, class string
 	}
 	groups := map[key][]*lun{}

@@ -3,6 +3,8 @@ package ownership
 import (
 	"fmt"
 	"sort"
+
+	"github.com/aluad/aluad/pkg/alua"
 )
 
 // Core is the ownership state machine. It is not safe for concurrent use:
@@ -94,7 +96,7 @@ type lun struct {
 	// lastMove is the tick of the last ownership change (-inf: never),
 	// lastCause its cause.
 	lastMove  int
-	lastCause Cause
+	lastCause alua.Cause
 	// displaced: moved off its preferred owner by a failover; failback
 	// brings it home once the recovery is complete and stable.
 	// wasDisplaced: before the last move (a rollback restores it).
@@ -242,11 +244,11 @@ func (c *Core) Step(e Event) error {
 		if l.owner != e.Owner {
 			c.setOwner(l, e.Owner, e.Cause)
 		}
-		if e.Cause == CauseManual {
+		if e.Cause == alua.CauseManual {
 			c.lastOperator = c.now
 		}
-		if e.Cause == CauseRollback {
-			if n := len(l.failovers); n > 0 && l.failovers[n-1] == l.lastMove && l.lastCause == CauseFailover && l.flapping {
+		if e.Cause == alua.CauseRollback {
+			if n := len(l.failovers); n > 0 && l.failovers[n-1] == l.lastMove && l.lastCause == alua.CauseFailover && l.flapping {
 				l.failovers = l.failovers[:n-1] // it did not happen
 				if l.damped >= 0 && l.dampedBy == l.lastMove {
 					l.damped = -1 // nor did the damping it set off
@@ -294,18 +296,18 @@ func (c *Core) declareLUN(e LUNDecl) error {
 }
 
 // setOwner records an ownership change, decided here or reported.
-func (c *Core) setOwner(l *lun, to string, cause Cause) {
+func (c *Core) setOwner(l *lun, to string, cause alua.Cause) {
 	from := l.owner
 	l.owner = to
-	if cause != CauseRollback {
+	if cause != alua.CauseRollback {
 		l.lastMove, l.lastCause = c.now, cause
 		l.changes = append(l.changes, c.now)
 	}
-	if cause == CauseRollback {
+	if cause == alua.CauseRollback {
 		l.displaced = l.wasDisplaced // the move did not happen
 	} else {
 		l.wasDisplaced = l.displaced
-		if f := c.nodes[from]; f != nil && (cause == CauseFailover || !f.up) {
+		if f := c.nodes[from]; f != nil && (cause == alua.CauseFailover || !f.up) {
 			// Off its node by a failover, or by any move (a host's STPG
 			// in explicit mode) while the node is down: Node Offline
 			// names it until the node is back.
@@ -316,8 +318,8 @@ func (c *Core) setOwner(l *lun, to string, cause Cause) {
 		delete(t.movedOff, l.id) // back (or a rolled-back move: never left)
 	}
 	switch cause {
-	case CauseRollback:
-	case CauseFailover:
+	case alua.CauseRollback:
+	case alua.CauseFailover:
 		l.displaced = to != l.preferred
 		if l.flapping {
 			// A failover off an owner that is up because hosts lost their
@@ -335,10 +337,10 @@ func (c *Core) setOwner(l *lun, to string, cause Cause) {
 		l.displaced = false
 	}
 	switch cause {
-	case CauseFailback, CauseBalance, CauseShipping, CauseManual:
+	case alua.CauseFailback, alua.CauseBalance, alua.CauseShipping, alua.CauseManual:
 		l.follow = nil
 		c.startFollow(l)
-	case CauseRollback:
+	case alua.CauseRollback:
 	default:
 		l.follow = nil
 	}

@@ -1,5 +1,7 @@
 package ownership
 
+import "github.com/aluad/aluad/pkg/alua"
+
 // The explicit-ALUA host model: the baseline implicit ALUA is measured
 // against (reference 002 "ownership thrash"). Each host picks owners by
 // itself, seeing only its own paths: a host that does not reach a LUN's
@@ -36,7 +38,7 @@ func (c *Core) ExplicitSTPGs(prefer map[string]string) []OwnerChanged {
 			}
 			if want != "" {
 				owner = want
-				out = append(out, OwnerChanged{LUN: id, Owner: want, Cause: CauseSTPG})
+				out = append(out, OwnerChanged{LUN: id, Owner: want, Cause: alua.CauseSTPG})
 			}
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"maps"
 	"slices"
 	"sort"
+
+	"github.com/aluad/aluad/pkg/alua"
 )
 
 // Failover, failback and I/O shipping (reference 002 "Automatic Recovery /
@@ -28,7 +30,7 @@ import (
 type move struct {
 	l     *lun
 	to    string
-	cause Cause
+	cause alua.Cause
 }
 
 // reconcile applies connectivity: it updates what hosts have reached,
@@ -72,7 +74,7 @@ func (c *Core) reconcile(only *host) {
 			to := c.pickOwner(l, ok, loads)
 			loads[l.owner] -= l.load()
 			loads[to] += l.load()
-			moves = append(moves, move{l, to, CauseFailover})
+			moves = append(moves, move{l, to, alua.CauseFailover})
 			l.flapping = owner.up // a path lost or a host leaving: either way it counts toward damping
 			if owner.up {
 				c.noteFlap(l)
@@ -187,7 +189,7 @@ func (c *Core) failbacks() []move {
 		l := c.luns[id]
 		if l.displaced && l.prefOKSince >= 0 && c.now-l.prefOKSince >= c.cfg.FailbackWindow &&
 			c.failbackAllowed(l) {
-			out = append(out, move{l, l.preferred, CauseFailback})
+			out = append(out, move{l, l.preferred, alua.CauseFailback})
 		}
 	}
 	return out
@@ -242,7 +244,7 @@ func (c *Core) shipping() []move {
 			continue
 		}
 		if ok, all := c.allowedStrict(l); all && contains(ok, l.shipTo) {
-			out = append(out, move{l, l.shipTo, CauseShipping})
+			out = append(out, move{l, l.shipTo, alua.CauseShipping})
 		}
 	}
 	return out

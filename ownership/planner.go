@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/aluad/aluad/pkg/alua"
 )
 
 // The planner (reference 002 "Automatic Load Balancing" and "I/O Latency
@@ -142,7 +144,7 @@ func (c *Core) balancePlan(exclude map[*lun]bool) ([]move, string) {
 			loads[m.from] -= cd.load
 			loads[m.to] += cd.load
 			byNode[m.from] = remove(byNode[m.from], cd)
-			moves = append(moves, move{cd.l, m.to, CauseBalance})
+			moves = append(moves, move{cd.l, m.to, alua.CauseBalance})
 		}
 	}
 	if len(moves) == 0 {

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/aluad/aluad/pkg/alua"
 )
 
 // Randomised checks against a simple model (CONVENTIONS 10): thousands of
@@ -183,7 +185,7 @@ func (s *sim) apply() {
 	rd := s.c.Ready()
 	for _, b := range rd.Batches {
 		for _, id := range b.LUNs {
-			if b.Cause == CauseBalance || b.Cause == CauseShipping {
+			if b.Cause == alua.CauseBalance || b.Cause == alua.CauseShipping {
 				if s.m.now-s.m.lastMove[id] < s.c.cfg.Cooldown {
 					s.t.Fatalf("LUN %d moved for %s at %d, %d ticks after its last move (cooldown %d)\n%s", id, b.Cause,
 						s.m.now, s.m.now-s.m.lastMove[id], s.c.cfg.Cooldown, s.tail())

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/aluad/aluad/pkg/alua"
 )
 
 // A move the array cannot carry out (rolled back) is decided again only
@@ -23,7 +25,7 @@ func TestRollbackBacksOff(t *testing.T) {
 	nx := Nexus{Host: "h1", Initiator: "iqn.2026-11.org.example:h1", ISID: "1", Port: 3, Node: "b"}
 	require.NoError(t, c.Step(Login{Nexus: nx}))
 	require.NoError(t, c.Step(RTPG{Nexus: nx, LUN: 0}))
-	want := []Batch{{LUNs: []uint64{0}, To: "b", Cause: CauseFailover, Class: "/", Stop: 500}}
+	want := []Batch{{LUNs: []uint64{0}, To: "b", Cause: alua.CauseFailover, Class: "/", Stop: 500}}
 	for i := 0; i < 100 && len(c.Ready().Batches) == 0; i++ {
 		c.Advance()
 		require.NoError(t, c.Step(Tick{})) // the path's discovery window
@@ -32,7 +34,7 @@ func TestRollbackBacksOff(t *testing.T) {
 	c.Advance()
 	// Each rollback: no batch at once, then one after 1, 2, 4, 8 ticks.
 	for _, wait := range []int{1, 2, 4, 8} {
-		require.NoError(t, c.Step(OwnerChanged{LUN: 0, Owner: "a", Cause: CauseRollback}))
+		require.NoError(t, c.Step(OwnerChanged{LUN: 0, Owner: "a", Cause: alua.CauseRollback}))
 		require.Empty(t, c.Ready().Batches, "decided again at once after a rollback")
 		c.Advance()
 		for i := 1; i < wait; i++ {
@@ -46,7 +48,7 @@ func TestRollbackBacksOff(t *testing.T) {
 	}
 	// Rolled back again, and then the owner goes down: the takeover is
 	// decided at once, back-off or not.
-	require.NoError(t, c.Step(OwnerChanged{LUN: 0, Owner: "a", Cause: CauseRollback}))
+	require.NoError(t, c.Step(OwnerChanged{LUN: 0, Owner: "a", Cause: alua.CauseRollback}))
 	c.Advance()
 	require.NoError(t, c.Step(NodeState{Node: "a", Up: false}))
 	require.Equal(t, want, c.Ready().Batches)
@@ -77,7 +79,7 @@ func TestRolledBackFailoverDoesNotDamp(t *testing.T) {
 	require.Len(t, c.Ready().Batches, 1)
 	require.Equal(t, c.Now(), c.luns[0].damped, "damped by the failover it decided")
 	c.Advance()
-	require.NoError(t, c.Step(OwnerChanged{LUN: 0, Owner: "a", Cause: CauseRollback}))
+	require.NoError(t, c.Step(OwnerChanged{LUN: 0, Owner: "a", Cause: alua.CauseRollback}))
 	require.Equal(t, -1, c.luns[0].damped, "the rollback undoes the damping")
 	require.Empty(t, c.luns[0].failovers)
 	require.False(t, c.luns[0].displaced, "nor is the LUN displaced: it never left its preferred owner")

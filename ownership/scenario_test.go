@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/datadriven"
+
+	"github.com/aluad/aluad/pkg/alua"
 )
 
 // Scenario scripts (CONVENTIONS 6) in testdata/*.txt; regenerate with
@@ -98,11 +100,11 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	case "operator-move":
 		var id uint64
 		d.ScanArgs(t, "lun", &id)
-		step(OwnerChanged{LUN: id, Owner: arg(d, "to", ""), Cause: CauseManual})
+		step(OwnerChanged{LUN: id, Owner: arg(d, "to", ""), Cause: alua.CauseManual})
 	case "stpg-move": // a host's SET TARGET PORT GROUPS moved it (explicit ALUA)
 		var id uint64
 		d.ScanArgs(t, "lun", &id)
-		step(OwnerChanged{LUN: id, Owner: arg(d, "to", ""), Cause: Cause("stpg")})
+		step(OwnerChanged{LUN: id, Owner: arg(d, "to", ""), Cause: alua.CauseSTPG})
 	case "clear":
 		var id uint64
 		if d.HasArg("lun") {

@@ -1,5 +1,7 @@
 package ownership
 
+import "github.com/aluad/aluad/pkg/alua"
+
 // Event is an input to Step.
 type Event interface{ event() }
 
@@ -112,7 +114,7 @@ type (
 	OwnerChanged struct {
 		LUN   uint64
 		Owner string
-		Cause Cause
+		Cause alua.Cause
 	}
 )
 
@@ -142,25 +144,11 @@ type HostType struct {
 	Standby bool
 }
 
-// Cause says why a batch moves.
-type Cause string
-
-// Causes.
-const (
-	CauseFailover Cause = "failover"
-	CauseFailback Cause = "failback"
-	CauseBalance  Cause = "balance"
-	CauseShipping Cause = "shipping" // most I/O arrives at a non-owner
-	CauseManual   Cause = "manual"
-	CauseSTPG     Cause = "stpg"
-	CauseRollback Cause = "rollback"
-)
-
 // Batch is a set of LUNs to move to one node together.
 type Batch struct {
 	LUNs  []uint64
 	To    string
-	Cause Cause
+	Cause alua.Cause
 	// Class is the LUN performance class (media/group) of every LUN in it.
 	Class string
 	// Stop is the expected I/O stop time of the batch, in microseconds.

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/fabric"
 	"github.com/aluad/aluad/pkg/scsi"
 )
@@ -26,7 +27,7 @@ type Options struct {
 	Handler scsi.Handler
 	// State is the ALUA state the array gives lun through port to a host
 	// it cannot tell apart (the kernel holds one state per device).
-	State func(lun uint64, port uint16) scsi.AccessState
+	State func(lun uint64, port uint16) alua.AccessState
 	// OnEvent receives logins and logouts, learnt from configfs.
 	OnEvent func(fabric.Event)
 	// OnRTPG credits an RTPG to an initiator when the device it came on is
@@ -61,7 +62,7 @@ type Frontend struct {
 	sessions map[uint16]map[string]time.Time // port -> initiator -> since
 	portDown map[uint16]bool
 	dirty    map[uint64]bool // LUNs whose kernel state needs writing
-	written  map[devKey]scsi.AccessState
+	written  map[devKey]alua.AccessState
 	stats    map[pathKey]*pathStat
 	closed   bool
 }
@@ -127,7 +128,7 @@ func New(opt Options) (*Frontend, error) {
 	}
 	f := &Frontend{opt: opt, fs: opt.FS, ports: map[uint16]TPGSpec{}, iqnOf: map[uint16]string{},
 		done: make(chan struct{}), aluaCh: make(chan struct{}, 1), sessions: map[uint16]map[string]time.Time{},
-		portDown: map[uint16]bool{}, dirty: map[uint64]bool{}, written: map[devKey]scsi.AccessState{},
+		portDown: map[uint16]bool{}, dirty: map[uint64]bool{}, written: map[devKey]alua.AccessState{},
 		stats: map[pathKey]*pathStat{}}
 	for _, t := range opt.Layout.Targets {
 		for _, p := range t.TPGs {
@@ -437,15 +438,15 @@ func (f *Frontend) aluaLoop() {
 // accessRank orders states from most to least accessible: the new
 // owner's devices become active before the old owner's stop being so,
 // so no path is refused by LIO while aluad would serve it.
-func accessRank(s scsi.AccessState) int {
+func accessRank(s alua.AccessState) int {
 	switch s {
-	case scsi.StateActiveOptimized:
+	case alua.ActiveOptimized:
 		return 0
-	case scsi.StateActiveNonOptimized:
+	case alua.ActiveNonOptimized:
 		return 1
-	case scsi.StateTransitioning:
+	case alua.Transitioning:
 		return 2
-	case scsi.StateStandby:
+	case alua.Standby:
 		return 3
 	default:
 		return 4
@@ -462,7 +463,7 @@ func (f *Frontend) applyStates() {
 	f.mu.Unlock()
 	type w struct {
 		k devKey
-		s scsi.AccessState
+		s alua.AccessState
 	}
 	var ws []w
 	for _, lun := range luns {
@@ -490,10 +491,10 @@ func (f *Frontend) applyStates() {
 }
 
 // KernelStates returns the kernel ALUA state last written per device.
-func (f *Frontend) KernelStates() map[string]scsi.AccessState {
+func (f *Frontend) KernelStates() map[string]alua.AccessState {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := map[string]scsi.AccessState{}
+	out := map[string]alua.AccessState{}
 	for k, s := range f.written {
 		out[DeviceName(k.lun, k.port)] = s
 	}

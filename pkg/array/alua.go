@@ -3,45 +3,8 @@ package array
 import (
 	"sort"
 	"strings"
-)
 
-// AccessState is an asymmetric access state, with the SPC-4 5.15.2.4 codes
-// (the value RTPG reports).
-type AccessState byte
-
-// The asymmetric access states (SPC-4 table 38).
-const (
-	ActiveOptimized    AccessState = 0x0
-	ActiveNonOptimized AccessState = 0x1
-	Standby            AccessState = 0x2
-	Unavailable        AccessState = 0x3
-	Offline            AccessState = 0xe
-	Transitioning      AccessState = 0xf
-)
-
-func (s AccessState) String() string {
-	switch s {
-	case ActiveOptimized:
-		return "AO"
-	case ActiveNonOptimized:
-		return "ANO"
-	case Standby:
-		return "STANDBY"
-	case Unavailable:
-		return "UNAVAILABLE"
-	case Offline:
-		return "OFFLINE"
-	case Transitioning:
-		return "TRANSITIONING"
-	}
-	return "unknown"
-}
-
-// Status codes of a target port group descriptor (SPC-4 6.36 table 268).
-const (
-	StatusNone     byte = 0x00
-	StatusExplicit byte = 0x01 // altered by SET TARGET PORT GROUPS
-	StatusImplicit byte = 0x02 // altered by implicit asymmetric access behaviour
+	"github.com/aluad/aluad/pkg/alua"
 )
 
 // HostType is what the array knows about a host's OS and multipath stack:
@@ -53,7 +16,7 @@ type HostType struct {
 	// NonOwner is the state reported for a group that is up but does not
 	// own the LUN: ANO (I/O is forwarded) or STANDBY (I/O fails with 04/0B
 	// and the host moves to the owner at once).
-	NonOwner AccessState
+	NonOwner alua.AccessState
 	// TPGS: the host's multipath stack reads RTPG and follows UA 2A/06.
 	TPGS bool
 	Doc  string
@@ -61,20 +24,20 @@ type HostType struct {
 
 // HostTypes are the built-in host types.
 var HostTypes = map[string]HostType{
-	"default": {Name: "default", NonOwner: ActiveNonOptimized, TPGS: true,
+	"default": {Name: "default", NonOwner: alua.ActiveNonOptimized, TPGS: true,
 		Doc: "any ALUA-aware multipath stack; non-owner paths are ANO"},
-	"linux": {Name: "linux", NonOwner: ActiveNonOptimized, TPGS: true,
+	"linux": {Name: "linux", NonOwner: alua.ActiveNonOptimized, TPGS: true,
 		Doc: "Linux dm-multipath with scsi_dh_alua; non-owner paths are ANO"},
-	"linux-standby": {Name: "linux-standby", NonOwner: Standby, TPGS: true,
+	"linux-standby": {Name: "linux-standby", NonOwner: alua.Standby, TPGS: true,
 		Doc: "Linux dm-multipath; non-owner paths report STANDBY so I/O leaves them on the next command"},
 	// The name storage admins know from arrays' host type lists.
-	"linux-dmmp": {Name: "linux-dmmp", NonOwner: Standby, TPGS: true,
+	"linux-dmmp": {Name: "linux-dmmp", NonOwner: alua.Standby, TPGS: true,
 		Doc: "Linux DM-MP (same as linux-standby): dm-multipath at its defaults moves to the new owner within a second of a move instead of at its next path check"},
-	"windows": {Name: "windows", NonOwner: ActiveNonOptimized, TPGS: true,
+	"windows": {Name: "windows", NonOwner: alua.ActiveNonOptimized, TPGS: true,
 		Doc: "Windows MSDSM (Round Robin with Subset); non-owner paths are ANO"},
-	"vmware": {Name: "vmware", NonOwner: ActiveNonOptimized, TPGS: true,
+	"vmware": {Name: "vmware", NonOwner: alua.ActiveNonOptimized, TPGS: true,
 		Doc: "VMware NMP with SATP_ALUA; non-owner paths are ANO"},
-	"legacy": {Name: "legacy", NonOwner: ActiveNonOptimized, TPGS: false,
+	"legacy": {Name: "legacy", NonOwner: alua.ActiveNonOptimized, TPGS: false,
 		Doc: "a multipath stack that ignores ALUA; its LUNs are never moved for balance"},
 }
 
@@ -139,26 +102,26 @@ func (a *Array) Hosts() []Host {
 // owner is down the others are transitioning (implicit: the array takes
 // the LUN over) or standby (explicit: a host's STPG does); the owner is
 // active/optimized; other groups take the host type's non-owner state.
-func (l *LUN) State(initiator string, group *Node) AccessState {
+func (l *LUN) State(initiator string, group *Node) alua.AccessState {
 	return l.stateIn(l.alua.Load(), initiator, group)
 }
 
-func (l *LUN) stateIn(s *aluaSnap, initiator string, group *Node) AccessState {
+func (l *LUN) stateIn(s *aluaSnap, initiator string, group *Node) alua.AccessState {
 	switch {
 	case !group.Up():
-		return Unavailable
+		return alua.Unavailable
 	case s.moving && (group == s.owner || group == s.target):
-		return Transitioning
+		return alua.Transitioning
 	case !s.owner.Up():
 		if l.arr.Explicit() {
 			// The owner failed and only a host's STPG moves the LUN, as
 			// on an explicit-ALUA array: the survivors are standby
 			// (I/O gets 04/0B) and accept the STPG that takes it over.
-			return Standby
+			return alua.Standby
 		}
-		return Transitioning // the array's own takeover is pending
+		return alua.Transitioning // the array's own takeover is pending
 	case group == s.owner:
-		return ActiveOptimized
+		return alua.ActiveOptimized
 	}
 	return l.arr.HostOf(initiator).Type.NonOwner
 }
@@ -167,7 +130,7 @@ func (l *LUN) stateIn(s *aluaSnap, initiator string, group *Node) AccessState {
 type GroupState struct {
 	Node   *Node
 	ID     uint16
-	State  AccessState
+	State  alua.AccessState
 	Pref   bool
 	Status byte
 	Ports  []uint16

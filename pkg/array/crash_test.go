@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/aluad/aluad/pkg/alua"
 )
 
 func crashArray(t *testing.T, mirror bool) *Array {
@@ -39,10 +41,10 @@ func TestCrashTakeover(t *testing.T) {
 			c, err := a.CrashNode("a")
 			require.NoError(t, err)
 			require.Equal(t, tc.lost, c.Lost)
-			require.Equal(t, Unavailable, l.State("h", a.Node("a")))
-			require.Equal(t, Transitioning, l.State("h", a.Node("b")), "failover pending")
+			require.Equal(t, alua.Unavailable, l.State("h", a.Node("a")))
+			require.Equal(t, alua.Transitioning, l.State("h", a.Node("b")), "failover pending")
 			require.ErrorIs(t, l.ReadAt(3, make([]byte, 512), 0), ErrOwnerDown)
-			mc, err := a.Move([]uint64{0}, "b", CauseFailover)
+			mc, err := a.Move([]uint64{0}, "b", alua.CauseFailover)
 			require.NoError(t, err)
 			if tc.mirror {
 				require.Equal(t, 2, mc.Replayed)
@@ -50,13 +52,13 @@ func TestCrashTakeover(t *testing.T) {
 			got := make([]byte, 8192)
 			require.NoError(t, l.ReadAt(3, got, 0))
 			require.Equal(t, bytes.Repeat([]byte{tc.want}, 8192), got)
-			require.Equal(t, ActiveOptimized, l.State("h", a.Node("b")))
+			require.Equal(t, alua.ActiveOptimized, l.State("h", a.Node("b")))
 			require.Len(t, seen, 2)
-			require.Equal(t, CauseNodeDown, seen[0].Cause)
+			require.Equal(t, alua.CauseNodeDown, seen[0].Cause)
 			_, err = a.CrashNode("a")
 			require.ErrorContains(t, err, "already down")
 			require.NoError(t, a.RestartNode("a"))
-			require.Equal(t, ActiveNonOptimized, l.State("h", a.Node("a")))
+			require.Equal(t, alua.ActiveNonOptimized, l.State("h", a.Node("a")))
 			require.True(t, a.Node("a").Cache.Up())
 		})
 	}
@@ -89,10 +91,10 @@ func TestBatchNeedsOneOwner(t *testing.T) {
 	a, err := New(cfg, Options{})
 	require.NoError(t, err)
 	defer a.Close()
-	_, err = a.Move([]uint64{0, 1}, "c", CauseBalance)
+	_, err = a.Move([]uint64{0, 1}, "c", alua.CauseBalance)
 	require.ErrorContains(t, err, "LUN 1 is owned by b, not a: a batch has one owner")
 	require.Equal(t, a.Node("a"), a.LUN(0).Owner(), "nothing moved")
-	c, err := a.Move([]uint64{0, 2, 1}, "b", CauseBalance)
+	c, err := a.Move([]uint64{0, 2, 1}, "b", alua.CauseBalance)
 	require.NoError(t, err)
 	require.Equal(t, []uint64{0, 2}, c.LUNs, "LUNs already on b are left out")
 }

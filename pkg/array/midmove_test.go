@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/media"
 )
 
@@ -77,7 +78,7 @@ func TestFaultAtEveryMovePoint(t *testing.T) {
 			data := bytes.Repeat([]byte{0xab}, 8192)
 			require.NoError(t, a.LUN(2).WriteAt(1, data, 0, false))
 			require.NoError(t, a.LUN(0).WriteAt(1, bytes.Repeat([]byte{0xcd}, 4096), 4096, false))
-			c, err := a.Move([]uint64{0, 2}, "b", CauseBalance)
+			c, err := a.Move([]uint64{0, 2}, "b", alua.CauseBalance)
 			require.True(t, done, "the fault ran")
 			if tc.wantErr {
 				require.ErrorIs(t, err, ErrMoveAbandoned)
@@ -91,7 +92,7 @@ func TestFaultAtEveryMovePoint(t *testing.T) {
 				if !owner.Up() {
 					// Left for the failover (the ownership core's), which
 					// replays the mirror: do it as the core would.
-					_, err := a.Move([]uint64{id}, "a", CauseFailover)
+					_, err := a.Move([]uint64{id}, "a", alua.CauseFailover)
 					require.NoError(t, err)
 				}
 			}

@@ -8,22 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/cache"
-)
-
-// Cause says why ownership or an access state changed.
-type Cause string
-
-// Causes of a change.
-const (
-	CauseManual   Cause = "manual"   // an operator's move (aluad move)
-	CauseSTPG     Cause = "stpg"     // a host's SET TARGET PORT GROUPS (explicit mode)
-	CauseFailover Cause = "failover" // the owner node failed
-	CauseFailback Cause = "failback" // back to the preferred owner after recovery
-	CauseBalance  Cause = "balance"  // load balance
-	CauseShipping Cause = "shipping" // most I/O arrives at a non-owner node
-	CauseNodeDown Cause = "node-down"
-	CauseNodeUp   Cause = "node-up"
 )
 
 // Change is one ALUA change made by the array. The device server announces
@@ -32,7 +18,7 @@ const (
 type Change struct {
 	LUNs     []uint64
 	From, To string // node names; empty for a node up/down change
-	Cause    Cause
+	Cause    alua.Cause
 	Failed   bool
 	Err      error
 	// Flush is how long the old owner destaged the batch's dirty data
@@ -113,7 +99,7 @@ func (a *Array) notify(c Change) {
 // down, the move is abandoned: the LUNs stay where they were and the
 // change is announced as failed (2A/07). A flush that fails otherwise
 // rolls the batch back, also announced as failed.
-func (a *Array) Move(ids []uint64, to string, cause Cause) (Change, error) {
+func (a *Array) Move(ids []uint64, to string, cause alua.Cause) (Change, error) {
 	dst := a.Node(to)
 	if dst == nil {
 		return Change{}, fmt.Errorf("no node %q", to)
@@ -150,10 +136,10 @@ func (a *Array) Move(ids []uint64, to string, cause Cause) (Change, error) {
 	a.topo.Lock()
 	for i, l := range batch {
 		olds[i] = l.alua.Load()
-		if cause == CauseSTPG {
+		if cause == alua.CauseSTPG {
 			// Both groups go TRANSITIONING at the host's request.
 			st := append([]byte(nil), olds[i].status...)
-			st[from.Index], st[dst.Index] = StatusExplicit, StatusExplicit
+			st[from.Index], st[dst.Index] = alua.StatusExplicit, alua.StatusExplicit
 			l.alua.Store(&aluaSnap{owner: from, target: dst, moving: true, status: st, gen: olds[i].gen})
 		}
 	}
@@ -198,7 +184,7 @@ func (a *Array) Move(ids []uint64, to string, cause Cause) (Change, error) {
 				st = append([]byte(nil), st...)
 				for _, n := range []*Node{from, dst} {
 					if n.Up() {
-						st[n.Index] = StatusImplicit
+						st[n.Index] = alua.StatusImplicit
 					}
 				}
 			}
@@ -369,11 +355,11 @@ func (a *Array) destagePhase(batch []*LUN, from *Node, pt MovePoint, all bool) e
 // states changed, by the host's STPG (01h) or the array's own doing
 // (02h), except a from that is down: it stays UNAVAILABLE, with the
 // status its failure recorded.
-func (s *aluaSnap) switched(from, dst *Node, cause Cause) *aluaSnap {
+func (s *aluaSnap) switched(from, dst *Node, cause alua.Cause) *aluaSnap {
 	st := append([]byte(nil), s.status...)
-	code := StatusImplicit
-	if cause == CauseSTPG {
-		code = StatusExplicit
+	code := alua.StatusImplicit
+	if cause == alua.CauseSTPG {
+		code = alua.StatusExplicit
 	}
 	if from.Up() {
 		st[from.Index] = code
@@ -551,7 +537,7 @@ func (a *Array) CrashNode(name string) (Change, error) {
 			lost = append(lost, d)
 		}
 	}
-	c := Change{Cause: CauseNodeDown, From: name, Lost: a.unmirrored(lost)}
+	c := Change{Cause: alua.CauseNodeDown, From: name, Lost: a.unmirrored(lost)}
 	a.topo.Unlock()
 	for _, l := range a.LUNs {
 		c.LUNs = append(c.LUNs, l.ID)
@@ -633,10 +619,10 @@ func (a *Array) markImplicit(n *Node) {
 	for _, l := range a.LUNs {
 		s := l.alua.Load()
 		st := append([]byte(nil), s.status...)
-		st[n.Index] = StatusImplicit
+		st[n.Index] = alua.StatusImplicit
 		if s.owner == n {
 			for i := range st {
-				st[i] = StatusImplicit
+				st[i] = alua.StatusImplicit
 			}
 		}
 		l.alua.Store(&aluaSnap{owner: s.owner, target: s.target, moving: s.moving, status: st, gen: s.gen})
@@ -673,19 +659,12 @@ func (a *Array) RestartNode(name string) error {
 	n.up.Store(true)
 	a.markImplicit(n)
 	a.topo.Unlock()
-	c := Change{Cause: CauseNodeUp, To: name}
+	c := Change{Cause: alua.CauseNodeUp, To: name}
 	for _, l := range a.LUNs {
 		c.LUNs = append(c.LUNs, l.ID)
 	}
 	a.notify(c)
 	return nil
-}
-
-// GroupRequest is one state a host asks for a target port group with SET
-// TARGET PORT GROUPS (explicit mode only).
-type GroupRequest struct {
-	Group uint16
-	State AccessState
 }
 
 // ErrBadRequest: an STPG names an unknown group, a state a host may not
@@ -697,7 +676,7 @@ var ErrBadRequest = errors.New("invalid target port group request")
 // owner's group is asked to step down, to the first other group that is
 // up), flushing before I/O is served again. It reports whether ownership
 // changed. A move that fails is rolled back and returned as an error.
-func (a *Array) SetGroups(lun uint64, reqs []GroupRequest) (bool, error) {
+func (a *Array) SetGroups(lun uint64, reqs []alua.GroupRequest) (bool, error) {
 	l := a.LUN(lun)
 	if l == nil {
 		return false, fmt.Errorf("no LUN %d", lun)
@@ -711,12 +690,12 @@ func (a *Array) SetGroups(lun uint64, reqs []GroupRequest) (bool, error) {
 			return false, fmt.Errorf("%w: no group %d", ErrBadRequest, r.Group)
 		}
 		switch r.State {
-		case ActiveOptimized:
+		case alua.ActiveOptimized:
 			if to != nil && to != g || !g.Up() {
 				return false, fmt.Errorf("%w: group %d cannot be the only active/optimized one", ErrBadRequest, r.Group)
 			}
 			to = g
-		case ActiveNonOptimized, Standby:
+		case alua.ActiveNonOptimized, alua.Standby:
 			demote = demote || g == owner
 		default: // a host may not make a node unavailable, offline or transitioning
 			return false, fmt.Errorf("%w: state %s", ErrBadRequest, r.State)
@@ -736,7 +715,7 @@ func (a *Array) SetGroups(lun uint64, reqs []GroupRequest) (bool, error) {
 	if to == nil || to == owner {
 		return false, nil
 	}
-	if _, err := a.Move([]uint64{lun}, to.Name, CauseSTPG); err != nil {
+	if _, err := a.Move([]uint64{lun}, to.Name, alua.CauseSTPG); err != nil {
 		if errors.Is(err, ErrNoChange) {
 			return false, nil
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/media"
 )
 
@@ -32,16 +33,16 @@ func TestInitialStates(t *testing.T) {
 	tests := []struct {
 		lun       uint64
 		initiator string
-		want      []AccessState
+		want      []alua.AccessState
 	}{
-		{0, "iqn.2026-11.org.example:h1", []AccessState{ActiveOptimized, ActiveNonOptimized}},
-		{1, "iqn.2026-11.org.example:h1", []AccessState{ActiveNonOptimized, ActiveOptimized}},
-		{0, "iqn.2026-11.org.example:h2", []AccessState{ActiveOptimized, Standby}}, // initiator names are case-blind
-		{1, "iqn.2026-11.org.example:h2", []AccessState{Standby, ActiveOptimized}},
+		{0, "iqn.2026-11.org.example:h1", []alua.AccessState{alua.ActiveOptimized, alua.ActiveNonOptimized}},
+		{1, "iqn.2026-11.org.example:h1", []alua.AccessState{alua.ActiveNonOptimized, alua.ActiveOptimized}},
+		{0, "iqn.2026-11.org.example:h2", []alua.AccessState{alua.ActiveOptimized, alua.Standby}}, // initiator names are case-blind
+		{1, "iqn.2026-11.org.example:h2", []alua.AccessState{alua.Standby, alua.ActiveOptimized}},
 	}
 	for _, tc := range tests {
 		t.Run(fmt.Sprintf("lun%d/%s", tc.lun, tc.initiator), func(t *testing.T) {
-			var got []AccessState
+			var got []alua.AccessState
 			for _, g := range a.LUN(tc.lun).Groups(tc.initiator) {
 				got = append(got, g.State)
 				require.Equal(t, g.Node == a.LUN(tc.lun).Owner(), g.Pref, "PREF marks the owner's group")
@@ -68,14 +69,14 @@ func TestMoveErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := a.Move(tc.ids, tc.to, CauseManual)
+			_, err := a.Move(tc.ids, tc.to, alua.CauseManual)
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
 	require.NoError(t, a.SetNodeUp("b", false))
-	_, err := a.Move([]uint64{0}, "b", CauseManual)
+	_, err := a.Move([]uint64{0}, "b", alua.CauseManual)
 	require.ErrorContains(t, err, "node b is down")
-	require.Equal(t, Unavailable, a.LUN(1).State("x", a.Node("b")))
+	require.Equal(t, alua.Unavailable, a.LUN(1).State("x", a.Node("b")))
 	require.ErrorContains(t, a.SetNodeUp("q", true), "no node")
 }
 
@@ -141,7 +142,7 @@ func TestMoveDrainsAndHoldsIO(t *testing.T) {
 	<-st.readEnter
 	moveDone := make(chan Change)
 	go func() {
-		c, err := a.Move([]uint64{0}, "b", CauseManual)
+		c, err := a.Move([]uint64{0}, "b", alua.CauseManual)
 		require.NoError(t, err)
 		moveDone <- c
 	}()
@@ -154,8 +155,8 @@ func TestMoveDrainsAndHoldsIO(t *testing.T) {
 		}
 		runtime.Gosched()
 	}
-	require.Equal(t, ActiveOptimized, l.State("h", a.Node("a")), "an implicit move does not report TRANSITIONING")
-	require.Equal(t, ActiveNonOptimized, l.State("h", a.Node("b")))
+	require.Equal(t, alua.ActiveOptimized, l.State("h", a.Node("a")), "an implicit move does not report TRANSITIONING")
+	require.Equal(t, alua.ActiveNonOptimized, l.State("h", a.Node("b")))
 	// The move now waits for the in-flight read (its lock request is
 	// pending once TryRLock fails); a new read is held.
 	for l.io.TryRLock() {
@@ -191,18 +192,18 @@ func TestSTPGMoveReportsTransitioning(t *testing.T) {
 	<-st.readEnter
 	done := make(chan struct{})
 	go func() {
-		_, err := a.Move([]uint64{0}, "b", CauseSTPG)
+		_, err := a.Move([]uint64{0}, "b", alua.CauseSTPG)
 		require.NoError(t, err)
 		close(done)
 	}()
 	for !l.Moving() {
 		runtime.Gosched()
 	}
-	require.Equal(t, Transitioning, l.State("h", a.Node("a")))
-	require.Equal(t, Transitioning, l.State("h", a.Node("b")))
+	require.Equal(t, alua.Transitioning, l.State("h", a.Node("a")))
+	require.Equal(t, alua.Transitioning, l.State("h", a.Node("b")))
 	close(hold)
 	<-done
-	require.Equal(t, ActiveOptimized, l.State("h", a.Node("b")))
+	require.Equal(t, alua.ActiveOptimized, l.State("h", a.Node("b")))
 }
 
 func TestMoveFlushFailureRollsBack(t *testing.T) {
@@ -216,7 +217,7 @@ func TestMoveFlushFailureRollsBack(t *testing.T) {
 	})
 	var got []Change
 	a.OnChange(func(c Change) { got = append(got, c) })
-	c, err := a.Move([]uint64{0, 2}, "b", CauseBalance)
+	c, err := a.Move([]uint64{0, 2}, "b", alua.CauseBalance)
 	require.ErrorContains(t, err, "disk on fire")
 	require.True(t, c.Failed)
 	for _, id := range []uint64{0, 2} {
@@ -260,11 +261,11 @@ func TestMovesUnderLoadKeepInvariants(t *testing.T) {
 				var ao, ano, tr int
 				for _, g := range l.Groups("h") {
 					switch g.State {
-					case ActiveOptimized:
+					case alua.ActiveOptimized:
 						ao++
-					case ActiveNonOptimized:
+					case alua.ActiveNonOptimized:
 						ano++
-					case Transitioning:
+					case alua.Transitioning:
 						tr++
 					}
 				}
@@ -282,7 +283,7 @@ func TestMovesUnderLoadKeepInvariants(t *testing.T) {
 		for i := 0; i < 60; i++ {
 			id := uint64(r.Intn(len(a.LUNs)))
 			to := a.Nodes[r.Intn(2)].Name
-			if _, err := a.Move([]uint64{id}, to, CauseManual); err != nil && !errors.Is(err, ErrNoChange) {
+			if _, err := a.Move([]uint64{id}, to, alua.CauseManual); err != nil && !errors.Is(err, ErrNoChange) {
 				fail(err.Error())
 			}
 		}
@@ -342,7 +343,7 @@ func TestForwardingFollowsOwner(t *testing.T) {
 	require.Equal(t, uint64(1), l.Stats()[1].Forwarded.Load())
 	require.Equal(t, uint64(4096), l.Stats()[1].ForwardedBytes.Load())
 	require.Equal(t, cfg.Interlink.Penalty, slept, "one interlink penalty for one forwarded transfer")
-	_, err = a.Move([]uint64{0}, "b", CauseManual)
+	_, err = a.Move([]uint64{0}, "b", alua.CauseManual)
 	require.NoError(t, err)
 	require.NoError(t, l.ReadAt(1, buf, 0)) // node a is now the non-owner
 	require.NoError(t, l.ReadAt(3, buf, 0))
@@ -353,18 +354,18 @@ func TestForwardingFollowsOwner(t *testing.T) {
 func TestSetGroups(t *testing.T) {
 	tests := []struct {
 		name      string
-		reqs      []GroupRequest
+		reqs      []alua.GroupRequest
 		wantMoved bool
 		wantOwner string
 		wantErr   error
 	}{
-		{"ask for the other group", []GroupRequest{{2, ActiveOptimized}}, true, "b", nil},
-		{"ask for the owner's group", []GroupRequest{{1, ActiveOptimized}}, false, "a", nil},
-		{"demote the owner", []GroupRequest{{1, Standby}}, true, "b", nil},
-		{"demote a non-owner", []GroupRequest{{2, ActiveNonOptimized}}, false, "a", nil},
-		{"unknown group", []GroupRequest{{9, ActiveOptimized}}, false, "a", ErrBadRequest},
-		{"two AO groups", []GroupRequest{{1, ActiveOptimized}, {2, ActiveOptimized}}, false, "a", ErrBadRequest},
-		{"transitioning asked", []GroupRequest{{2, Transitioning}}, false, "a", ErrBadRequest},
+		{"ask for the other group", []alua.GroupRequest{{Group: 2, State: alua.ActiveOptimized}}, true, "b", nil},
+		{"ask for the owner's group", []alua.GroupRequest{{Group: 1, State: alua.ActiveOptimized}}, false, "a", nil},
+		{"demote the owner", []alua.GroupRequest{{Group: 1, State: alua.Standby}}, true, "b", nil},
+		{"demote a non-owner", []alua.GroupRequest{{Group: 2, State: alua.ActiveNonOptimized}}, false, "a", nil},
+		{"unknown group", []alua.GroupRequest{{Group: 9, State: alua.ActiveOptimized}}, false, "a", ErrBadRequest},
+		{"two AO groups", []alua.GroupRequest{{Group: 1, State: alua.ActiveOptimized}, {Group: 2, State: alua.ActiveOptimized}}, false, "a", ErrBadRequest},
+		{"transitioning asked", []alua.GroupRequest{{Group: 2, State: alua.Transitioning}}, false, "a", ErrBadRequest},
 		{"nothing asked", nil, false, "a", nil},
 	}
 	for _, tc := range tests {
@@ -382,7 +383,7 @@ func TestSetGroups(t *testing.T) {
 	}
 	a := testArray(t, nil)
 	require.NoError(t, a.SetNodeUp("b", false))
-	_, err := a.SetGroups(0, []GroupRequest{{1, Standby}})
+	_, err := a.SetGroups(0, []alua.GroupRequest{{Group: 1, State: alua.Standby}})
 	require.ErrorIs(t, err, ErrBadRequest, "no other group is up")
 	_, err = a.SetGroups(42, nil)
 	require.ErrorContains(t, err, "no LUN 42")
@@ -409,18 +410,18 @@ func TestExplicitTakeoverByHost(t *testing.T) {
 			require.NoError(t, err)
 			b := a.Node("b")
 			if mode == "implicit" {
-				require.Equal(t, Transitioning, l.State("h", b), "the array's takeover is pending")
+				require.Equal(t, alua.Transitioning, l.State("h", b), "the array's takeover is pending")
 				return
 			}
-			require.Equal(t, Standby, l.State("h", b))
-			require.Equal(t, Unavailable, l.State("h", a.Node("a")))
-			_, err = a.SetGroups(0, []GroupRequest{{Group: a.Node("a").GroupID, State: ActiveOptimized}})
+			require.Equal(t, alua.Standby, l.State("h", b))
+			require.Equal(t, alua.Unavailable, l.State("h", a.Node("a")))
+			_, err = a.SetGroups(0, []alua.GroupRequest{{Group: a.Node("a").GroupID, State: alua.ActiveOptimized}})
 			require.ErrorIs(t, err, ErrBadRequest, "the failed group cannot be made active")
-			moved, err := a.SetGroups(0, []GroupRequest{{Group: b.GroupID, State: ActiveOptimized}})
+			moved, err := a.SetGroups(0, []alua.GroupRequest{{Group: b.GroupID, State: alua.ActiveOptimized}})
 			require.NoError(t, err)
 			require.True(t, moved)
 			require.Equal(t, b, l.Owner())
-			require.Equal(t, ActiveOptimized, l.State("h", b))
+			require.Equal(t, alua.ActiveOptimized, l.State("h", b))
 			got := make([]byte, len(data))
 			require.NoError(t, l.ReadAt(3, got, 0))
 			require.Equal(t, data, got, "the acknowledged write survived the takeover")
@@ -435,7 +436,7 @@ func TestGroupsAfterCrashAndRestart(t *testing.T) {
 	a := testArray(t, nil)
 	const h1 = "iqn.2026-11.org.example:h1"
 	type grp struct {
-		State  AccessState
+		State  alua.AccessState
 		Pref   bool
 		Status byte
 	}
@@ -452,28 +453,28 @@ func TestGroupsAfterCrashAndRestart(t *testing.T) {
 		lun0, lun1 []grp
 	}{
 		{"start", func() error { return nil },
-			[]grp{{ActiveOptimized, true, StatusNone}, {ActiveNonOptimized, false, StatusNone}},
-			[]grp{{ActiveNonOptimized, false, StatusNone}, {ActiveOptimized, true, StatusNone}}},
+			[]grp{{alua.ActiveOptimized, true, alua.StatusNone}, {alua.ActiveNonOptimized, false, alua.StatusNone}},
+			[]grp{{alua.ActiveNonOptimized, false, alua.StatusNone}, {alua.ActiveOptimized, true, alua.StatusNone}}},
 		{"crash a", func() error { _, err := a.CrashNode("a"); return err },
-			[]grp{{Unavailable, false, StatusImplicit}, {Transitioning, false, StatusImplicit}},
-			[]grp{{Unavailable, false, StatusImplicit}, {ActiveOptimized, true, StatusNone}}},
-		{"takeover of LUN 0 by b", func() error { _, err := a.Move([]uint64{0}, "b", CauseFailover); return err },
-			[]grp{{Unavailable, false, StatusImplicit}, {ActiveOptimized, true, StatusImplicit}},
-			[]grp{{Unavailable, false, StatusImplicit}, {ActiveOptimized, true, StatusNone}}},
+			[]grp{{alua.Unavailable, false, alua.StatusImplicit}, {alua.Transitioning, false, alua.StatusImplicit}},
+			[]grp{{alua.Unavailable, false, alua.StatusImplicit}, {alua.ActiveOptimized, true, alua.StatusNone}}},
+		{"takeover of LUN 0 by b", func() error { _, err := a.Move([]uint64{0}, "b", alua.CauseFailover); return err },
+			[]grp{{alua.Unavailable, false, alua.StatusImplicit}, {alua.ActiveOptimized, true, alua.StatusImplicit}},
+			[]grp{{alua.Unavailable, false, alua.StatusImplicit}, {alua.ActiveOptimized, true, alua.StatusNone}}},
 		{"restart a", func() error { return a.RestartNode("a") },
-			[]grp{{ActiveNonOptimized, false, StatusImplicit}, {ActiveOptimized, true, StatusImplicit}},
-			[]grp{{ActiveNonOptimized, false, StatusImplicit}, {ActiveOptimized, true, StatusNone}}},
+			[]grp{{alua.ActiveNonOptimized, false, alua.StatusImplicit}, {alua.ActiveOptimized, true, alua.StatusImplicit}},
+			[]grp{{alua.ActiveNonOptimized, false, alua.StatusImplicit}, {alua.ActiveOptimized, true, alua.StatusNone}}},
 		{"crash b, then restart it before any takeover", func() error {
 			if _, err := a.CrashNode("b"); err != nil {
 				return err
 			}
 			return a.RestartNode("b")
 		},
-			[]grp{{ActiveNonOptimized, false, StatusImplicit}, {ActiveOptimized, true, StatusImplicit}},
-			[]grp{{ActiveNonOptimized, false, StatusImplicit}, {ActiveOptimized, true, StatusImplicit}}},
-		{"planned move of LUN 1 to a", func() error { _, err := a.Move([]uint64{1}, "a", CauseManual); return err },
-			[]grp{{ActiveNonOptimized, false, StatusImplicit}, {ActiveOptimized, true, StatusImplicit}},
-			[]grp{{ActiveOptimized, true, StatusImplicit}, {ActiveNonOptimized, false, StatusImplicit}}},
+			[]grp{{alua.ActiveNonOptimized, false, alua.StatusImplicit}, {alua.ActiveOptimized, true, alua.StatusImplicit}},
+			[]grp{{alua.ActiveNonOptimized, false, alua.StatusImplicit}, {alua.ActiveOptimized, true, alua.StatusImplicit}}},
+		{"planned move of LUN 1 to a", func() error { _, err := a.Move([]uint64{1}, "a", alua.CauseManual); return err },
+			[]grp{{alua.ActiveNonOptimized, false, alua.StatusImplicit}, {alua.ActiveOptimized, true, alua.StatusImplicit}},
+			[]grp{{alua.ActiveOptimized, true, alua.StatusImplicit}, {alua.ActiveNonOptimized, false, alua.StatusImplicit}}},
 	}
 	for _, st := range steps {
 		require.NoError(t, st.do(), st.name)
@@ -484,7 +485,7 @@ func TestGroupsAfterCrashAndRestart(t *testing.T) {
 
 const statusHost = "iqn.2026-11.org.example:h1"
 
-func statuses(a *Array, lun uint64) (st []byte, state []AccessState, pref []bool) {
+func statuses(a *Array, lun uint64) (st []byte, state []alua.AccessState, pref []bool) {
 	for _, g := range a.LUN(lun).Groups(statusHost) {
 		st = append(st, g.Status)
 		state = append(state, g.State)
@@ -509,13 +510,13 @@ func TestSTPGMoveWhoseSourceCrashesKeepsItsStatus(t *testing.T) {
 		st, state, _ := statuses(a, 0)
 		t.Logf("after crash, mid-move: states %v status %v", state, st)
 	})
-	_, err := a.Move([]uint64{0}, "b", CauseSTPG)
+	_, err := a.Move([]uint64{0}, "b", alua.CauseSTPG)
 	require.NoError(t, err)
 	require.True(t, done)
 	st, state, pref := statuses(a, 0)
 	t.Logf("after move: states %v status %v pref %v", state, st, pref)
-	require.Equal(t, Unavailable, state[0])
-	require.Equal(t, StatusImplicit, st[0], "a's group: UNAVAILABLE since the crash, not altered by the STPG")
+	require.Equal(t, alua.Unavailable, state[0])
+	require.Equal(t, alua.StatusImplicit, st[0], "a's group: UNAVAILABLE since the crash, not altered by the STPG")
 }
 
 // An STPG move a->b abandoned because b crashed: a's group went
@@ -529,17 +530,17 @@ func TestAbandonedSTPGMoveSourceStatus(t *testing.T) {
 		}
 		done = true
 		st, state, _ := statuses(a, 0)
-		require.Equal(t, []AccessState{Transitioning, Transitioning}, state)
-		require.Equal(t, []byte{StatusExplicit, StatusExplicit}, st, "TRANSITIONING at the host's request")
+		require.Equal(t, []alua.AccessState{alua.Transitioning, alua.Transitioning}, state)
+		require.Equal(t, []byte{alua.StatusExplicit, alua.StatusExplicit}, st, "TRANSITIONING at the host's request")
 		_, err := a.CrashNode("b")
 		require.NoError(t, err)
 	})
-	_, err := a.Move([]uint64{0}, "b", CauseSTPG)
+	_, err := a.Move([]uint64{0}, "b", alua.CauseSTPG)
 	require.ErrorIs(t, err, ErrMoveAbandoned)
 	st, state, pref := statuses(a, 0)
 	t.Logf("after abandoned move: states %v status %v pref %v", state, st, pref)
-	require.Equal(t, ActiveOptimized, state[0])
-	require.Equal(t, StatusImplicit, st[0], "a's group changed TRANSITIONING -> AO implicitly")
+	require.Equal(t, alua.ActiveOptimized, state[0])
+	require.Equal(t, alua.StatusImplicit, st[0], "a's group changed TRANSITIONING -> AO implicitly")
 }
 
 // Explicit mode: the owner a crashed, a host's STPG makes b's group
@@ -554,11 +555,11 @@ func TestExplicitSTPGTakeoverStatus(t *testing.T) {
 	t.Cleanup(func() { a.Close() })
 	_, err = a.CrashNode("a")
 	require.NoError(t, err)
-	moved, err := a.SetGroups(0, []GroupRequest{{Group: a.Node("b").GroupID, State: ActiveOptimized}})
+	moved, err := a.SetGroups(0, []alua.GroupRequest{{Group: a.Node("b").GroupID, State: alua.ActiveOptimized}})
 	require.NoError(t, err)
 	require.True(t, moved)
 	st, state, _ := statuses(a, 0)
 	t.Logf("after STPG takeover: states %v status %v", state, st)
-	require.Equal(t, StatusExplicit, st[1], "b's group was made AO by SET TARGET PORT GROUPS")
-	require.Equal(t, StatusImplicit, st[0])
+	require.Equal(t, alua.StatusExplicit, st[1], "b's group was made AO by SET TARGET PORT GROUPS")
+	require.Equal(t, alua.StatusImplicit, st[0])
 }

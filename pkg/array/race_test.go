@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/media"
 )
 
@@ -56,7 +57,7 @@ func TestRestartWhileTakeoverDrains(t *testing.T) {
 	_, err = a.CrashNode("a")
 	require.NoError(t, err)
 	mErr := make(chan error, 1)
-	go func() { _, err := a.Move([]uint64{2}, "b", CauseFailover); mErr <- err }()
+	go func() { _, err := a.Move([]uint64{2}, "b", alua.CauseFailover); mErr <- err }()
 	for l.io.TryRLock() { // until the takeover waits in io.Lock
 		l.io.RUnlock()
 		time.Sleep(time.Millisecond)
@@ -95,7 +96,7 @@ func TestTakeoverAfterRestartReplayDropsOldOwnerPages(t *testing.T) {
 		l.replayMu.Unlock()
 	}
 	// The executor's failover runs now.
-	c, err := a.Move([]uint64{2}, "b", CauseFailover)
+	c, err := a.Move([]uint64{2}, "b", alua.CauseFailover)
 	require.NoError(t, err)
 	t.Logf("takeover replayed %d", c.Replayed)
 	// RestartNode(a), the rest.
@@ -109,7 +110,7 @@ func TestTakeoverAfterRestartReplayDropsOldOwnerPages(t *testing.T) {
 	var seen uint64
 	n.Cache.DestagePass(&seen) // a's destager, idle
 	n.Cache.DestagePass(&seen)
-	_, err = a.Move([]uint64{2}, "a", CauseFailback)
+	_, err = a.Move([]uint64{2}, "a", alua.CauseFailback)
 	require.NoError(t, err)
 	got := make([]byte, 4096)
 	require.NoError(t, l.ReadAt(1, got, 0))
@@ -187,7 +188,7 @@ func TestSecondCrashCountsHeldCopiesDuringTakeover(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	moved := make(chan error, 1)
-	go func() { _, err := a.Move([]uint64{0}, "c", CauseFailover); moved <- err }()
+	go func() { _, err := a.Move([]uint64{0}, "c", alua.CauseFailover); moved <- err }()
 	time.Sleep(20 * time.Millisecond) // the takeover reaches the crash's topology lock (either order is checked)
 	close(g.release)
 	c2 := <-crashed

@@ -9,6 +9,7 @@ package arrayview
 import (
 	"errors"
 
+	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/scsi"
 )
@@ -51,29 +52,29 @@ func (v View) Groups(n scsi.Nexus, lun uint64) []scsi.PortGroupState {
 	gs := l.Groups(v.initiator(n))
 	out := make([]scsi.PortGroupState, len(gs))
 	for i, g := range gs {
-		out[i] = scsi.PortGroupState{ID: g.ID, State: scsi.AccessState(g.State), Pref: g.Pref, Status: g.Status,
+		out[i] = scsi.PortGroupState{ID: g.ID, State: alua.AccessState(g.State), Pref: g.Pref, Status: g.Status,
 			Ports: g.Ports}
 	}
 	return out
 }
 
-func (v View) State(n scsi.Nexus, lun uint64) scsi.AccessState {
+func (v View) State(n scsi.Nexus, lun uint64) alua.AccessState {
 	l, p := v.Arr.LUN(lun), v.Arr.Port(n.TargetPort)
 	if l == nil || p == nil {
-		return scsi.StateActiveOptimized // nothing to gate: the LU check answers
+		return alua.ActiveOptimized // nothing to gate: the LU check answers
 	}
-	return scsi.AccessState(l.State(v.initiator(n), p.Node))
+	return alua.AccessState(l.State(v.initiator(n), p.Node))
 }
 
 // SetTargetPortGroups passes an STPG to the array, which owns the
 // decision, and maps the outcome to sense data.
-func (v View) SetTargetPortGroups(n scsi.Nexus, lun uint64, reqs []scsi.TPGRequest) error {
+func (v View) SetTargetPortGroups(n scsi.Nexus, lun uint64, reqs []alua.GroupRequest) error {
 	if v.Arr.LUN(lun) == nil {
 		return scsi.Sense(scsi.ReasonLUNotSupported)
 	}
-	greqs := make([]array.GroupRequest, len(reqs))
+	greqs := make([]alua.GroupRequest, len(reqs))
 	for i, r := range reqs {
-		greqs[i] = array.GroupRequest{Group: r.Group, State: array.AccessState(r.State)}
+		greqs[i] = alua.GroupRequest{Group: r.Group, State: alua.AccessState(r.State)}
 	}
 	moved, err := v.Arr.SetGroups(lun, greqs)
 	switch {
@@ -93,5 +94,5 @@ func (v View) SetTargetPortGroups(n scsi.Nexus, lun uint64, reqs []scsi.TPGReque
 // Announce turns an array change into unit attentions (the device
 // server chooses which, SPC-4 5.15.2.3).
 func Announce(srv *scsi.Server, c array.Change) {
-	srv.AnnounceALUAChange(c.LUNs, c.Failed, c.Cause == array.CauseSTPG)
+	srv.AnnounceALUAChange(c.LUNs, c.Failed, c.Cause == alua.CauseSTPG)
 }

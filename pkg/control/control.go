@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/aluad/aluad/ownership"
+	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/fabric"
@@ -180,17 +181,17 @@ func (p *Path) Exchanges(n scsi.Nexus, pi *api.PathInterval) {
 // the feed; a move the core did not make (an operator's, a host's STPG)
 // is told to the core.
 func (p *Path) changed(c array.Change) {
-	p.o.SCSI.AnnounceALUAChange(c.LUNs, c.Failed, c.Cause == array.CauseSTPG)
+	p.o.SCSI.AnnounceALUAChange(c.LUNs, c.Failed, c.Cause == alua.CauseSTPG)
 	if p.o.OnChange != nil {
 		p.o.OnChange(c)
 	}
 	p.publish(api.Event{Kind: api.EventALUA, Change: api.NewChangeInfo(c)})
-	if c.Failed || (c.Cause != array.CauseManual && c.Cause != array.CauseSTPG) {
+	if c.Failed || (c.Cause != alua.CauseManual && c.Cause != alua.CauseSTPG) {
 		return
 	}
 	evs := make([]ownership.Event, 0, len(c.LUNs))
 	for _, id := range c.LUNs {
-		evs = append(evs, ownership.OwnerChanged{LUN: id, Owner: c.To, Cause: ownership.Cause(c.Cause)})
+		evs = append(evs, ownership.OwnerChanged{LUN: id, Owner: c.To, Cause: c.Cause})
 	}
 	p.Post(evs...)
 }
@@ -410,7 +411,7 @@ func CoreConfig(cfg array.Config) (ownership.Config, time.Duration) {
 
 // CoreHostType is what the core needs of a host type.
 func CoreHostType(t array.HostType) ownership.HostType {
-	return ownership.HostType{Name: t.Name, TPGS: t.TPGS, Standby: t.NonOwner == array.Standby}
+	return ownership.HostType{Name: t.Name, TPGS: t.TPGS, Standby: t.NonOwner == alua.Standby}
 }
 
 // post queues events for the core.
@@ -543,14 +544,14 @@ func (r *runner) executor() {
 		r.p.faultMu.RLock()
 		r.p.faultMu.RUnlock()
 		for _, ids := range arr.ByOwner(batch.LUNs) {
-			_, err := arr.Move(ids, batch.To, array.Cause(batch.Cause))
+			_, err := arr.Move(ids, batch.To, batch.Cause)
 			// Tell the core where they are now: a rollback if the move
 			// failed; otherwise a confirmation, which corrects the core's
 			// view if it moved on while this ran (an operator's move).
 			cause := batch.Cause
 			if err != nil && !errors.Is(err, array.ErrNoChange) {
 				r.p.o.Log.Warn("ownership move failed", "luns", ids, "to", batch.To, "cause", batch.Cause, "err", err)
-				cause = ownership.CauseRollback
+				cause = alua.CauseRollback
 			}
 			evs := make([]ownership.Event, 0, len(ids))
 			for _, id := range ids {

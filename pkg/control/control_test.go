@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aluad/aluad/ownership"
+	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/fabric"
@@ -108,7 +109,7 @@ func TestChangesAnnouncedAndToldToTheCore(t *testing.T) {
 	tur := func() scsi.Response { return srv.Execute(&scsi.Command{Nexus: n, CDB: []byte{0, 0, 0, 0, 0, 0}}) }
 	for tur().Status != scsi.StatusGood { // the power-on UA
 	}
-	_, err := arr.Move([]uint64{0}, "b", array.CauseManual)
+	_, err := arr.Move([]uint64{0}, "b", alua.CauseManual)
 	require.NoError(t, err)
 	r := tur()
 	require.Equal(t, scsi.StatusCheckCondition, r.Status)
@@ -130,9 +131,9 @@ func TestChangesAnnouncedAndToldToTheCore(t *testing.T) {
 		{"failed STPG", true, true, [2]byte{}},
 	}
 	for _, tc := range tests {
-		cause := array.CauseBalance
+		cause := alua.CauseBalance
 		if tc.stpg {
-			cause = array.CauseSTPG
+			cause = alua.CauseSTPG
 		}
 		p.changed(array.Change{LUNs: []uint64{0}, From: "b", To: "a", Cause: cause, Failed: tc.failed})
 		r := tur()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/initiator"
 	"github.com/aluad/aluad/pkg/scsi"
@@ -61,10 +62,10 @@ func TestManualMoveOverControlSocket(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, ext, gotExt)
 			require.Len(t, gs, 2)
-			require.Equal(t, scsi.StateActiveNonOptimized, gs[0].State)
+			require.Equal(t, alua.ActiveNonOptimized, gs[0].State)
 			require.False(t, gs[0].Pref, "PREF follows the owner (multipath prio alua ranks a PREF ANO group above AO)")
 			require.True(t, gs[1].Pref)
-			require.Equal(t, scsi.StateActiveOptimized, gs[1].State)
+			require.Equal(t, alua.ActiveOptimized, gs[1].State)
 			require.Equal(t, byte(2), gs[0].Status)
 			require.Equal(t, byte(2), gs[1].Status)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/arrayview"
 	"github.com/aluad/aluad/pkg/fabric"
@@ -97,7 +98,7 @@ func (d *Daemon) startTCMU(cfg array.Config, opt Options) error {
 	to := tcmu.Options{
 		Layout:  tcmuLayout(cfg, d.Array),
 		Handler: d.SCSI,
-		State: func(lun uint64, port uint16) scsi.AccessState {
+		State: func(lun uint64, port uint16) alua.AccessState {
 			return view.State(scsi.Nexus{TargetPort: port}, lun)
 		},
 		OnEvent: d.ctl.Fabric,

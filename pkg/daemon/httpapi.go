@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/mgmt"
@@ -28,7 +29,7 @@ func (d *Daemon) Move(lun uint64, to string) (array.Change, error) {
 	if d.Array.Node(to) == nil {
 		return array.Change{}, fmt.Errorf("%w: no node %q", mgmt.ErrNotFound, to)
 	}
-	return d.Array.Move([]uint64{lun}, to, array.CauseManual)
+	return d.Array.Move([]uint64{lun}, to, alua.CauseManual)
 }
 
 // Mappings is the LUN map.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 
+	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/fabric"
@@ -313,7 +314,7 @@ func describe(cdb []byte, r scsi.Response) string {
 	return b.String()
 }
 
-func stateName(s scsi.AccessState) string { return array.AccessState(s).String() }
+func stateName(s alua.AccessState) string { return alua.AccessState(s).String() }
 
 // hexBytes prints bytes 16 to a line.
 func hexBytes(p []byte) string {
@@ -344,11 +345,11 @@ func (s *scenario) cmdMove(t *testing.T, td *datadriven.TestData) string {
 			}
 		}
 	}
-	cause := array.CauseManual
+	cause := alua.CauseManual
 	if td.HasArg("cause") {
 		var c string
 		td.ScanArgs(t, "cause", &c)
-		cause = array.Cause(c)
+		cause = alua.Cause(c)
 	}
 	if !td.HasArg("hold") {
 		s.clock = s.clock.Add(time.Millisecond)

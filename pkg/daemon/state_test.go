@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aluad/aluad/ownership"
+	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/media"
@@ -38,9 +39,9 @@ func comparable(s state.State) state.State {
 func TestStateSurvivesRestart(t *testing.T) {
 	data, stateDir := t.TempDir(), filepath.Join(t.TempDir(), "state")
 	d := stateDaemon(t, data, stateDir, nil)
-	_, err := d.Array.Move([]uint64{0, 2}, "b", array.CauseManual)
+	_, err := d.Array.Move([]uint64{0, 2}, "b", alua.CauseManual)
 	require.NoError(t, err)
-	_, err = d.Array.Move([]uint64{2}, "a", array.CauseManual)
+	_, err = d.Array.Move([]uint64{2}, "a", alua.CauseManual)
 	require.NoError(t, err)
 	_, err = d.Map(array.MappingConfig{LUN: 3, Host: "h1"}, "test")
 	require.NoError(t, err)
@@ -87,7 +88,7 @@ func TestStateAfterCrashMidTransition(t *testing.T) {
 	stores[0].hold, stores[0].entered = hold, entered
 	mu.Unlock()
 	done := make(chan error, 1)
-	go func() { _, err := d.Array.Move([]uint64{0}, "b", array.CauseManual); done <- err }()
+	go func() { _, err := d.Array.Move([]uint64{0}, "b", alua.CauseManual); done <- err }()
 	<-entered
 	require.Equal(t, "a", d.Array.LUN(0).Owner().Name, "mid-way: flushing, not yet switched")
 	d.stateDirty()
@@ -128,10 +129,10 @@ func u64p(v uint64) *uint64 { return &v }
 func TestCorruptState(t *testing.T) {
 	data, stateDir := t.TempDir(), filepath.Join(t.TempDir(), "state")
 	d := stateDaemon(t, data, stateDir, nil)
-	_, err := d.Array.Move([]uint64{0}, "b", array.CauseManual)
+	_, err := d.Array.Move([]uint64{0}, "b", alua.CauseManual)
 	require.NoError(t, err)
 	require.NoError(t, d.SaveState())
-	_, err = d.Array.Move([]uint64{2}, "b", array.CauseManual)
+	_, err = d.Array.Move([]uint64{2}, "b", alua.CauseManual)
 	require.NoError(t, err)
 	require.NoError(t, d.Stop(5*time.Second)) // state.json: 0,2 on b; .prev: 0 on b
 

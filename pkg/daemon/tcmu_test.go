@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/scsi"
@@ -187,7 +188,7 @@ func TestTCMUFrontEnd(t *testing.T) {
 	// A move: the kernel states follow, the new owner's devices first.
 	other := d.Array.Port(otherPort).Node
 	before := len(l.fs.Writes)
-	_, err = d.Array.Move([]uint64{lun0.ID}, other.Name, array.CauseManual)
+	_, err = d.Array.Move([]uint64{lun0.ID}, other.Name, alua.CauseManual)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return l.state(lun0.ID, otherPort) == "0" && l.state(lun0.ID, ownerPort) != "0" },
 		5*time.Second, 10*time.Millisecond)

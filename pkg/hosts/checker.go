@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/aluad/aluad/pkg/scsi"
+	"github.com/aluad/aluad/pkg/alua"
 )
 
 // checker is the path checker: it logs failed paths back in, tests live
@@ -182,7 +182,7 @@ func (h *Host) failback(l *lunState, reinstated *Path) {
 func (h *Host) hostFailback(l *lunState) {
 	l.mu.Lock()
 	var target *Path
-	if l.hasPreferred && l.state[l.preferred] != scsi.StateActiveOptimized {
+	if l.hasPreferred && l.state[l.preferred] != alua.ActiveOptimized {
 		for _, p := range h.paths {
 			if g, ok := l.groupOf[p.RelID]; ok && g == l.preferred && p.Up() && !l.failed[p] {
 				target = p

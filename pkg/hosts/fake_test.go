@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/scsi"
 )
 
@@ -16,7 +17,7 @@ import (
 // log of every command.
 type fakeTarget struct {
 	mu       sync.Mutex
-	state    map[uint16]scsi.AccessState
+	state    map[uint16]alua.AccessState
 	tt       byte
 	explicit bool
 	rtpgTime time.Duration
@@ -37,7 +38,7 @@ type fakeCmd struct {
 }
 
 func newFakeTarget() *fakeTarget {
-	return &fakeTarget{state: map[uint16]scsi.AccessState{1: scsi.StateActiveOptimized, 2: scsi.StateActiveNonOptimized},
+	return &fakeTarget{state: map[uint16]alua.AccessState{1: alua.ActiveOptimized, 2: alua.ActiveNonOptimized},
 		cut: map[string]bool{}}
 }
 
@@ -87,13 +88,13 @@ func (t *fakeTarget) setCut(host string, port uint16, cut bool) {
 }
 
 // move sets the groups' states and queues 2A/06 on every nexus but skip.
-func (t *fakeTarget) move(states map[uint16]scsi.AccessState, skip *fakeNexus) {
+func (t *fakeTarget) move(states map[uint16]alua.AccessState, skip *fakeNexus) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.setLocked(states, skip)
 }
 
-func (t *fakeTarget) setLocked(states map[uint16]scsi.AccessState, skip *fakeNexus) {
+func (t *fakeTarget) setLocked(states map[uint16]alua.AccessState, skip *fakeNexus) {
 	for g, s := range states {
 		t.state[g] = s
 	}
@@ -142,7 +143,7 @@ func (n *fakeNexus) close() {
 
 // begin logs a command and returns the error it meets before the device
 // server: a dead nexus or a pending unit attention.
-func (n *fakeNexus) begin(op string, alua bool) error {
+func (n *fakeNexus) begin(op string, gated bool) error {
 	t := n.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -155,13 +156,13 @@ func (n *fakeNexus) begin(op string, alua bool) error {
 		code := n.ua[0]
 		n.ua = n.ua[1:]
 		err = senseErr{0x6, byte(code >> 8), byte(code)}
-	case alua:
+	case gated:
 		switch t.state[groupOfPort(n.port)] {
-		case scsi.StateTransitioning:
+		case alua.Transitioning:
 			err = senseErr{0x2, 0x04, 0x0a}
-		case scsi.StateStandby:
+		case alua.Standby:
 			err = senseErr{0x2, 0x04, 0x0b}
-		case scsi.StateUnavailable:
+		case alua.Unavailable:
 			err = senseErr{0x2, 0x04, 0x0c}
 		}
 	}
@@ -200,7 +201,7 @@ func (n *fakeNexus) ReportTargetPortGroups(ctx context.Context, lun uint64) ([]b
 	return scsi.AppendRTPG(nil, groups, true, t.tt), nil
 }
 
-func (n *fakeNexus) SetTargetPortGroups(ctx context.Context, lun uint64, reqs []scsi.TPGRequest) error {
+func (n *fakeNexus) SetTargetPortGroups(ctx context.Context, lun uint64, reqs []alua.GroupRequest) error {
 	if err := n.begin("stpg", false); err != nil {
 		return err
 	}
@@ -211,9 +212,9 @@ func (n *fakeNexus) SetTargetPortGroups(ctx context.Context, lun uint64, reqs []
 		return senseErr{0x5, 0x20, 0x00}
 	}
 	for _, r := range reqs {
-		if r.State == scsi.StateActiveOptimized && t.state[r.Group] != scsi.StateActiveOptimized {
+		if r.State == alua.ActiveOptimized && t.state[r.Group] != alua.ActiveOptimized {
 			other := 3 - r.Group
-			t.setLocked(map[uint16]scsi.AccessState{r.Group: scsi.StateActiveOptimized, other: scsi.StateActiveNonOptimized}, n)
+			t.setLocked(map[uint16]alua.AccessState{r.Group: alua.ActiveOptimized, other: alua.ActiveNonOptimized}, n)
 		}
 	}
 	return nil

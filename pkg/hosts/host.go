@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/aluad/aluad/pkg/scsi"
+	"github.com/aluad/aluad/pkg/alua"
 )
 
 // Host is one emulated server: its paths, its LUNs and its stack.
@@ -99,7 +99,7 @@ func New(ctx context.Context, name string, p Personality, paths []PathSpec, luns
 		l.mu.Lock()
 		if p.Explicit {
 			for g, st := range l.state {
-				if st == scsi.StateActiveOptimized {
+				if st == alua.ActiveOptimized {
 					l.preferred, l.hasPreferred = g, true
 				}
 			}
@@ -258,7 +258,7 @@ func (h *Host) activate(ctx context.Context, l *lunState) bool {
 		ok := h.usable(l, p)
 		st := l.stateOf(p)
 		l.mu.Unlock()
-		if !ok && explicit && (st == scsi.StateStandby || st == scsi.StateUnavailable) {
+		if !ok && explicit && (st == alua.Standby || st == alua.Unavailable) {
 			// scsi_dh_alua on an array that allows explicit ALUA: the
 			// activation asks for the group with SET TARGET PORT GROUPS.
 			l.stpgMu.Lock()
@@ -341,9 +341,9 @@ func (h *Host) transitioning(ctx context.Context, l *lunState, p *Path, nx Nexus
 		if _, ok := l.transSince[g]; !ok {
 			l.transSince[g] = time.Now()
 		}
-		l.state[g] = scsi.StateTransitioning
+		l.state[g] = alua.Transitioning
 		if h.P.TransitionTimeout && time.Since(l.transSince[g]) >= l.transTimeout {
-			l.state[g] = scsi.StateStandby
+			l.state[g] = alua.Standby
 			l.failed[p] = true
 			l.mu.Unlock()
 			h.checkSoon(p)

@@ -7,14 +7,15 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/aluad/aluad/pkg/scsi"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/aluad/aluad/pkg/alua"
 )
 
 var (
-	aAO = map[uint16]scsi.AccessState{1: scsi.StateActiveOptimized, 2: scsi.StateActiveNonOptimized}
-	bAO = map[uint16]scsi.AccessState{1: scsi.StateActiveNonOptimized, 2: scsi.StateActiveOptimized}
+	aAO = map[uint16]alua.AccessState{1: alua.ActiveOptimized, 2: alua.ActiveNonOptimized}
+	bAO = map[uint16]alua.AccessState{1: alua.ActiveNonOptimized, 2: alua.ActiveOptimized}
 )
 
 func attach(t *testing.T, ft *fakeTarget, name string, p Personality) *Host {
@@ -105,7 +106,7 @@ func TestLinuxDM(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			ft := newFakeTarget()
 			h := attach(t, ft, "h1", LinuxDM())
-			ft.move(map[uint16]scsi.AccessState{1: scsi.StateTransitioning}, nil)
+			ft.move(map[uint16]alua.AccessState{1: alua.Transitioning}, nil)
 			go func() {
 				time.Sleep(3500 * time.Millisecond)
 				ft.move(aAO, nil)
@@ -121,7 +122,7 @@ func TestLinuxDM(t *testing.T) {
 			ft := newFakeTarget()
 			ft.tt = 2
 			h := attach(t, ft, "h1", LinuxDM())
-			ft.move(map[uint16]scsi.AccessState{1: scsi.StateTransitioning}, nil)
+			ft.move(map[uint16]alua.AccessState{1: alua.Transitioning}, nil)
 			start := time.Now()
 			assert.Contains(t, []uint16{3, 4}, io(t, ft, h), "after the timeout I/O goes to the other group")
 			took := time.Since(start)
@@ -208,7 +209,7 @@ func TestLinuxDM(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			ft := newFakeTarget()
 			ft.mu.Lock()
-			ft.state = map[uint16]scsi.AccessState{1: scsi.StateActiveOptimized, 2: scsi.StateStandby}
+			ft.state = map[uint16]alua.AccessState{1: alua.ActiveOptimized, 2: alua.Standby}
 			ft.mu.Unlock()
 			h := attach(t, ft, "h1", LinuxDM())
 			assert.Contains(t, []uint16{1, 2}, io(t, ft, h))
@@ -217,7 +218,7 @@ func TestLinuxDM(t *testing.T) {
 			ft.setCut("h1", 2, true)
 			go func() {
 				time.Sleep(300 * time.Millisecond)
-				ft.move(map[uint16]scsi.AccessState{1: scsi.StateStandby, 2: scsi.StateActiveOptimized}, nil)
+				ft.move(map[uint16]alua.AccessState{1: alua.Standby, 2: alua.ActiveOptimized}, nil)
 			}()
 			start := time.Now()
 			assert.Contains(t, []uint16{3, 4}, io(t, ft, h))
@@ -235,7 +236,7 @@ func TestLinuxDM(t *testing.T) {
 				ft := newFakeTarget()
 				ft.explicit = explicit
 				ft.mu.Lock()
-				ft.state = map[uint16]scsi.AccessState{1: scsi.StateActiveOptimized, 2: scsi.StateStandby}
+				ft.state = map[uint16]alua.AccessState{1: alua.ActiveOptimized, 2: alua.Standby}
 				ft.mu.Unlock()
 				h := attach(t, ft, "h1", LinuxDM())
 				assert.Contains(t, []uint16{1, 2}, io(t, ft, h))
@@ -259,7 +260,7 @@ func TestLinuxDM(t *testing.T) {
 			ft := newFakeTarget()
 			h := attach(t, ft, "h1", LinuxDM())
 			ft.mu.Lock()
-			ft.state = map[uint16]scsi.AccessState{1: scsi.StateStandby, 2: scsi.StateActiveOptimized}
+			ft.state = map[uint16]alua.AccessState{1: alua.Standby, 2: alua.ActiveOptimized}
 			ft.mu.Unlock()
 			start := time.Now()
 			assert.Contains(t, []uint16{3, 4}, io(t, ft, h))
@@ -310,7 +311,7 @@ func TestWindowsMSDSM(t *testing.T) {
 			ft := newFakeTarget()
 			h := attach(t, ft, "w1", WindowsMSDSM())
 			ft.mu.Lock()
-			ft.state[1] = scsi.StateTransitioning
+			ft.state[1] = alua.Transitioning
 			ft.mu.Unlock()
 			start := time.Now()
 			assert.Contains(t, []uint16{3, 4}, io(t, ft, h))
@@ -322,7 +323,7 @@ func TestWindowsMSDSM(t *testing.T) {
 			ft := newFakeTarget()
 			h := attach(t, ft, "w1", WindowsMSDSM())
 			ft.mu.Lock()
-			ft.state[1] = scsi.StateUnavailable
+			ft.state[1] = alua.Unavailable
 			ft.mu.Unlock()
 			assert.Contains(t, []uint16{3, 4}, io(t, ft, h))
 			assert.EqualValues(t, 1, h.Stats().NotAvail)
@@ -378,7 +379,7 @@ func TestExplicitALUA(t *testing.T) {
 			assert.Contains(t, []uint16{3, 4}, io(t, ft, h))
 			assert.EqualValues(t, 1, h.Stats().STPGs)
 			ft.mu.Lock()
-			assert.Equal(t, scsi.StateActiveOptimized, ft.state[2])
+			assert.Equal(t, alua.ActiveOptimized, ft.state[2])
 			ft.mu.Unlock()
 			ft.setCut("x1", 1, false)
 			ft.setCut("x1", 2, false)

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/scsi"
 )
 
@@ -16,7 +17,7 @@ type lunState struct {
 	// state is the driver's view (scsi_dh_alua, the DSM, the SATP) of each
 	// target port group, from the last RTPG; groupOf maps target ports to
 	// their groups.
-	state        map[uint16]scsi.AccessState
+	state        map[uint16]alua.AccessState
 	pref         map[uint16]bool // the group's PREF bit
 	groupOf      map[uint16]uint16
 	transSince   map[uint16]time.Time
@@ -42,7 +43,7 @@ type lunState struct {
 }
 
 func newLUN(id uint64) *lunState {
-	return &lunState{id: id, state: map[uint16]scsi.AccessState{}, pref: map[uint16]bool{}, groupOf: map[uint16]uint16{},
+	return &lunState{id: id, state: map[uint16]alua.AccessState{}, pref: map[uint16]bool{}, groupOf: map[uint16]uint16{},
 		transSince: map[uint16]time.Time{}, transTimeout: 60 * time.Second, prio: map[*Path]int{},
 		failed: map[*Path]bool{}, cur: -1}
 }
@@ -50,17 +51,17 @@ func newLUN(id uint64) *lunState {
 // prioOf is multipath-tools' prio alua: AO 50, ANO 10, STANDBY 1, else
 // 0, and 80 more for a group with the PREF bit that is not optimized
 // (libmultipath/prioritizers/alua.c; so a PREF ANO group, 90, outranks AO).
-func prioOf(s scsi.AccessState, pref bool) int {
+func prioOf(s alua.AccessState, pref bool) int {
 	n := 0
 	switch s {
-	case scsi.StateActiveOptimized:
+	case alua.ActiveOptimized:
 		n = 50
-	case scsi.StateActiveNonOptimized:
+	case alua.ActiveNonOptimized:
 		n = 10
-	case scsi.StateStandby:
+	case alua.Standby:
 		n = 1
 	}
-	if pref && s != scsi.StateActiveOptimized {
+	if pref && s != alua.ActiveOptimized {
 		n += 80
 	}
 	return n
@@ -123,7 +124,7 @@ func (h *Host) readRTPG(ctx context.Context, l *lunState, p *Path, nx Nexus, att
 	for _, g := range groups {
 		l.state[g.ID] = g.State
 		l.pref[g.ID] = g.Pref
-		if g.State != scsi.StateTransitioning {
+		if g.State != alua.Transitioning {
 			delete(l.transSince, g.ID)
 		}
 		for _, port := range g.Ports {
@@ -152,18 +153,18 @@ func (h *Host) usable(l *lunState, p *Path) bool {
 		return true
 	}
 	switch l.state[g] {
-	case scsi.StateStandby, scsi.StateUnavailable, scsi.StateOffline:
+	case alua.Standby, alua.Unavailable, alua.Offline:
 		return false
 	}
 	return true
 }
 
 // stateOf is the state of p's group (l.mu held); unknown counts as AO.
-func (l *lunState) stateOf(p *Path) scsi.AccessState {
+func (l *lunState) stateOf(p *Path) alua.AccessState {
 	if g, ok := l.groupOf[p.RelID]; ok {
 		return l.state[g]
 	}
-	return scsi.StateActiveOptimized
+	return alua.ActiveOptimized
 }
 
 func filter(ps []*Path, keep func(*Path) bool) []*Path {
@@ -179,7 +180,7 @@ func filter(ps []*Path, keep func(*Path) bool) []*Path {
 // bestUsable returns the usable paths, or those in the first non-empty
 // class: AO, then ANO, then any.
 func (l *lunState) bestUsable(usable []*Path) []*Path {
-	for _, st := range []scsi.AccessState{scsi.StateActiveOptimized, scsi.StateActiveNonOptimized} {
+	for _, st := range []alua.AccessState{alua.ActiveOptimized, alua.ActiveNonOptimized} {
 		if c := filter(usable, func(p *Path) bool { return l.stateOf(p) == st }); len(c) > 0 {
 			return c
 		}
@@ -212,7 +213,7 @@ func (h *Host) choose(ctx context.Context, l *lunState, size int) *Path {
 	case AOSubset:
 		cands = l.bestUsable(usable)
 	case MostRecentlyUsed:
-		if l.mru != nil && h.usable(l, l.mru) && l.stateOf(l.mru) == scsi.StateActiveOptimized {
+		if l.mru != nil && h.usable(l, l.mru) && l.stateOf(l.mru) == alua.ActiveOptimized {
 			cands = []*Path{l.mru}
 		} else {
 			cands = l.bestUsable(usable)[:1]
@@ -261,7 +262,7 @@ func (h *Host) ensureAO(ctx context.Context, l *lunState) {
 			return true // a refused STPG: use what there is for a while
 		}
 		for _, p := range h.paths {
-			if h.usable(l, p) && l.stateOf(p) == scsi.StateActiveOptimized {
+			if h.usable(l, p) && l.stateOf(p) == alua.ActiveOptimized {
 				return true
 			}
 		}
@@ -306,7 +307,7 @@ func (h *Host) stpg(ctx context.Context, l *lunState, p *Path) {
 	}
 	var err error
 	for try := 0; try < 4; try++ {
-		err = nx.SetTargetPortGroups(ctx, l.id, []scsi.TPGRequest{{State: scsi.StateActiveOptimized, Group: g}})
+		err = nx.SetTargetPortGroups(ctx, l.id, []alua.GroupRequest{{State: alua.ActiveOptimized, Group: g}})
 		if key, _, _, ok := senseOf(err); !ok || key != 0x6 {
 			break
 		}

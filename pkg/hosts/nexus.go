@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 
+	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/initiator"
-	"github.com/aluad/aluad/pkg/scsi"
 )
 
 // Nexus is one logged-in I_T nexus. A command that ends in CHECK
@@ -16,7 +16,7 @@ type Nexus interface {
 	Write(ctx context.Context, lun, lba uint64, data []byte, fua bool) error
 	TestUnitReady(ctx context.Context, lun uint64) error
 	ReportTargetPortGroups(ctx context.Context, lun uint64) ([]byte, error)
-	SetTargetPortGroups(ctx context.Context, lun uint64, reqs []scsi.TPGRequest) error
+	SetTargetPortGroups(ctx context.Context, lun uint64, reqs []alua.GroupRequest) error
 	// TPGS is the standard INQUIRY TPGS field: 01b implicit ALUA, 10b
 	// explicit, 11b both.
 	TPGS(ctx context.Context, lun uint64) (byte, error)
@@ -86,7 +86,7 @@ func (n sessionNexus) ReportTargetPortGroups(ctx context.Context, lun uint64) ([
 	return n.s.ReportTargetPortGroups(ctx, lun, true)
 }
 
-func (n sessionNexus) SetTargetPortGroups(ctx context.Context, lun uint64, reqs []scsi.TPGRequest) error {
+func (n sessionNexus) SetTargetPortGroups(ctx context.Context, lun uint64, reqs []alua.GroupRequest) error {
 	return n.s.SetTargetPortGroups(ctx, lun, reqs)
 }
 

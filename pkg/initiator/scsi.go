@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/scsi"
 )
 
@@ -180,7 +181,7 @@ func (s *Session) ReportTargetPortGroups(ctx context.Context, lun uint64, extend
 
 // SetTargetPortGroups sends SET TARGET PORT GROUPS (SPC-4 6.46): MAINTENANCE
 // OUT, service action 0Ah, asking for the states in reqs.
-func (s *Session) SetTargetPortGroups(ctx context.Context, lun uint64, reqs []scsi.TPGRequest) error {
+func (s *Session) SetTargetPortGroups(ctx context.Context, lun uint64, reqs []alua.GroupRequest) error {
 	params := scsi.AppendSTPG(nil, reqs)
 	cdb := make([]byte, 12)
 	cdb[0], cdb[1] = 0xa4, 0x0a

@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/api"
-	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/daemon"
 	"github.com/aluad/aluad/pkg/hosts"
 )
@@ -273,7 +273,7 @@ func apply(env *Env, e EventSpec) error {
 	case "clear":
 		return inject(api.Fault{Kind: api.FaultClear})
 	case "move":
-		_, err := env.D.Array.Move([]uint64{e.LUN}, e.Node, array.CauseManual)
+		_, err := env.D.Array.Move([]uint64{e.LUN}, e.Node, alua.CauseManual)
 		return err
 	case "reboot":
 		for _, h := range env.Hosts {
@@ -285,7 +285,7 @@ func apply(env *Env, e EventSpec) error {
 	case "skew":
 		for _, l := range env.D.Array.LUNs {
 			if l.Owner().Name != e.Node {
-				if _, err := env.D.Array.Move([]uint64{l.ID}, e.Node, array.CauseManual); err != nil {
+				if _, err := env.D.Array.Move([]uint64{l.ID}, e.Node, alua.CauseManual); err != nil {
 					return err
 				}
 			}

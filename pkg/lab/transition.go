@@ -6,6 +6,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/daemon"
@@ -113,7 +114,7 @@ func RunTransition(ctx context.Context, o TransitionOptions) (TransitionResult, 
 	say("skewing load: every LUN to node a (core capacity %.0f work units per tick per node)", work*1.1)
 	for _, l := range env.D.Array.LUNs {
 		if l.Owner().Name != "a" {
-			if _, err := env.D.Array.Move([]uint64{l.ID}, "a", array.CauseManual); err != nil {
+			if _, err := env.D.Array.Move([]uint64{l.ID}, "a", alua.CauseManual); err != nil {
 				w.Stop()
 				return res, err
 			}

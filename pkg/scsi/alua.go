@@ -3,34 +3,17 @@ package scsi
 import (
 	"encoding/binary"
 	"fmt"
-)
 
-// AccessState is an asymmetric access state (SPC-4 5.15.2.4).
-type AccessState byte
-
-const (
-	StateActiveOptimized    AccessState = 0x0
-	StateActiveNonOptimized AccessState = 0x1
-	StateStandby            AccessState = 0x2
-	StateUnavailable        AccessState = 0x3
-	StateOffline            AccessState = 0xe
-	StateTransitioning      AccessState = 0xf
+	"github.com/aluad/aluad/pkg/alua"
 )
 
 // PortGroupState is one target port group as RTPG reports it for a LU.
 type PortGroupState struct {
 	ID     uint16
-	State  AccessState
+	State  alua.AccessState
 	Pref   bool
 	Status byte // 0 none, 1 altered by SET TARGET PORT GROUPS, 2 altered by implicit behaviour
 	Ports  []uint16
-}
-
-// TPGRequest is one SET TARGET PORT GROUPS descriptor: the state a host
-// asks for one target port group (SPC-4 6.46 table 285).
-type TPGRequest struct {
-	State AccessState
-	Group uint16
 }
 
 // ALUA is the array's view of asymmetric access that the device server
@@ -45,12 +28,12 @@ type ALUA interface {
 	// the host type), all taken at one instant.
 	Groups(n Nexus, lun uint64) []PortGroupState
 	// State is the access state of the group holding n's target port.
-	State(n Nexus, lun uint64) AccessState
+	State(n Nexus, lun uint64) alua.AccessState
 	// TransitionTime is the implicit transition time in seconds (RTPG byte 5).
 	TransitionTime() byte
 	// SetTargetPortGroups applies an explicit request (only called when
 	// TPGS has the explicit bit). A returned *SenseError is reported as is.
-	SetTargetPortGroups(n Nexus, lun uint64, reqs []TPGRequest) error
+	SetTargetPortGroups(n Nexus, lun uint64, reqs []alua.GroupRequest) error
 }
 
 // Observer is told what hosts do that the array's control path learns
@@ -141,7 +124,7 @@ func ParseRTPG(b []byte) (groups []PortGroupState, extended bool, transitionTime
 			return nil, false, 0, fmt.Errorf("rtpg: truncated descriptor at byte %d", off)
 		}
 		d := b[off:]
-		g := PortGroupState{State: AccessState(d[0] & 0x0f), Pref: d[0]&0x80 != 0, ID: be16(d[2:]), Status: d[5]}
+		g := PortGroupState{State: alua.AccessState(d[0] & 0x0f), Pref: d[0]&0x80 != 0, ID: be16(d[2:]), Status: d[5]}
 		cnt := int(d[7])
 		off += 8
 		if off+4*cnt > end {
@@ -158,20 +141,20 @@ func ParseRTPG(b []byte) (groups []PortGroupState, extended bool, transitionTime
 
 // ParseSTPG parses SET TARGET PORT GROUPS parameter data (SPC-4 6.46): a
 // 4-byte reserved header, then 4-byte descriptors.
-func ParseSTPG(b []byte) ([]TPGRequest, error) {
+func ParseSTPG(b []byte) ([]alua.GroupRequest, error) {
 	if len(b) < 4 || (len(b)-4)%4 != 0 {
 		return nil, Sense(ReasonParamListLength)
 	}
-	var out []TPGRequest
+	var out []alua.GroupRequest
 	for off := 4; off < len(b); off += 4 {
-		out = append(out, TPGRequest{State: AccessState(b[off] & 0x0f), Group: be16(b[off+2:])})
+		out = append(out, alua.GroupRequest{State: alua.AccessState(b[off] & 0x0f), Group: be16(b[off+2:])})
 	}
 	return out, nil
 }
 
 // AppendSTPG appends SET TARGET PORT GROUPS parameter data for reqs (the
 // initiator side of ParseSTPG).
-func AppendSTPG(b []byte, reqs []TPGRequest) []byte {
+func AppendSTPG(b []byte, reqs []alua.GroupRequest) []byte {
 	b = append(b, 0, 0, 0, 0)
 	for _, r := range reqs {
 		b = append(b, byte(r.State)&0x0f, 0, byte(r.Group>>8), byte(r.Group))
@@ -247,19 +230,19 @@ func aluaAllowed(cdb []byte) aluaAllow {
 
 // aluaGate returns the access state of the command's target port for its
 // LU and the NOT READY sense if that state does not allow the command.
-func (s *Server) aluaGate(c *Command) (AccessState, *SenseError) {
+func (s *Server) aluaGate(c *Command) (alua.AccessState, *SenseError) {
 	if s.alua == nil {
-		return StateActiveOptimized, nil
+		return alua.ActiveOptimized, nil
 	}
 	var need aluaAllow
 	var r Reason
 	st := s.alua.State(c.Nexus, c.LUN)
 	switch st {
-	case StateActiveOptimized, StateActiveNonOptimized:
+	case alua.ActiveOptimized, alua.ActiveNonOptimized:
 		return st, nil
-	case StateStandby:
+	case alua.Standby:
 		need, r = allowStandby, ReasonNotReadyStandby
-	case StateTransitioning:
+	case alua.Transitioning:
 		need, r = allowTransitioning, ReasonNotReadyTransitioning
 	default: // unavailable, offline
 		need, r = allowUnavailable, ReasonNotReadyUnavailable

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/aluad/aluad/pkg/alua"
 )
 
 // fakeALUA is a small real ALUA: one group per target port, with states
@@ -13,14 +15,14 @@ import (
 type fakeALUA struct {
 	mu     sync.Mutex
 	tpgs   byte
-	states map[uint16]AccessState // by target port (= group id)
-	stpg   []TPGRequest
+	states map[uint16]alua.AccessState // by target port (= group id)
+	stpg   []alua.GroupRequest
 }
 
 func (f *fakeALUA) TPGS() byte                           { return f.tpgs }
 func (f *fakeALUA) TransitionTime() byte                 { return 7 }
 func (f *fakeALUA) PortGroup(port uint16) (uint16, bool) { return port, true }
-func (f *fakeALUA) State(n Nexus, lun uint64) AccessState {
+func (f *fakeALUA) State(n Nexus, lun uint64) alua.AccessState {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.states[n.TargetPort]
@@ -31,14 +33,14 @@ func (f *fakeALUA) Groups(n Nexus, lun uint64) []PortGroupState {
 	return []PortGroupState{{ID: 1, State: f.states[1], Pref: true, Ports: []uint16{1}},
 		{ID: 3, State: f.states[3], Ports: []uint16{3}}}
 }
-func (f *fakeALUA) SetTargetPortGroups(n Nexus, lun uint64, reqs []TPGRequest) error {
+func (f *fakeALUA) SetTargetPortGroups(n Nexus, lun uint64, reqs []alua.GroupRequest) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.stpg = append(f.stpg, reqs...)
 	return nil
 }
 
-func (f *fakeALUA) set(port uint16, st AccessState) {
+func (f *fakeALUA) set(port uint16, st alua.AccessState) {
 	f.mu.Lock()
 	f.states[port] = st
 	f.mu.Unlock()
@@ -46,7 +48,7 @@ func (f *fakeALUA) set(port uint16, st AccessState) {
 
 func newALUAServer(t *testing.T, tpgs byte) (*Server, *fakeALUA) {
 	s, _ := newTestServer(t)
-	f := &fakeALUA{tpgs: tpgs, states: map[uint16]AccessState{1: StateActiveOptimized, 3: StateActiveNonOptimized}}
+	f := &fakeALUA{tpgs: tpgs, states: map[uint16]alua.AccessState{1: alua.ActiveOptimized, 3: alua.ActiveNonOptimized}}
 	s.SetALUA(f)
 	return s, f
 }
@@ -58,29 +60,29 @@ func TestALUAGate(t *testing.T) {
 	cmds := []struct {
 		name string
 		cdb  []byte
-		want map[AccessState]string
+		want map[alua.AccessState]string
 	}{
-		{"TEST UNIT READY", make([]byte, 6), map[AccessState]string{
-			StateStandby: "04/0b", StateUnavailable: "04/0c", StateTransitioning: "04/0a"}},
-		{"READ(10)", read10, map[AccessState]string{
-			StateStandby: "04/0b", StateUnavailable: "04/0c", StateTransitioning: "04/0a"}},
-		{"INQUIRY", []byte{OpInquiry, 0, 0, 0, 36, 0}, map[AccessState]string{}},
-		{"REPORT LUNS", []byte{OpReportLUNs, 0, 0, 0, 0, 0, 0, 0, 0, 64, 0, 0}, map[AccessState]string{}},
-		{"REQUEST SENSE", []byte{OpRequestSense, 0, 0, 0, 18, 0}, map[AccessState]string{}},
-		{"RTPG", []byte{OpMaintenanceIn, 0x0a, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0}, map[AccessState]string{}},
-		{"RSOC", []byte{OpMaintenanceIn, 0x0c, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0}, map[AccessState]string{
-			StateStandby: "04/0b", StateUnavailable: "04/0c", StateTransitioning: "04/0a"}},
-		{"MODE SENSE(6)", []byte{OpModeSense6, 0, 0x3f, 0, 255, 0}, map[AccessState]string{
-			StateUnavailable: "04/0c", StateTransitioning: "04/0a"}},
+		{"TEST UNIT READY", make([]byte, 6), map[alua.AccessState]string{
+			alua.Standby: "04/0b", alua.Unavailable: "04/0c", alua.Transitioning: "04/0a"}},
+		{"READ(10)", read10, map[alua.AccessState]string{
+			alua.Standby: "04/0b", alua.Unavailable: "04/0c", alua.Transitioning: "04/0a"}},
+		{"INQUIRY", []byte{OpInquiry, 0, 0, 0, 36, 0}, map[alua.AccessState]string{}},
+		{"REPORT LUNS", []byte{OpReportLUNs, 0, 0, 0, 0, 0, 0, 0, 0, 64, 0, 0}, map[alua.AccessState]string{}},
+		{"REQUEST SENSE", []byte{OpRequestSense, 0, 0, 0, 18, 0}, map[alua.AccessState]string{}},
+		{"RTPG", []byte{OpMaintenanceIn, 0x0a, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0}, map[alua.AccessState]string{}},
+		{"RSOC", []byte{OpMaintenanceIn, 0x0c, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0}, map[alua.AccessState]string{
+			alua.Standby: "04/0b", alua.Unavailable: "04/0c", alua.Transitioning: "04/0a"}},
+		{"MODE SENSE(6)", []byte{OpModeSense6, 0, 0x3f, 0, 255, 0}, map[alua.AccessState]string{
+			alua.Unavailable: "04/0c", alua.Transitioning: "04/0a"}},
 		{"READ CAPACITY(16)", []byte{OpServiceActionIn16, SAReadCapacity16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0},
-			map[AccessState]string{StateUnavailable: "04/0c", StateTransitioning: "04/0a"}},
-		{"PR IN", []byte{OpPRIn, 0, 0, 0, 0, 0, 0, 0, 64, 0}, map[AccessState]string{
-			StateUnavailable: "04/0c", StateTransitioning: "04/0a"}},
-		{"STPG (explicit)", []byte{OpMaintenanceOut, 0x0a, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, map[AccessState]string{
-			StateTransitioning: "04/0a"}},
+			map[alua.AccessState]string{alua.Unavailable: "04/0c", alua.Transitioning: "04/0a"}},
+		{"PR IN", []byte{OpPRIn, 0, 0, 0, 0, 0, 0, 0, 64, 0}, map[alua.AccessState]string{
+			alua.Unavailable: "04/0c", alua.Transitioning: "04/0a"}},
+		{"STPG (explicit)", []byte{OpMaintenanceOut, 0x0a, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, map[alua.AccessState]string{
+			alua.Transitioning: "04/0a"}},
 	}
-	states := []AccessState{StateActiveOptimized, StateActiveNonOptimized, StateStandby, StateUnavailable,
-		StateTransitioning, StateOffline}
+	states := []alua.AccessState{alua.ActiveOptimized, alua.ActiveNonOptimized, alua.Standby, alua.Unavailable,
+		alua.Transitioning, alua.Offline}
 	for _, c := range cmds {
 		for _, st := range states {
 			t.Run(fmt.Sprintf("%s/%x", c.name, st), func(t *testing.T) {
@@ -88,8 +90,8 @@ func TestALUAGate(t *testing.T) {
 				f.set(3, st)
 				r := s.Execute(&Command{Nexus: n2, CDB: c.cdb, DataInLen: 4096})
 				want := c.want[st]
-				if st == StateOffline { // offline is gated like unavailable
-					want = c.want[StateUnavailable]
+				if st == alua.Offline { // offline is gated like unavailable
+					want = c.want[alua.Unavailable]
 				}
 				if want == "" {
 					require.Equal(t, StatusGood, r.Status, "sense %x", r.Sense)
@@ -108,7 +110,7 @@ func TestALUAGate(t *testing.T) {
 // the gate does not consume it.
 func TestUABeforeGate(t *testing.T) {
 	s, f := newALUAServer(t, 0x1)
-	f.set(3, StateStandby)
+	f.set(3, alua.Standby)
 	s.QueueUA(0, false, ReasonUAAsymmetricChanged)
 	r := s.Execute(&Command{Nexus: n2, CDB: make([]byte, 6)})
 	_, asc, ascq := senseOf(t, r)
@@ -130,15 +132,15 @@ func TestSTPGByMode(t *testing.T) {
 	s, f = newALUAServer(t, 0x3)
 	r = s.Execute(&Command{Nexus: n1, CDB: stpg, Data: params})
 	require.Equal(t, StatusGood, r.Status)
-	require.Equal(t, []TPGRequest{{State: StateActiveOptimized, Group: 3}}, f.stpg)
+	require.Equal(t, []alua.GroupRequest{{State: alua.ActiveOptimized, Group: 3}}, f.stpg)
 	require.Equal(t, 8, r.DataOutLen)
 }
 
 func TestRTPGRoundTrip(t *testing.T) {
 	groups := []PortGroupState{
-		{ID: 1, State: StateActiveOptimized, Pref: true, Status: 2, Ports: []uint16{1, 2}},
-		{ID: 2, State: StateStandby, Status: 0, Ports: []uint16{3, 4, 5}},
-		{ID: 9, State: StateTransitioning, Status: 1},
+		{ID: 1, State: alua.ActiveOptimized, Pref: true, Status: 2, Ports: []uint16{1, 2}},
+		{ID: 2, State: alua.Standby, Status: 0, Ports: []uint16{3, 4, 5}},
+		{ID: 9, State: alua.Transitioning, Status: 1},
 	}
 	for _, ext := range []bool{false, true} {
 		b := AppendRTPG(nil, groups, ext, 12)
@@ -249,7 +251,7 @@ func FuzzExecuteALUA(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 0, 0, 0}, []byte{}, true)
 	s := NewServer()
 	s.AddLU(LUConfig{LUN: 0, BlockSize: 512, Blocks: 64, Backend: &memBackend{b: make([]byte, 64*512)}})
-	s.SetALUA(&fakeALUA{tpgs: 3, states: map[uint16]AccessState{1: StateActiveOptimized, 3: StateStandby}})
+	s.SetALUA(&fakeALUA{tpgs: 3, states: map[uint16]alua.AccessState{1: alua.ActiveOptimized, 3: alua.Standby}})
 	s.NexusUp(n1)
 	s.NexusUp(n2)
 	f.Fuzz(func(t *testing.T, cdb, data []byte, standby bool) {

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/aluad/aluad/pkg/alua"
 )
 
 // Backend is the media side of one logical unit, as the array provides it.
@@ -331,7 +333,7 @@ func (s *Server) Execute(c *Command) Response {
 	start := s.now()
 	x := &exec{s: s, lu: lu, c: c, desc: desc}
 	r := s.gateAndRun(op, x)
-	lu.io.record(c.Nexus, op.io, &r, x.state == StateActiveNonOptimized, start, s.now().Sub(start))
+	lu.io.record(c.Nexus, op.io, &r, x.state == alua.ActiveNonOptimized, start, s.now().Sub(start))
 	return r
 }
 
@@ -399,7 +401,7 @@ type exec struct {
 	status     Status
 	dataOutLen int
 	// state is the ALUA access state the command arrived in.
-	state AccessState
+	state alua.AccessState
 	// aborts: the LU's PREEMPT AND ABORT count when the task passed the
 	// reservation check (see live).
 	aborts uint64

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/aluad/aluad/ownership"
+	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/scsi"
 )
@@ -30,7 +31,7 @@ type host struct {
 	// detect: ticks until the host's connection ping finds a silent port.
 	detect int
 	// states is the host's view: LUN -> target port -> access state.
-	states map[uint64]map[uint16]scsi.AccessState
+	states map[uint64]map[uint16]alua.AccessState
 	rr     map[uint64]int
 	seen   map[seenKey]*nexusSeen
 	// mp: "" (multipath by its type), "none" or "sticky" (hostSpec).
@@ -184,7 +185,7 @@ type seenKey struct {
 // access state when its last media command completed, and whether a unit
 // attention was reported on it since.
 type nexusSeen struct {
-	state scsi.AccessState
+	state alua.AccessState
 	known bool
 	ua    bool
 }
@@ -202,7 +203,7 @@ func detectTicks(name string) int {
 func newHost(w *World, hs hostSpec) *host {
 	return &host{w: w, name: hs.name, detect: detectTicks(hs.name), initiator: initiatorOf(hs.name), ht: array.HostTypes[hs.typ],
 		paths: hs.paths, luns: hs.luns, sess: map[uint16]bool{}, cut: map[uint16]bool{},
-		states: map[uint64]map[uint16]scsi.AccessState{}, rr: map[uint64]int{}, seen: map[seenKey]*nexusSeen{},
+		states: map[uint64]map[uint16]alua.AccessState{}, rr: map[uint64]int{}, seen: map[seenKey]*nexusSeen{},
 		mp: hs.mp, last: map[uint64]uint16{}, since: map[uint16]int{}, media: map[string]int{},
 		rtpgOn: map[uint16]bool{}, mediaTicks: map[nodeLUN]run{}, mediaPending: map[nodeLUN]bool{}, left: map[string]int{},
 		userOf: map[uint64]bool{}, lunTicks: map[uint64]run{}, lunPending: map[uint64]bool{}, lastUsed: map[string]int{}}
@@ -450,12 +451,12 @@ func (h *host) rtpg(port uint16, lun uint64) string {
 	ao := 0
 	st := h.states[lun]
 	if st == nil {
-		st = map[uint16]scsi.AccessState{}
+		st = map[uint16]alua.AccessState{}
 		h.states[lun] = st
 	}
 	var parts []string
 	for _, g := range groups {
-		if g.State == scsi.StateActiveOptimized {
+		if g.State == alua.ActiveOptimized {
 			ao++
 		}
 		for _, p := range g.Ports {
@@ -470,7 +471,7 @@ func (h *host) rtpg(port uint16, lun uint64) string {
 	return strings.Join(parts, " ")
 }
 
-func stateName(s scsi.AccessState) string { return array.AccessState(s).String() }
+func stateName(s alua.AccessState) string { return alua.AccessState(s).String() }
 
 // pick chooses the path for a command: logged in, usable, not avoided;
 // the best known state first (AO, ANO, unknown, the rest), round robin
@@ -517,16 +518,16 @@ func (h *host) pick(lun uint64, avoid map[uint16]bool) (uint16, bool) {
 	return p, true
 }
 
-func stateRank(st map[uint16]scsi.AccessState, p uint16) int {
+func stateRank(st map[uint16]alua.AccessState, p uint16) int {
 	s, ok := st[p]
 	switch {
 	case !ok:
 		return 2
-	case s == scsi.StateActiveOptimized:
+	case s == alua.ActiveOptimized:
 		return 0
-	case s == scsi.StateActiveNonOptimized:
+	case s == alua.ActiveNonOptimized:
 		return 1
-	case s == scsi.StateTransitioning:
+	case s == alua.Transitioning:
 		return 3
 	}
 	return 4
@@ -595,7 +596,7 @@ func (h *host) execOn(port uint16, lun uint64, cdb, data []byte, inLen int, medi
 		h.media[n] = w.ticks
 		h.mediaPending[nodeLUN{n, lun}] = true // the core hears of it at the next tick
 		h.lunPending[lun] = true
-		cur := scsi.AccessState(w.arr.LUN(lun).State(h.initiator, w.arr.Port(port).Node))
+		cur := alua.AccessState(w.arr.LUN(lun).State(h.initiator, w.arr.Port(port).Node))
 		if s.known && cur != s.state && !s.ua {
 			w.fail("ua-before-media", "host %s port %d LUN %d: state %s -> %s with no unit attention before a media command completed",
 				h.name, port, lun, stateName(s.state), stateName(cur))

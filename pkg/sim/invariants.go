@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/aluad/aluad/ownership"
+	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/array"
 )
 
@@ -58,7 +59,7 @@ func (w *World) checkGroups() {
 		for _, l := range w.arr.LUNs {
 			ao := 0
 			for _, g := range l.Groups(h.initiator) {
-				if g.State == array.ActiveOptimized {
+				if g.State == alua.ActiveOptimized {
 					ao++
 				}
 			}
@@ -139,7 +140,7 @@ func stormBound() int {
 // checkBatch judges a batch the core decided, before it is carried out.
 func (w *World) checkBatch(b ownership.Batch) {
 	switch b.Cause {
-	case ownership.CauseFailover:
+	case alua.CauseFailover:
 		for _, id := range b.LUNs {
 			var own *array.Node
 			for i, l := range w.arr.LUNs {
@@ -158,15 +159,15 @@ func (w *World) checkBatch(b ownership.Batch) {
 					id, own.Name, w.coreView(id))
 			}
 		}
-	case ownership.CauseFailback:
+	case alua.CauseFailback:
 		for _, id := range b.LUNs {
 			w.recovery[id] = append(w.recovery[id], w.ticks)
 			w.checkStorm(id)
 		}
 		w.checkPlanned(b)
-	case ownership.CauseShipping:
+	case alua.CauseShipping:
 		w.checkPlanned(b)
-	case ownership.CauseBalance:
+	case alua.CauseBalance:
 		// The utilisation before the decision: the load of every LUN
 		// that moved since the previous owners back on its node.
 		floor := coreConfig().StressFloor
@@ -187,7 +188,7 @@ func (w *World) checkBatch(b ownership.Batch) {
 		}
 		w.fail("balance-below-floor", "balance move of %v while every up node is below the stress floor %.2f", b.LUNs, floor)
 	}
-	if b.Cause == ownership.CauseBalance {
+	if b.Cause == alua.CauseBalance {
 		w.checkPlanned(b)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/aluad/aluad/ownership"
+	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/arrayview"
 	"github.com/aluad/aluad/pkg/media"
@@ -192,7 +193,7 @@ func (w *World) startCoreWith(oc ownership.Config) error {
 	for _, hs := range w.top.hosts {
 		ht := array.HostTypes[hs.typ]
 		core.Step(ownership.HostDecl{Host: hs.name, Type: ownership.HostType{Name: ht.Name, TPGS: ht.TPGS,
-			Standby: ht.NonOwner == array.Standby}})
+			Standby: ht.NonOwner == alua.Standby}})
 	}
 	for _, l := range w.arr.LUNs {
 		if err := core.Step(ownership.LUNDecl{LUN: l.ID, Preferred: l.Preferred.Name, Owner: l.Owner().Name,
@@ -401,11 +402,11 @@ func (w *World) drain() {
 		}
 		for _, ids := range w.arr.ByOwner(live) {
 			o := w.arr.LUN(ids[0]).Owner().Name
-			c, err := w.move(ids, b.To, array.Cause(b.Cause))
+			c, err := w.move(ids, b.To, b.Cause)
 			w.logf("core %s %v %s->%s: %s", b.Cause, ids, o, b.To, moveString(c, err))
 			cause := b.Cause
 			if err != nil && !errors.Is(err, array.ErrNoChange) {
-				cause = ownership.CauseRollback
+				cause = alua.CauseRollback
 			}
 			w.confirm(ids, cause)
 		}
@@ -426,16 +427,16 @@ func moveString(c array.Change, err error) string {
 // confirm tells the core where the LUNs really are after a move, as the
 // daemon's executor does: a rollback when the move failed, otherwise a
 // correction if the core's view moved on while the move ran.
-func (w *World) confirm(ids []uint64, cause ownership.Cause) {
+func (w *World) confirm(ids []uint64, cause alua.Cause) {
 	for _, id := range ids {
-		if o := w.arr.LUN(id).Owner().Name; o != w.core.Owner(id) || cause == ownership.CauseRollback {
+		if o := w.arr.LUN(id).Owner().Name; o != w.core.Owner(id) || cause == alua.CauseRollback {
 			w.step(ownership.OwnerChanged{LUN: id, Owner: o, Cause: cause})
 		}
 	}
 }
 
 // move runs array.Move, then delivers the commands parked during its hold.
-func (w *World) move(ids []uint64, to string, cause array.Cause) (array.Change, error) {
+func (w *World) move(ids []uint64, to string, cause alua.Cause) (array.Change, error) {
 	w.depth++
 	c, err := w.arr.Move(ids, to, cause)
 	w.depth--
@@ -476,9 +477,9 @@ func (w *World) operatorMove(e Event) string {
 		}
 		ids = append(ids, id)
 	}
-	c, err := w.move(ids, e.arg(1), array.CauseManual)
+	c, err := w.move(ids, e.arg(1), alua.CauseManual)
 	if err == nil {
-		w.confirm(c.LUNs, ownership.CauseManual)
+		w.confirm(c.LUNs, alua.CauseManual)
 	}
 	return moveString(c, err)
 }
@@ -800,7 +801,7 @@ func (w *World) mediaFault(e Event) string {
 func (w *World) changed(c array.Change) {
 	arrayview.Announce(w.srv, c)
 	switch c.Cause {
-	case array.CauseNodeDown, array.CauseNodeUp:
+	case alua.CauseNodeDown, alua.CauseNodeUp:
 		return
 	}
 	if !c.Failed && c.To != "" && !nodeUp(w.arr, c.To) {

@@ -24,6 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/daemon"
@@ -374,7 +375,7 @@ func (r *soakRun) faults(ctx context.Context, c SoakConfig, start time.Time, sam
 		case 3:
 			l := d.Array.LUNs[rng.IntN(len(d.Array.LUNs))]
 			to := nodes[(l.Owner().Index+1)%len(nodes)].Name
-			_, err := d.Array.Move([]uint64{l.ID}, to, array.CauseManual)
+			_, err := d.Array.Move([]uint64{l.ID}, to, alua.CauseManual)
 			record(fmt.Sprintf("move LUN %d to %s", l.ID, to), err)
 			sampMu.Lock()
 			if r.res.Baseline.Goroutines == 0 {

@@ -23,39 +23,41 @@ const module = "github.com/aluad/aluad/"
 // allowed lists, for every package of the module (by directory), the
 // aluad packages its non-test sources may import. Lower layers first.
 var allowed = map[string][]string{
+	// The shared vocabulary of ALUA: imports nothing.
+	"pkg/alua": nil,
 	// Leaves: the pure ownership core, the device server, the media.
-	"ownership": nil,
-	"pkg/scsi":  nil,
+	"ownership": {"pkg/alua"},
+	"pkg/scsi":  {"pkg/alua"},
 	"pkg/media": nil,
 	// What every front end reports, and the front ends.
 	"pkg/fabric":   {"pkg/scsi"},
 	"pkg/iscsi":    {"pkg/fabric", "pkg/scsi"},
-	"tcmu-handler": {"pkg/fabric", "pkg/scsi"},
+	"tcmu-handler": {"pkg/alua", "pkg/fabric", "pkg/scsi"},
 	// The array and its view for the device server.
 	"pkg/cache":     {"pkg/media"},
-	"pkg/array":     {"pkg/cache", "pkg/media"},
-	"pkg/arrayview": {"pkg/array", "pkg/scsi"},
+	"pkg/array":     {"pkg/alua", "pkg/cache", "pkg/media"},
+	"pkg/arrayview": {"pkg/alua", "pkg/array", "pkg/scsi"},
 	"pkg/reports":   {"ownership"},
 	// The management surface's types, client and feed.
 	"pkg/api": {"pkg/array", "pkg/reports"},
 	// Hosts: the Go initiator and the emulated multipath stacks.
-	"pkg/initiator": {"pkg/iscsi", "pkg/scsi"},
-	"pkg/hosts":     {"pkg/initiator", "pkg/scsi"},
+	"pkg/initiator": {"pkg/alua", "pkg/iscsi", "pkg/scsi"},
+	"pkg/hosts":     {"pkg/alua", "pkg/initiator", "pkg/scsi"},
 	// What survives a restart: the array id and the state file.
 	"pkg/state": {"pkg/api", "pkg/array", "pkg/scsi"},
 	// The control path: observations in, the ownership core, its moves
 	// carried out, unit attentions and the feed out.
-	"pkg/control": {"ownership", "pkg/api", "pkg/array", "pkg/fabric", "pkg/scsi"},
+	"pkg/control": {"pkg/alua", "ownership", "pkg/api", "pkg/array", "pkg/fabric", "pkg/scsi"},
 	// The management surface: views, handlers, transports, metrics.
 	"pkg/mgmt": {"ownership", "pkg/api", "pkg/array", "pkg/control", "pkg/fabric", "pkg/reports", "pkg/scsi"},
 	// Wiring: the daemon, and the simulation (which wires the same parts
 	// without a fabric).
-	"pkg/daemon": {"ownership", "pkg/api", "pkg/array", "pkg/arrayview", "pkg/control", "pkg/fabric", "pkg/iscsi",
+	"pkg/daemon": {"pkg/alua", "ownership", "pkg/api", "pkg/array", "pkg/arrayview", "pkg/control", "pkg/fabric", "pkg/iscsi",
 		"pkg/media", "pkg/mgmt", "pkg/scsi", "pkg/state", "tcmu-handler"},
-	"pkg/sim": {"ownership", "pkg/array", "pkg/arrayview", "pkg/media", "pkg/scsi"},
+	"pkg/sim": {"pkg/alua", "ownership", "pkg/array", "pkg/arrayview", "pkg/media", "pkg/scsi"},
 	// Runs that start a daemon and drive hosts against it.
-	"pkg/lab":    {"pkg/api", "pkg/array", "pkg/daemon", "pkg/hosts", "pkg/initiator"},
-	"pkg/stress": {"pkg/api", "pkg/array", "pkg/daemon", "pkg/initiator", "pkg/iscsi"},
+	"pkg/lab":    {"pkg/alua", "pkg/api", "pkg/array", "pkg/daemon", "pkg/hosts", "pkg/initiator"},
+	"pkg/stress": {"pkg/alua", "pkg/api", "pkg/array", "pkg/daemon", "pkg/initiator", "pkg/iscsi"},
 	"cmd/aluad": {"ownership", "pkg/api", "pkg/array", "pkg/daemon", "pkg/lab", "pkg/reports", "pkg/sim",
 		"pkg/stress"},
 	// The QEMU lab talks to the array through the API only.
