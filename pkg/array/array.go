@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/aluad/aluad/pkg/cache"
+	"github.com/aluad/aluad/pkg/clock"
 	"github.com/aluad/aluad/pkg/media"
 )
 
@@ -132,6 +133,8 @@ type Options struct {
 	Sleep func(time.Duration)
 	// Now reads the clock (transition stop times); nil uses time.Now.
 	Now func() time.Time
+	// Clock paces the caches' destagers (nil: the real one).
+	Clock clock.Clock
 	// WrapStore, if set, wraps each LUN's media store (fault injection:
 	// errors, latency, a flush that blocks).
 	WrapStore func(lun uint64, s media.Store) media.Store
@@ -209,6 +212,7 @@ func New(cfg Config, opt Options) (*Array, error) {
 	byName := map[string]*Node{}
 	var rel uint16 = 1
 	ccfg := cfg.cacheConfig()
+	ccfg.Clock = opt.Clock
 	for i, nc := range cfg.Nodes {
 		n := &Node{Name: nc.Name, Index: i, GroupID: uint16(i + 1), Cache: cache.New(nc.Name, ccfg)}
 		n.up.Store(true)

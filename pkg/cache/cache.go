@@ -26,6 +26,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aluad/aluad/pkg/clock"
 	"github.com/aluad/aluad/pkg/media"
 )
 
@@ -79,6 +80,8 @@ type Config struct {
 	Mirror bool
 	// DestageInterval is how often the destager wakes (default 100 ms).
 	DestageInterval time.Duration
+	// Clock paces the destager (nil: the real one).
+	Clock clock.Clock
 }
 
 // Defaults for a zero Config field.
@@ -89,6 +92,9 @@ const (
 )
 
 func (cfg Config) withDefaults() Config {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real
+	}
 	if cfg.Capacity <= 0 {
 		cfg.Capacity = DefaultCapacity
 	}

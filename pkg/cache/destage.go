@@ -2,7 +2,6 @@ package cache
 
 import (
 	"sort"
-	"time"
 )
 
 // maxRun bounds one media write of contiguous dirty pages.
@@ -169,14 +168,14 @@ func (c *Cache) destageOldest(n int) (int, error) {
 // destager writes dirty data back in the background, one pass a tick.
 func (c *Cache) destager() {
 	defer c.wg.Done()
-	t := time.NewTicker(c.cfg.DestageInterval)
+	t := c.cfg.Clock.NewTicker(c.cfg.DestageInterval)
 	defer t.Stop()
 	var seen uint64
 	for {
 		select {
 		case <-c.quit:
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 		c.DestagePass(&seen)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/clock"
 	"github.com/aluad/aluad/pkg/fabric"
 	"github.com/aluad/aluad/pkg/scsi"
 )
@@ -31,7 +32,8 @@ type Options struct {
 	Array *array.Array
 	SCSI  *scsi.Server
 	Log   *slog.Logger
-	Now   func() time.Time
+	// Clock paces the core's ticks (nil: the real one).
+	Clock clock.Clock
 	// Publish receives every event for the feed; it must not block.
 	Publish func(api.Event)
 	// OnChange receives every ownership change of the array, after its
@@ -67,11 +69,11 @@ func New(o Options) *Path {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	if o.Now == nil {
-		o.Now = time.Now
+	if o.Clock == nil {
+		o.Clock = clock.Real
 	}
 	p := &Path{o: o, arr: o.Array, stats: stats{ioPrev: map[IOKey]scsi.NexusIO{},
-		pathPrev: map[scsi.Nexus]fabric.PathStat{}, ioLast: o.Now(), lastIO: map[IOKey]*api.IOInterval{}}}
+		pathPrev: map[scsi.Nexus]fabric.PathStat{}, ioLast: o.Clock.Now(), lastIO: map[IOKey]*api.IOInterval{}}}
 	o.SCSI.SetObserver(p)
 	o.Array.OnChange(p.changed)
 	return p
@@ -281,11 +283,19 @@ func (p *Path) Start(cfg array.Config, decls ...ownership.Event) error {
 	return nil
 }
 
+// Halt tells the core to stop taking work (queries are refused, no
+// tick is stepped), without waiting for it; Stop waits.
+func (p *Path) Halt() {
+	if r := p.core.Load(); r != nil {
+		r.stopOnce.Do(func() { close(r.stop) })
+	}
+}
+
 // Stop stops the core and waits for its goroutines (the batch under way
 // finishes).
 func (p *Path) Stop() {
+	p.Halt()
 	if r := p.core.Load(); r != nil {
-		r.stopOnce.Do(func() { close(r.stop) })
 		r.wg.Wait()
 	}
 }
@@ -349,7 +359,7 @@ func newRunner(p *Path, cfg array.Config) (*runner, error) {
 		}
 	}
 	core.Advance()
-	return &runner{p: p, core: core, tick: tick, started: p.o.Now(), wake: make(chan struct{}, 1),
+	return &runner{p: p, core: core, tick: tick, started: p.o.Clock.Now(), wake: make(chan struct{}, 1),
 		exec: make(chan ownership.Batch, 1024), queries: make(chan func()), stop: make(chan struct{}),
 		reports: map[reportKey]ownership.ReportChange{}}, nil
 }
@@ -437,7 +447,7 @@ func (r *runner) start() {
 func (r *runner) loop() {
 	defer r.wg.Done()
 	defer close(r.exec)
-	t := time.NewTicker(r.tick)
+	t := r.p.o.Clock.NewTicker(r.tick)
 	defer t.Stop()
 	for {
 		var q func()
@@ -446,7 +456,7 @@ func (r *runner) loop() {
 			return
 		case <-r.wake:
 		case q = <-r.queries:
-		case <-t.C:
+		case <-t.C():
 			r.p.FoldStats() // this tick's I/O, then the tick
 			r.post(ownership.Tick{})
 		}

@@ -47,7 +47,7 @@ type stats struct {
 func (p *Path) FoldStats() {
 	p.ioMu.Lock()
 	defer p.ioMu.Unlock()
-	now := p.o.Now()
+	now := p.o.Clock.Now()
 	interval := now.Sub(p.ioLast)
 	p.ioLast = now
 	cur := p.o.SCSI.IOStats()

@@ -19,6 +19,7 @@ import (
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/arrayview"
+	"github.com/aluad/aluad/pkg/clock"
 	"github.com/aluad/aluad/pkg/control"
 	"github.com/aluad/aluad/pkg/fabric"
 	"github.com/aluad/aluad/pkg/iscsi"
@@ -46,6 +47,7 @@ type Daemon struct {
 	// ALUA changes.
 	Events  *api.EventLog
 	log     *slog.Logger
+	clock   clock.Clock
 	now     func() time.Time
 	control *mgmt.ControlServer
 	api     *mgmt.APIServer
@@ -80,8 +82,10 @@ type Options struct {
 	StatsInterval time.Duration
 	// OnEvent receives every event as it is added; it must not block.
 	OnEvent func(api.Event)
-	// Now and Sleep inject the clock (tests); nil uses the real one.
-	Now   func() time.Time
+	// Clock paces the core's ticks, the stats interval and the target's
+	// keepalives, and stamps events (nil: the real one); Sleep is the
+	// array's wait for a simulated latency (nil: a real wait).
+	Clock clock.Clock
 	Sleep func(time.Duration)
 	// EventCapacity is how many events the log keeps (0: 16384).
 	EventCapacity int
@@ -101,9 +105,10 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
-	if opt.Now == nil {
-		opt.Now = time.Now
+	if opt.Clock == nil {
+		opt.Clock = clock.Real
 	}
+	now := opt.Clock.Now
 	if opt.EventCapacity <= 0 {
 		opt.EventCapacity = 16384
 	}
@@ -115,12 +120,12 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 		opt.Logger.Info("new array id: every LUN's WWID derives from it", "array_id", id)
 	}
 	cfg.ArrayID = id
-	arr, err := array.New(cfg, array.Options{Now: opt.Now, Sleep: opt.Sleep, WrapStore: opt.WrapStore, Logger: opt.Logger})
+	arr, err := array.New(cfg, array.Options{Now: now, Clock: opt.Clock, Sleep: opt.Sleep, WrapStore: opt.WrapStore, Logger: opt.Logger})
 	if err != nil {
 		return nil, err
 	}
 	srv := scsi.NewServer()
-	srv.SetClock(opt.Now)
+	srv.SetClock(now)
 	for _, p := range arr.Ports {
 		srv.AddTargetPort(scsi.TargetPortInfo{RelativeID: p.RelativeID, Name: iscsi.TargetPortName(cfg.NodeTarget(p.Node.Name), p.RelativeID)})
 	}
@@ -134,9 +139,9 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 			return nil, err
 		}
 	}
-	d := &Daemon{Array: arr, SCSI: srv, log: opt.Logger, now: opt.Now, done: make(chan struct{})}
-	d.Events = api.NewEventLog(opt.EventCapacity, opt.Now, opt.OnEvent)
-	d.View = &mgmt.View{Array: arr, SCSI: srv, Now: opt.Now, Events: d.Events.Since, Portals: d.Portals,
+	d := &Daemon{Array: arr, SCSI: srv, log: opt.Logger, clock: opt.Clock, now: now, done: make(chan struct{})}
+	d.Events = api.NewEventLog(opt.EventCapacity, now, opt.OnEvent)
+	d.View = &mgmt.View{Array: arr, SCSI: srv, Now: now, Events: d.Events.Since, Portals: d.Portals,
 		FrontEnd: func() mgmt.FrontEnd {
 			if d.fabric == nil {
 				return nil
@@ -156,7 +161,7 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 	// what the host was told is saved.
 	srv.SetOnPersist(func(uint64) { d.SaveState() })
 	srv.SetLUNMapper(lunMapper{arr})
-	d.ctl = control.New(control.Options{Array: arr, SCSI: srv, Log: opt.Logger, Now: opt.Now,
+	d.ctl = control.New(control.Options{Array: arr, SCSI: srv, Log: opt.Logger, Clock: opt.Clock,
 		Publish: d.Events.Add, OnUA: d.metrics.UnitAttention,
 		OnReport: func(ri api.ReportInfo) {
 			d.recordReport(ri)
@@ -218,7 +223,7 @@ func (d *Daemon) startISCSI(cfg array.Config, opt Options) error {
 			Node: p.Node.Name, Name: p.Name})
 	}
 	tgt, err := iscsi.NewTarget(iscsi.Config{Name: cfg.Target, Alias: "aluad", Portals: portals,
-		Logger: opt.Logger, NopInterval: opt.NopInterval, NopTimeout: 2 * opt.NopInterval, OnEvent: d.ctl.Fabric,
+		Logger: opt.Logger, NopInterval: opt.NopInterval, NopTimeout: 2 * opt.NopInterval, Clock: d.clock, OnEvent: d.ctl.Fabric,
 		Auth: chapPolicy(cfg), Authorize: func(ini string, _ bool) bool { return d.Array.LUNMap().Admit(ini) },
 		MaxConnections: cfg.Limits.MaxConnections, MaxSessions: cfg.Limits.MaxSessions,
 		MaxSessionsPerInitiator: cfg.Limits.MaxSessionsPerInitiator, MaxSessionData: int(cfg.Limits.MaxSessionData),
@@ -292,13 +297,13 @@ func (d *Daemon) startServices(cfg array.Config, opt Options) error {
 
 func (d *Daemon) statsLoop(iv time.Duration) {
 	defer d.wg.Done()
-	t := time.NewTicker(iv)
+	t := d.clock.NewTicker(iv)
 	defer t.Stop()
 	for {
 		select {
 		case <-d.done:
 			return
-		case <-t.C:
+		case <-t.C():
 			d.ctl.FoldStats()
 		}
 	}
@@ -334,6 +339,7 @@ func (d *Daemon) Stop(grace time.Duration) error {
 	default:
 	}
 	close(d.done)
+	d.ctl.Halt() // the core takes no more work once Stop has begun
 	if d.control != nil {
 		d.control.Close()
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/aluad/aluad/ownership"
 	"github.com/aluad/aluad/pkg/api"
+	"github.com/aluad/aluad/pkg/clock"
 	"github.com/aluad/aluad/pkg/initiator"
 )
 
@@ -25,6 +26,32 @@ func fastCore(t *testing.T) *Daemon {
 	require.NoError(t, err)
 	t.Cleanup(func() { d.Stop(5 * time.Second) })
 	return d
+}
+
+// fakeCore is fastCore on a fake clock: the core ticks only when the
+// test moves the clock, with ticks(n).
+func fakeCore(t *testing.T) (d *Daemon, ticks func(n int)) {
+	t.Helper()
+	cfg := testConfig(t.TempDir())
+	cfg.Ownership.Tick = 20 * time.Millisecond
+	cfg.Ownership.DiscoveryWindow = 400 * time.Millisecond
+	cfg.Ownership.AlertDelay = 60 * time.Millisecond
+	clk := clock.NewFake(time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC))
+	d, err := Start(cfg, Options{Logger: quiet(), Clock: clk})
+	require.NoError(t, err)
+	t.Cleanup(func() { d.Stop(5 * time.Second) })
+	return d, coreTicks(t, d, clk, cfg.Ownership.Tick)
+}
+
+// coreTicks moves a daemon's fake clock a tick at a time, each stepped by
+// the core before the next (a query runs after the tick it follows).
+func coreTicks(t *testing.T, d *Daemon, clk *clock.Fake, tick time.Duration) func(n int) {
+	return func(n int) {
+		for range n {
+			clk.Advance(tick)
+			require.NoError(t, d.ctl.Do(func(*ownership.Core) {}))
+		}
+	}
 }
 
 // raised lists the conditions the core raises now, as "condition host node".
@@ -124,11 +151,12 @@ func TestMNDFromMediaEvidence(t *testing.T) {
 }
 
 // TestLogoutIsOrderly: a session ended with a Logout Request is reported
-// as an orderly logout, one whose connection drops as a fault. Two hosts
+// as an orderly logout, one whose connection drops as a fault. The core
+// runs on a fake clock: it ticks when the test says. Two hosts
 // use LUN 0 (owned by a) through both nodes: h1 logging out of node a
 // moves nothing; h2 losing its connection to node a fails LUN 0 over.
 func TestLogoutIsOrderly(t *testing.T) {
-	d := fastCore(t)
+	d, ticks := fakeCore(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	const h1, h2 = "iqn.2026-11.org.example:h1", "iqn.2026-11.org.example:h2"
@@ -143,7 +171,7 @@ func TestLogoutIsOrderly(t *testing.T) {
 	}
 	owner := func() string { return d.Array.LUN(0).Owner().Name }
 	require.Equal(t, "a", owner())
-	time.Sleep(300 * time.Millisecond) // both hosts settled
+	ticks(15) // both hosts settled
 	pa := d.Portals()[0].RelativeID
 	reason := func(ini string) string {
 		ev, _ := d.Events.Since(0)
@@ -157,12 +185,14 @@ func TestLogoutIsOrderly(t *testing.T) {
 	require.NoError(t, a1.Logout(ctx))
 	require.Eventually(t, func() bool { return reason(h1) != "" }, 5*time.Second, 10*time.Millisecond)
 	require.Equal(t, "logout", reason(h1))
-	time.Sleep(200 * time.Millisecond) // ten ticks
+	ticks(10)
 	require.Equal(t, "a", owner(), "h1 left node a on purpose: LUN 0 stays")
 
 	a2.Close()
 	require.Eventually(t, func() bool { return reason(h2) != "" }, 5*time.Second, 10*time.Millisecond)
 	require.Equal(t, "connection closed", reason(h2))
+	// A fault fails over within a tick, once the batch is carried out.
+	ticks(1)
 	require.Eventually(t, func() bool { return owner() == "b" }, 5*time.Second, 10*time.Millisecond,
 		"h2 lost node a: LUN 0 fails over to b, which both hosts reach")
 }

@@ -24,10 +24,10 @@ func (d *Daemon) APIAddr() string {
 // Move is an operator's move of one LUN.
 func (d *Daemon) Move(lun uint64, to string) (array.Change, error) {
 	if d.Array.LUN(lun) == nil {
-		return array.Change{}, fmt.Errorf("%w: no LUN %d", mgmt.ErrNotFound, lun)
+		return array.Change{}, mgmt.NotFound(fmt.Sprintf("no LUN %d", lun))
 	}
 	if d.Array.Node(to) == nil {
-		return array.Change{}, fmt.Errorf("%w: no node %q", mgmt.ErrNotFound, to)
+		return array.Change{}, mgmt.NotFound(fmt.Sprintf("no node %q", to))
 	}
 	return d.Array.Move([]uint64{lun}, to, alua.CauseManual)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/aluad/aluad/ownership"
 	"github.com/aluad/aluad/pkg/api"
+	"github.com/aluad/aluad/pkg/clock"
 	"github.com/aluad/aluad/pkg/initiator"
 	"github.com/aluad/aluad/pkg/reports"
 )
@@ -32,6 +33,23 @@ func waitReports(t *testing.T, c *api.Client, what string, cond func([]reports.R
 	}
 }
 
+// tickReports is waitReports on a fake clock: it moves the core a tick at
+// a time (at most 500) until cond holds, with no sleep.
+func tickReports(t *testing.T, c *api.Client, ticks func(int), what string, cond func([]reports.Report) bool) []reports.Report {
+	t.Helper()
+	for i := 0; ; i++ {
+		rs, err := c.Reports()
+		require.NoError(t, err)
+		if cond(rs) {
+			return rs
+		}
+		if i == 500 {
+			t.Fatalf("%s: after 500 ticks, reports %+v", what, rs)
+		}
+		ticks(1)
+	}
+}
+
 func find(rs []reports.Report, c ownership.Condition, host string) *reports.Report {
 	for i := range rs {
 		if rs[i].Condition == c && rs[i].Host == host {
@@ -44,7 +62,8 @@ func find(rs []reports.Report, c ownership.Condition, host string) *reports.Repo
 // A partial fault (host h1 loses its path to node a) raises Host
 // Redundancy Lost for h1 and node a, with a's ports and home LUNs, and the
 // repair clears it. A host logged in on both nodes that never reads RTPG
-// or does I/O raises Multipath Not Discovering Paths.
+// or does I/O raises Multipath Not Discovering Paths. The core runs on a
+// fake clock: each report comes after the ticks its windows take.
 func TestReportsOverControlSocket(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testConfig(dir)
@@ -52,9 +71,11 @@ func TestReportsOverControlSocket(t *testing.T) {
 	cfg.Ownership.DiscoveryWindow = 100 * time.Millisecond
 	cfg.Ownership.FailbackWindow = 200 * time.Millisecond
 	ctl := filepath.Join(dir, "aluad.sock")
-	d, err := Start(cfg, Options{Logger: quiet(), Control: ctl, StatsInterval: -1})
+	clk := clock.NewFake(time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC))
+	d, err := Start(cfg, Options{Logger: quiet(), Control: ctl, StatsInterval: -1, Clock: clk})
 	require.NoError(t, err)
 	defer d.Stop(5 * time.Second)
+	ticks := coreTicks(t, d, clk, cfg.Ownership.Tick)
 	c := api.NewClient(ctl)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -76,7 +97,7 @@ func TestReportsOverControlSocket(t *testing.T) {
 		s := dial(t, d, port, byte(3+i), h2)
 		defer s.Close()
 	}
-	rs := waitReports(t, c, "multipath not discovering", func(rs []reports.Report) bool {
+	rs := tickReports(t, c, ticks, "multipath not discovering", func(rs []reports.Report) bool {
 		return find(rs, ownership.MultipathNotDiscovering, h2) != nil
 	})
 	require.Nil(t, find(rs, ownership.HostRedundancyLost, h1), "h1 has both nodes")
@@ -86,7 +107,7 @@ func TestReportsOverControlSocket(t *testing.T) {
 
 	_, err = d.Inject(api.Fault{Kind: api.FaultPathDown, Port: "a0", Initiator: h1})
 	require.NoError(t, err)
-	rs = waitReports(t, c, "host redundancy lost", func(rs []reports.Report) bool {
+	rs = tickReports(t, c, ticks, "host redundancy lost", func(rs []reports.Report) bool {
 		return find(rs, ownership.HostRedundancyLost, h1) != nil
 	})
 	hrl := find(rs, ownership.HostRedundancyLost, h1)
@@ -104,7 +125,7 @@ func TestReportsOverControlSocket(t *testing.T) {
 	again := dial(t, d, 0, 1, h1)
 	defer again.Close()
 	rtpg(again)
-	waitReports(t, c, "host redundancy restored", func(rs []reports.Report) bool {
+	tickReports(t, c, ticks, "host redundancy restored", func(rs []reports.Report) bool {
 		return find(rs, ownership.HostRedundancyLost, h1) == nil
 	})
 }

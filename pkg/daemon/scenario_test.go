@@ -19,6 +19,7 @@ import (
 	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/clock"
 	"github.com/aluad/aluad/pkg/fabric"
 	"github.com/aluad/aluad/pkg/media"
 	"github.com/aluad/aluad/pkg/scsi"
@@ -53,7 +54,7 @@ func TestScenarios(t *testing.T) {
 type scenario struct {
 	t       *testing.T
 	d       *Daemon
-	clock   time.Time
+	clock   *clock.Fake
 	stores  map[uint64]*faultStore
 	pending chan moveResult
 	holdCh  chan struct{}
@@ -95,7 +96,7 @@ func (s *scenario) close() {
 	}
 }
 
-func (s *scenario) now() time.Time { return s.clock }
+func (s *scenario) now() time.Time { return s.clock.Now() }
 
 func (s *scenario) run(t *testing.T, td *datadriven.TestData) string {
 	switch td.Cmd {
@@ -198,10 +199,10 @@ func (s *scenario) cmdArray(t *testing.T, td *datadriven.TestData) string {
 	if cfg.ArrayID == "" {
 		cfg.ArrayID = "scenario" // a fixed identity: the golden VPD pages show it
 	}
-	s.clock = time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+	s.clock = clock.NewFake(time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC))
 	s.stores = map[uint64]*faultStore{}
 	var err error
-	s.d, err = New(cfg, Options{Now: s.now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), WrapStore: func(lun uint64, st media.Store) media.Store {
+	s.d, err = New(cfg, Options{Clock: s.clock, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), WrapStore: func(lun uint64, st media.Store) media.Store {
 		f := &faultStore{Store: st}
 		s.stores[lun] = f
 		return f
@@ -352,7 +353,7 @@ func (s *scenario) cmdMove(t *testing.T, td *datadriven.TestData) string {
 		cause = alua.Cause(c)
 	}
 	if !td.HasArg("hold") {
-		s.clock = s.clock.Add(time.Millisecond)
+		s.clock.Advance(time.Millisecond)
 		c, err := s.d.Array.Move(ids, to, cause)
 		return changeString(c, err)
 	}

@@ -404,7 +404,7 @@ func (c *conn) readLoop() error {
 			}
 			return err
 		}
-		c.lastRecv.Store(time.Now().UnixNano())
+		c.lastRecv.Store(c.t.cfg.Clock.Now().UnixNano())
 		if err := c.dispatch(p); err != nil {
 			return err
 		}
@@ -492,13 +492,13 @@ func (c *conn) onNOPOut(p *PDU) error {
 // not answer (the target side of iSCSI path-failure detection).
 func (c *conn) keepalive() {
 	iv, to := c.t.cfg.NopInterval, c.t.cfg.NopTimeout
-	tick := time.NewTicker(iv / 2)
+	tick := c.t.cfg.Clock.NewTicker(iv / 2)
 	defer tick.Stop()
 	for {
 		select {
 		case <-c.done:
 			return
-		case now := <-tick.C:
+		case now := <-tick.C():
 			if sent := c.pingSentAt.Load(); sent != 0 {
 				if to > 0 && now.Sub(time.Unix(0, sent)) > to {
 					c.t.log.Warn("NOP-In ping not answered; dropping connection", "initiator", c.sess.initiator)

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aluad/aluad/pkg/clock"
 	"github.com/aluad/aluad/pkg/fabric"
 	"github.com/aluad/aluad/pkg/scsi"
 )
@@ -31,6 +32,8 @@ type Config struct {
 	// NopInterval is the idle time after which the target sends a NOP-In
 	// ping; NopTimeout is how long it waits for the answer. Zero disables.
 	NopInterval, NopTimeout time.Duration
+	// Clock paces the keepalives (nil: the real one).
+	Clock clock.Clock
 	// LoginTimeout bounds the login phase.
 	LoginTimeout time.Duration
 	Logger       *slog.Logger
@@ -73,6 +76,9 @@ type sessionKey struct {
 
 // NewTarget creates a target that feeds commands to h.
 func NewTarget(cfg Config, h scsi.Handler) (*Target, error) {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real
+	}
 	if cfg.Name == "" {
 		return nil, errors.New("iscsi: target needs a name")
 	}

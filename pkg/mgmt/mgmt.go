@@ -89,8 +89,17 @@ type Array interface {
 	Done() <-chan struct{}
 }
 
-// ErrNotFound: the call names a LUN or node the array does not have.
+// ErrNotFound: the call names a LUN or node the array does not have (a
+// NotFound error is one).
 var ErrNotFound = errors.New("not found")
+
+// NotFound is an ErrNotFound that says what was not found, and only that.
+func NotFound(msg string) error { return notFound(msg) }
+
+type notFound string
+
+func (e notFound) Error() string        { return string(e) }
+func (e notFound) Is(target error) bool { return target == ErrNotFound }
 
 // Handler serves the management API, /metrics and the dashboard for a,
 // auditing every state-changing call.

@@ -23,19 +23,20 @@ const module = "github.com/aluad/aluad/"
 // allowed lists, for every package of the module (by directory), the
 // aluad packages its non-test sources may import. Lower layers first.
 var allowed = map[string][]string{
-	// The shared vocabulary of ALUA: imports nothing.
-	"pkg/alua": nil,
+	// The shared vocabulary of ALUA, and the injected clock: leaves.
+	"pkg/alua":  nil,
+	"pkg/clock": nil,
 	// Leaves: the pure ownership core, the device server, the media.
 	"ownership": {"pkg/alua"},
 	"pkg/scsi":  {"pkg/alua"},
 	"pkg/media": nil,
 	// What every front end reports, and the front ends.
 	"pkg/fabric":   {"pkg/scsi"},
-	"pkg/iscsi":    {"pkg/fabric", "pkg/scsi"},
+	"pkg/iscsi":    {"pkg/clock", "pkg/fabric", "pkg/scsi"},
 	"tcmu-handler": {"pkg/alua", "pkg/fabric", "pkg/scsi"},
 	// The array and its view for the device server.
-	"pkg/cache":     {"pkg/media"},
-	"pkg/array":     {"pkg/alua", "pkg/cache", "pkg/media"},
+	"pkg/cache":     {"pkg/clock", "pkg/media"},
+	"pkg/array":     {"pkg/clock", "pkg/alua", "pkg/cache", "pkg/media"},
 	"pkg/arrayview": {"pkg/alua", "pkg/array", "pkg/scsi"},
 	"pkg/reports":   {"ownership"},
 	// The management surface's types, client and feed.
@@ -47,12 +48,12 @@ var allowed = map[string][]string{
 	"pkg/state": {"pkg/api", "pkg/array", "pkg/scsi"},
 	// The control path: observations in, the ownership core, its moves
 	// carried out, unit attentions and the feed out.
-	"pkg/control": {"pkg/alua", "ownership", "pkg/api", "pkg/array", "pkg/fabric", "pkg/scsi"},
+	"pkg/control": {"pkg/clock", "pkg/alua", "ownership", "pkg/api", "pkg/array", "pkg/fabric", "pkg/scsi"},
 	// The management surface: views, handlers, transports, metrics.
 	"pkg/mgmt": {"ownership", "pkg/api", "pkg/array", "pkg/control", "pkg/fabric", "pkg/reports", "pkg/scsi"},
 	// Wiring: the daemon, and the simulation (which wires the same parts
 	// without a fabric).
-	"pkg/daemon": {"pkg/alua", "ownership", "pkg/api", "pkg/array", "pkg/arrayview", "pkg/control", "pkg/fabric", "pkg/iscsi",
+	"pkg/daemon": {"pkg/clock", "pkg/alua", "ownership", "pkg/api", "pkg/array", "pkg/arrayview", "pkg/control", "pkg/fabric", "pkg/iscsi",
 		"pkg/media", "pkg/mgmt", "pkg/scsi", "pkg/state", "tcmu-handler"},
 	"pkg/sim": {"pkg/alua", "ownership", "pkg/array", "pkg/arrayview", "pkg/media", "pkg/scsi"},
 	// Runs that start a daemon and drive hosts against it.
