@@ -45,7 +45,6 @@ func TestFakeTicks(t *testing.T) {
 	require.Equal(t, 0, f.Tickers())
 }
 
-
 func TestRealTicks(t *testing.T) {
 	tk := Real.NewTicker(time.Millisecond)
 	defer tk.Stop()
