@@ -3,7 +3,7 @@
 // ports), the nexus events of its sessions (login, logout and why), the
 // per-nexus exchange statistics, and the wire behaviour a fault gives a
 // port. The pure-Go iSCSI target (pkg/iscsi) and the LIO front end
-// (tcmu-handler) both produce these; the daemon consumes them.
+// (tcmu-handler) both produce these; the control path consumes them.
 package fabric
 
 import (

@@ -1,8 +1,10 @@
-// Package mgmt owns the array's management surface as transports: the
+// Package mgmt owns the array's management surface: the views an admin
+// reads (status, nodes, ports, hosts, connectivity, paths, latency,
+// reports, LUNs; View), the Prometheus metrics, and the transports: the
 // JSON API over HTTP on a local Unix socket and on TCP (with a bearer
 // token beyond loopback), the event stream, /metrics, the web dashboard
 // and the audit log of every state-changing call with who made it. What
-// the API reports and does comes from an Array (the running daemon).
+// it reports and does comes from an Array (the running daemon).
 package mgmt
 
 import (
