@@ -73,11 +73,18 @@ func (f *Fake) NewTicker(d time.Duration) Ticker {
 func (f *Fake) Tickers() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return len(f.tickers)
+	n := 0
+	for _, t := range f.tickers {
+		if !t.stopped {
+			n++
+		}
+	}
+	return n
 }
 
 // Advance moves the clock by d, delivering every tick that falls in it,
 // in time order, each once its receiver took it (or its ticker stopped).
+// One goroutine advances a fake clock at a time.
 func (f *Fake) Advance(d time.Duration) {
 	f.mu.Lock()
 	end := f.now.Add(d)

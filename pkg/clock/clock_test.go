@@ -40,6 +40,9 @@ func TestFakeTicks(t *testing.T) {
 	f.Advance(10 * time.Millisecond) // b's tick at 75 ms is not due; a's at 60 ms is
 	<-next
 	require.Equal(t, 1, f.Tickers())
+	c := f.NewTicker(time.Second)
+	c.Stop()
+	require.Equal(t, 1, f.Tickers(), "a stopped ticker is not counted")
 	a.Stop()
 	f.Advance(time.Hour) // nobody receives, nothing blocks
 	require.Equal(t, 0, f.Tickers())

@@ -283,8 +283,9 @@ func (p *Path) Start(cfg array.Config, decls ...ownership.Event) error {
 	return nil
 }
 
-// Halt tells the core to stop taking work (queries are refused, no
-// tick is stepped), without waiting for it; Stop waits.
+// Halt tells the core to stop taking work, without waiting for it:
+// queries and rebalances are refused from then on (a tick or wake already
+// pending may still be stepped once). Stop waits.
 func (p *Path) Halt() {
 	if r := p.core.Load(); r != nil {
 		r.stopOnce.Do(func() { close(r.stop) })

@@ -82,9 +82,13 @@ type Options struct {
 	StatsInterval time.Duration
 	// OnEvent receives every event as it is added; it must not block.
 	OnEvent func(api.Event)
-	// Clock paces the core's ticks, the stats interval and the target's
-	// keepalives, and stamps events (nil: the real one); Sleep is the
-	// array's wait for a simulated latency (nil: a real wait).
+	// Clock paces the core's ticks, the stats interval, the target's
+	// keepalives and the caches' destagers, and stamps events and
+	// sessions (nil: the real one). With a fake clock a test's Advance
+	// waits for each loop to take its tick: a destager held in a media
+	// write holds it, and a keepalive judges the hosts' answers by fake
+	// time. Sleep is the array's wait for a simulated latency (nil: a
+	// real wait).
 	Clock clock.Clock
 	Sleep func(time.Duration)
 	// EventCapacity is how many events the log keeps (0: 16384).
@@ -338,8 +342,10 @@ func (d *Daemon) Stop(grace time.Duration) error {
 		return nil // already stopped
 	default:
 	}
+	// The core takes no more work once Stop has begun: halted before
+	// Done closes, so no caller that saw Done reaches a running core.
+	d.ctl.Halt()
 	close(d.done)
-	d.ctl.Halt() // the core takes no more work once Stop has begun
 	if d.control != nil {
 		d.control.Close()
 	}

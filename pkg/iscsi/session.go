@@ -53,7 +53,7 @@ func (s *session) recordExchange(d time.Duration) {
 
 func newSession(t *Target, key sessionKey, tsih uint16, l *Login, p fabric.Portal) *session {
 	s := &session{t: t, key: key, tsih: tsih, discovery: l.SessionType == "Discovery", portal: p,
-		initiator: l.Initiator, pending: map[uint32]func(){}, since: time.Now(), ended: make(chan struct{})}
+		initiator: l.Initiator, pending: map[uint32]func(){}, since: t.cfg.Clock.Now(), ended: make(chan struct{})}
 	s.nexus = scsi.Nexus{
 		InitiatorName: l.Initiator,
 		InitiatorPort: InitiatorPortName(l.Initiator, l.ISID),
