@@ -91,6 +91,9 @@ type Config struct {
 	// Debounce: a condition must hold (or have ended) this long before it
 	// is raised (or cleared).
 	Debounce int
+	// Debounces overrides it (and the catalog entry's TimeToVisible) per
+	// condition.
+	Debounces map[Condition]int
 	// PathDegradedFactor: a path is degraded when its exchange time has
 	// expanded this many times over its best interval and this many times
 	// more than its node and its peer paths have (reference 004: an
@@ -147,6 +150,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("ownership: StressFloor must be in [0, StressUtil]")
 	case c.FailbackCooldown < 0 || c.DampWindow < 1 || c.DampClear < 0 || c.FollowWindow < 1 || c.StressWindow < 0:
 		return fmt.Errorf("ownership: damping, follow and stress windows must not be negative")
+	case !debouncesValid(c.Debounces):
+		return fmt.Errorf("ownership: Debounces must name catalog conditions with non-negative ticks")
 	case c.DiscoveryWindow < 0 || c.Settle < 0 || c.ShipWindow < 0 || c.FailbackWindow < 0 || c.Cooldown < 0 || c.Debounce < 0 || c.ThrashWindow < 1 || c.PathMinOps < 0:
 		return fmt.Errorf("ownership: windows must not be negative")
 	}
@@ -158,4 +163,13 @@ func (c Config) stopMicros(media string) float64 {
 		return s
 	}
 	return c.StopMicros["ram"]
+}
+
+func debouncesValid(m map[Condition]int) bool {
+	for cond, d := range m {
+		if _, ok := Lookup(cond); !ok || d < 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -7,40 +7,17 @@ import (
 )
 
 // Reports (DESIGN "Reports", reference 002 and its Recovery Guru
-// screenshot): a catalog of typed conditions (CONVENTIONS 11), each raised
-// once it has held for Debounce ticks and cleared once it has not held for
-// Debounce ticks, so a blip neither raises nor clears anything.
+// screenshot): the conditions of the catalog (catalog.go, CONVENTIONS 11),
+// each raised once it has held for its time to visible and cleared once it
+// has not held for as long, so a blip neither raises nor clears anything.
 
-// Condition names a report.
-type Condition string
-
-// The catalog.
-const (
-	HostRedundancyLost      Condition = "host-redundancy-lost"
-	VolumeNotOnPreferred    Condition = "volume-not-on-preferred-path"
-	MultipathNotDiscovering Condition = "multipath-not-discovering-paths"
-	ConnectedToOneNodeOnly  Condition = "initiator-connected-to-one-node-only"
-	OwnershipThrash         Condition = "ownership-thrash-detected"
-	NodeOffline             Condition = "node-offline"
-	PathDegraded            Condition = "path-degraded"
-	// PathFlapping: a LUN failed over DampCount times within DampWindow
-	// and is held on its reachable owner (excessive failovers).
-	PathFlapping Condition = "path-flapping"
-	// HostTypeIncorrect: a host does not behave as its declared type
-	// says (it does not follow moves, or never reads RTPG).
-	HostTypeIncorrect Condition = "host-type-incorrect"
-)
-
-// Conditions lists every condition the core raises.
-var Conditions = []Condition{HostRedundancyLost, NodeOffline, VolumeNotOnPreferred, MultipathNotDiscovering,
-	ConnectedToOneNodeOnly, PathDegraded, OwnershipThrash, PathFlapping, HostTypeIncorrect}
-
-// Dependencies: a node that is offline explains everything else about it,
-// so while Node Offline holds for a node, Host Redundancy Lost, Path
-// Degraded, Multipath Not Discovering Paths and Initiator Connected To
-// One Node Only are not raised for that node, and Volume Not On Preferred
-// Path is not raised for the LUNs whose preferred owner it is. The Node
-// Offline report names the hosts and LUNs it affects instead.
+// Dependencies (each entry's DependsOn): a node that is offline explains
+// everything else about it, so while Node Offline holds for a node, Host
+// Redundancy Lost, Path Degraded, Multipath Not Discovering Paths and
+// Initiator Connected To One Node Only are not raised for that node, and
+// Volume Not On Preferred Path is not raised for the LUNs whose preferred
+// owner it is. The Node Offline report names the hosts and LUNs it
+// affects instead.
 
 // ReportChange is a condition raised or cleared.
 type ReportChange struct {
@@ -79,27 +56,57 @@ type condState struct {
 	cause  string
 }
 
+// hold is a condition that holds at a tick: its cause, and the node it
+// concerns for its dependencies (for a LUN condition, the LUN's preferred
+// owner).
+type hold struct {
+	cause string
+	on    string
+}
+
+// holds collects the conditions that hold at a tick.
+type holds map[condKey]hold
+
+func (hs holds) add(k condKey, on, cause string) { hs[k] = hold{cause: cause, on: on} }
+
+// explained drops the holds one of their dependencies explains: a
+// dependency is a node condition holding for the node the hold is on.
+// Dependencies are judged on the holds as collected, so the order of the
+// map does not matter.
+func (hs holds) explained() {
+	var drop []condKey
+	for k, h := range hs {
+		w, _ := Lookup(k.cond)
+		for _, d := range w.DependsOn {
+			if _, ok := hs[condKey{cond: d, node: h.on}]; ok {
+				drop = append(drop, k)
+				break
+			}
+		}
+	}
+	for _, k := range drop {
+		delete(hs, k)
+	}
+}
+
 // evaluateReports checks every condition at a tick.
 func (c *Core) evaluateReports() {
-	holds := map[condKey]string{}
+	hs := holds{}
 	up := 0
 	for _, n := range c.nodeNames {
 		if c.nodes[n].up {
 			up++
 		} else {
-			holds[condKey{cond: NodeOffline, node: n}] = c.offlineCause(n)
+			hs.add(condKey{cond: NodeOffline, node: n}, n, c.offlineCause(n))
 		}
 	}
 	for _, name := range c.hostNames {
 		h := c.hosts[name]
 		reached := c.reachable(h)
 		if why := c.hostTypeIncorrect(h); why != "" {
-			holds[condKey{cond: HostTypeIncorrect, host: name}] = why
+			hs.add(condKey{cond: HostTypeIncorrect, host: name}, "", why)
 		}
 		for _, n := range c.nodeNames {
-			if !c.nodes[n].up {
-				continue // Node Offline explains it
-			}
 			// A host that logged out of everything is away (shut down,
 			// rebooting), and one still joining has not settled: neither
 			// has lost redundancy.
@@ -109,37 +116,37 @@ func (c *Core) evaluateReports() {
 					cause = fmt.Sprintf("host %s logged out of every path to node %s at tick %d (an orderly logout: "+
 						"its paths were removed, not lost); its I/O to LUNs owned there is forwarded", name, n, t)
 				}
-				holds[condKey{cond: HostRedundancyLost, host: name, node: n}] = cause
+				hs.add(condKey{cond: HostRedundancyLost, host: name, node: n}, n, cause)
 			}
 			if c.notDiscovering(h, n) {
-				holds[condKey{cond: MultipathNotDiscovering, host: name, node: n}] = fmt.Sprintf(
-					"host %s is logged in to node %s but its multipath driver sends no RTPG or I/O there: check its multipath configuration", name, n)
+				hs.add(condKey{cond: MultipathNotDiscovering, host: name, node: n}, n, fmt.Sprintf(
+					"host %s is logged in to node %s but its multipath driver sends no RTPG or I/O there: check its multipath configuration", name, n))
 			}
 		}
 		for _, k := range sortedNexusKeys(h) {
 			s := h.nexuses[k]
 			if s.degraded && c.pathUp(s) {
-				holds[condKey{cond: PathDegraded, host: name, node: s.n.Node, port: s.n.Port}] = fmt.Sprintf(
+				hs.add(condKey{cond: PathDegraded, host: name, node: s.n.Node, port: s.n.Port}, s.n.Node, fmt.Sprintf(
 					"the path from host %s (%s) to node %s port %d answers %.1fx slower than its best (%.0f us), "+
 						"more than %.0fx the slowdown of the node and of its other paths",
-					name, s.n.Initiator, s.n.Node, s.n.Port, s.expansion, s.bestExch, c.cfg.PathDegradedFactor)
+					name, s.n.Initiator, s.n.Node, s.n.Port, s.expansion, s.bestExch, c.cfg.PathDegradedFactor))
 			}
 		}
 		// Only when the host is not even logged in elsewhere: a login
 		// without discovery is the multipath report's business.
 		if len(reached) == 1 && up > 1 && len(h.everReached) == 1 && c.connectedCount(h) == 1 {
-			holds[condKey{cond: ConnectedToOneNodeOnly, host: name, node: reached[0]}] = fmt.Sprintf(
-				"host %s has paths to node %s only; it has never reached the other nodes", name, reached[0])
+			hs.add(condKey{cond: ConnectedToOneNodeOnly, host: name, node: reached[0]}, reached[0], fmt.Sprintf(
+				"host %s has paths to node %s only; it has never reached the other nodes", name, reached[0]))
 		}
 	}
 	for _, id := range c.lunIDs {
 		l := c.luns[id]
-		if l.displaced && l.owner != l.preferred && c.nodes[l.preferred].up {
-			holds[condKey{cond: VolumeNotOnPreferred, lun: id}] = fmt.Sprintf(
-				"LUN %d is owned by node %s, not its preferred owner %s, after a failover", id, l.owner, l.preferred)
+		if l.displaced && l.owner != l.preferred {
+			hs.add(condKey{cond: VolumeNotOnPreferred, lun: id}, l.preferred, fmt.Sprintf(
+				"LUN %d is owned by node %s, not its preferred owner %s, after a failover", id, l.owner, l.preferred))
 		}
 		if l.damped >= 0 {
-			holds[condKey{cond: PathFlapping, lun: id}] = c.flapCause(l)
+			hs.add(condKey{cond: PathFlapping, lun: id}, "", c.flapCause(l))
 		}
 		recent := l.changes[:0]
 		for _, t := range l.changes {
@@ -149,11 +156,12 @@ func (c *Core) evaluateReports() {
 		}
 		l.changes = recent
 		if len(recent) >= c.cfg.ThrashCount {
-			holds[condKey{cond: OwnershipThrash, lun: id}] = fmt.Sprintf(
-				"LUN %d changed owner %d times in %s", id, len(recent), c.span(c.cfg.ThrashWindow))
+			hs.add(condKey{cond: OwnershipThrash, lun: id}, "", fmt.Sprintf(
+				"LUN %d changed owner %d times in %s", id, len(recent), c.span(c.cfg.ThrashWindow)))
 		}
 	}
-	c.debounce(holds)
+	hs.explained()
+	c.debounce(hs)
 }
 
 // span says how long n ticks are, in the unit that reads best.
@@ -228,7 +236,20 @@ func (c *Core) offlineCause(n string) string {
 	return cause
 }
 
-func (c *Core) debounce(holds map[condKey]string) {
+// visibleAfter is how long a condition must hold (or have ended) before
+// it is raised (or cleared): the configuration's per-condition value, else
+// the entry's, else the alert delay.
+func (c *Core) visibleAfter(cond Condition) int {
+	if d, ok := c.cfg.Debounces[cond]; ok {
+		return d
+	}
+	if w, ok := Lookup(cond); ok && w.TimeToVisible > 0 {
+		return w.TimeToVisible
+	}
+	return c.cfg.Debounce
+}
+
+func (c *Core) debounce(holds holds) {
 	keys := make([]condKey, 0, len(holds)+len(c.conds))
 	seen := map[condKey]bool{}
 	for k := range holds {
@@ -241,7 +262,8 @@ func (c *Core) debounce(holds map[condKey]string) {
 	}
 	sort.Slice(keys, func(i, j int) bool { return condLess(keys[i], keys[j]) })
 	for _, k := range keys {
-		cause, holding := holds[k]
+		h, holding := holds[k]
+		cause := h.cause
 		st := c.conds[k]
 		if st == nil {
 			st = &condState{since: -1}
@@ -260,7 +282,7 @@ func (c *Core) debounce(holds map[condKey]string) {
 		if st.since < 0 {
 			st.since = c.now
 		}
-		if c.now-st.since >= c.cfg.Debounce {
+		if c.now-st.since >= c.visibleAfter(k.cond) {
 			st.raised, st.since = holding, -1
 			c.ready.Reports = append(c.ready.Reports, ReportChange{Condition: k.cond, Host: k.host, Node: k.node,
 				LUN: k.lun, Port: k.port, Raised: holding, Tick: c.now, Cause: st.cause})

@@ -342,7 +342,7 @@ func TestPathDegradedAndNodeOffline(t *testing.T) {
 	pd := find(rs, ownership.PathDegraded, "h1")
 	require.Equal(t, "a", pd.Node)
 	require.Equal(t, []string{"a1"}, pd.Ports, "the slow path's port, not the node's")
-	require.Equal(t, reports.Minor, pd.Severity)
+	require.Equal(t, ownership.Minor, pd.Severity)
 	require.Contains(t, pd.Cause, "port 2")
 	by := waitPaths("a1 marked degraded", func(by map[string]api.PathInfo) bool { return by["a1"].Degraded })
 	require.False(t, by["a0"].Degraded, "the healthy peer")
@@ -369,7 +369,7 @@ func TestPathDegradedAndNodeOffline(t *testing.T) {
 		require.NotEqual(t, ownership.HostRedundancyLost, r.Condition, "explained by Node Offline: %+v", r)
 		require.NotEqual(t, ownership.PathDegraded, r.Condition, "explained by Node Offline: %+v", r)
 	}
-	require.Equal(t, reports.Critical, rs[0].Severity)
+	require.Equal(t, ownership.Critical, rs[0].Severity)
 	require.Equal(t, []string{"b0", "b1"}, rs[0].Ports)
 	require.Contains(t, rs[0].Cause, "hosts that lost their paths to it: h1")
 	st, err := c.Status()

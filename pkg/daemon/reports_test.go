@@ -114,7 +114,7 @@ func TestReportsOverControlSocket(t *testing.T) {
 	require.Equal(t, "a", hrl.Node)
 	require.Equal(t, []string{"a0", "a1"}, hrl.Ports)
 	require.Equal(t, []uint64{0, 2, 4, 6}, hrl.LUNs, "node a's home LUNs")
-	require.Equal(t, reports.Critical, hrl.Severity)
+	require.Equal(t, ownership.Critical, hrl.Severity)
 	require.Equal(t, "Host Redundancy Lost", rs[0].Title, "the critical report comes first")
 	require.False(t, hrl.Since.IsZero())
 	require.Contains(t, hrl.Cause, "lost every path to node a")

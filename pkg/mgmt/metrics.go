@@ -9,9 +9,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/aluad/aluad/ownership"
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
-	"github.com/aluad/aluad/pkg/reports"
 )
 
 // metrics are the daemon's Prometheus metrics (client_golang, on a
@@ -252,7 +252,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, r := range rs {
 			count[string(r.Condition)]++
 		}
-		for _, e := range reports.Catalog {
+		for _, e := range ownership.Catalog() {
 			gauge(descReports, float64(count[string(e.Condition)]), string(e.Condition), string(e.Severity))
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/aluad/aluad/ownership"
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/reports"
@@ -302,11 +303,8 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 }
 
 // catalogSorted is the report catalog in condition order.
-func catalogSorted() []reports.Entry {
-	out := make([]reports.Entry, 0, len(reports.Catalog))
-	for _, e := range reports.Catalog {
-		out = append(out, e)
-	}
+func catalogSorted() []ownership.Warnable {
+	out := ownership.Catalog()
 	sort.Slice(out, func(i, j int) bool { return out[i].Condition < out[j].Condition })
 	return out
 }

@@ -479,11 +479,11 @@ func (vw *View) Reports() ([]reports.Report, error) {
 	}
 	var out []reports.Report
 	for _, rc := range raised {
-		entry, ok := reports.Lookup(rc.Condition)
+		entry, ok := ownership.Lookup(rc.Condition)
 		if !ok {
-			entry = reports.Entry{Condition: rc.Condition, Code: "?", Title: string(rc.Condition), Severity: reports.Major}
+			entry = ownership.Warnable{Condition: rc.Condition, Code: "?", Title: string(rc.Condition), Severity: ownership.Major}
 		}
-		r := reports.Report{Entry: entry, Host: rc.Host, Node: rc.Node, Cause: rc.Cause,
+		r := reports.Report{Warnable: entry, Host: rc.Host, Node: rc.Node, Cause: rc.Cause,
 			Since: since[reportKey{rc.Condition, rc.Host, rc.Node, rc.LUN, rc.Port}]}
 		if p := vw.Array.Port(rc.Port); rc.Condition == ownership.PathDegraded && p != nil {
 			r.Ports = []string{p.Name} // one path

@@ -1,21 +1,31 @@
-// Package reports owns what a storage admin reads when the array raises a
-// connectivity or ownership condition: the catalog (one entry per
-// condition the ownership core raises: code, title, severity, what the
-// condition means, and the recovery procedure) and the Recovery Guru
-// rendering of a raised report (reference 002: summary, details, what
-// caused the problem, recovery procedure). It holds no state; the daemon
-// fills a Report from the core's raised conditions and the array's
-// topology.
-package reports
+package ownership
 
-import (
-	"fmt"
-	"io"
-	"sort"
-	"strings"
-	"time"
+// The report catalog (DESIGN "Reports", reference 002 and its Recovery
+// Guru screenshot): one typed entry per condition the core raises, as
+// tailscale's health.Warnable, holding everything about it in one place:
+// its code, title and severity, the conditions that explain it away, how
+// long it must hold before it is visible, how the array detects it, what
+// it means and the recovery procedure. The core reads DependsOn and
+// TimeToVisible; pkg/reports renders the rest; pkg/mgmt serves it.
 
-	"github.com/aluad/aluad/ownership"
+// Condition names a report.
+type Condition string
+
+// The catalog's conditions.
+const (
+	HostRedundancyLost      Condition = "host-redundancy-lost"
+	VolumeNotOnPreferred    Condition = "volume-not-on-preferred-path"
+	MultipathNotDiscovering Condition = "multipath-not-discovering-paths"
+	ConnectedToOneNodeOnly  Condition = "initiator-connected-to-one-node-only"
+	OwnershipThrash         Condition = "ownership-thrash-detected"
+	NodeOffline             Condition = "node-offline"
+	PathDegraded            Condition = "path-degraded"
+	// PathFlapping: a LUN failed over DampCount times within DampWindow
+	// and is held on its reachable owner (excessive failovers).
+	PathFlapping Condition = "path-flapping"
+	// HostTypeIncorrect: a host does not behave as its declared type
+	// says (it does not follow moves, or never reads RTPG).
+	HostTypeIncorrect Condition = "host-type-incorrect"
 )
 
 // Severity orders reports.
@@ -28,7 +38,8 @@ const (
 	Minor    Severity = "minor"    // a configuration or a component to correct
 )
 
-func (s Severity) rank() int {
+// Rank orders severities, most urgent first (0).
+func (s Severity) Rank() int {
 	switch s {
 	case Critical:
 		return 0
@@ -38,22 +49,61 @@ func (s Severity) rank() int {
 	return 2
 }
 
-// Entry is one condition of the catalog.
-type Entry struct {
-	Condition ownership.Condition `json:"condition"`
-	Code      string              `json:"code"`
-	Title     string              `json:"title"`
-	Severity  Severity            `json:"severity"`
+// Warnable is one condition of the catalog.
+type Warnable struct {
+	Condition Condition `json:"condition"`
+	Code      string    `json:"code"`
+	Title     string    `json:"title"`
+	Severity  Severity  `json:"severity"`
+	// DependsOn lists the conditions that explain this one away: while one
+	// of them holds for the node this one concerns (for a LUN condition,
+	// the LUN's preferred owner), this one is not raised.
+	DependsOn []Condition `json:"depends_on,omitempty"`
+	// TimeToVisible is how many ticks the condition must hold (or have
+	// ended) before it is raised (or cleared); 0 means the array's alert
+	// delay (Config.Debounce). Config.Debounces overrides both.
+	TimeToVisible int `json:"time_to_visible_ticks,omitempty"`
+	// Detection says what the array observes to raise it.
+	Detection string `json:"detection"`
 	// Meaning says what the condition is, whoever it concerns.
 	Meaning string `json:"meaning"`
 	// Procedure is the recovery procedure, in steps.
 	Procedure []string `json:"procedure"`
 }
 
-// Catalog holds every condition the ownership core raises, by condition.
-var Catalog = map[ownership.Condition]Entry{
-	ownership.HostRedundancyLost: {
-		Code: "HRL", Title: "Host Redundancy Lost", Severity: Critical,
+// Catalog returns every entry, in the order the core evaluates them.
+func Catalog() []Warnable { return append([]Warnable(nil), catalog...) }
+
+// Lookup returns the catalog entry of a condition.
+func Lookup(c Condition) (Warnable, bool) {
+	if i, ok := catalogIndex[c]; ok {
+		return catalog[i], true
+	}
+	return Warnable{}, false
+}
+
+// Conditions lists every condition the core raises, in catalog order.
+var Conditions = func() []Condition {
+	out := make([]Condition, len(catalog))
+	for i, w := range catalog {
+		out[i] = w.Condition
+	}
+	return out
+}()
+
+var catalogIndex = func() map[Condition]int {
+	m := make(map[Condition]int, len(catalog))
+	for i, w := range catalog {
+		m[w.Condition] = i
+	}
+	return m
+}()
+
+var catalog = []Warnable{
+	{
+		Condition: HostRedundancyLost, Code: "HRL", Title: "Host Redundancy Lost", Severity: Critical,
+		DependsOn: []Condition{NodeOffline},
+		Detection: "A host that has reached a node (a login, an RTPG or media I/O on a path to it) has no usable path to it left: every session there is gone or its port is down. A host that logged out of every path (shut down, rebooting) and one still in its discovery window are not counted.",
 		Meaning: "The host can reach the array through one node only. Its I/O runs, but the loss of that node, " +
 			"a port on it or the last cable would stop it.",
 		Procedure: []string{
@@ -63,8 +113,10 @@ var Catalog = map[ownership.Condition]Entry{
 			"The array moves the host's LUNs back to their preferred owner by itself once the paths have stayed up for the failback window.",
 		},
 	},
-	ownership.VolumeNotOnPreferred: {
-		Code: "VNP", Title: "Volume Not On Preferred Path", Severity: Major,
+	{
+		Condition: VolumeNotOnPreferred, Code: "VNP", Title: "Volume Not On Preferred Path", Severity: Major,
+		DependsOn: []Condition{NodeOffline},
+		Detection: "The LUN was moved off its preferred owner by a failover or a host-driven move, and that owner is up again.",
 		Meaning: "The LUN is owned by a node other than its preferred owner, so the preferred node's hosts' I/O is forwarded " +
 			"or has moved away from the planned layout.",
 		Procedure: []string{
@@ -73,8 +125,10 @@ var Catalog = map[ownership.Condition]Entry{
 			"If an operator moved the LUN on purpose, make the new owner the preferred owner, or move it back with aluad move.",
 		},
 	},
-	ownership.MultipathNotDiscovering: {
-		Code: "MND", Title: "Multipath Not Discovering Paths", Severity: Major,
+	{
+		Condition: MultipathNotDiscovering, Code: "MND", Title: "Multipath Not Discovering Paths", Severity: Major,
+		DependsOn: []Condition{NodeOffline},
+		Detection: "The host is logged in to the node but, for the discovery window after its login, has sent no REPORT TARGET PORT GROUPS and no media I/O on any path to it.",
 		Meaning: "The host has logged in on paths to the array but neither reads the ALUA state (REPORT TARGET PORT GROUPS) " +
 			"on them nor sends media I/O through them: its multipath driver is not managing those paths, so it cannot fail " +
 			"over or follow ownership. A disk scan (INQUIRY, TEST UNIT READY, READ CAPACITY, a partition-table read) on every " +
@@ -86,8 +140,10 @@ var Catalog = map[ownership.Condition]Entry{
 			"Rescan on the host, then check that every path shows in the multipath device.",
 		},
 	},
-	ownership.ConnectedToOneNodeOnly: {
-		Code: "C1N", Title: "Initiator Connected To One Node Only", Severity: Major,
+	{
+		Condition: ConnectedToOneNodeOnly, Code: "C1N", Title: "Initiator Connected To One Node Only", Severity: Major,
+		DependsOn: []Condition{NodeOffline},
+		Detection: "With more than one node up, the host has only ever logged in to one node and reaches that one only.",
 		Meaning: "An initiator has sessions to one node of the array and none to another. Unless the host reaches the other " +
 			"node through another initiator, it has no redundancy.",
 		Procedure: []string{
@@ -96,8 +152,9 @@ var Catalog = map[ownership.Condition]Entry{
 			"Check the host's network to the other node's ports (VLAN, routes, firewall).",
 		},
 	},
-	ownership.NodeOffline: {
-		Code: "NOF", Title: "Node Offline", Severity: Critical,
+	{
+		Condition: NodeOffline, Code: "NOF", Title: "Node Offline", Severity: Critical,
+		Detection: "The node is down: crashed, powered off or halted by the fault API, or its heartbeat is lost.",
 		Meaning: "A storage node (controller) is not serving. Its LUNs have failed over to the surviving nodes, which now " +
 			"carry all the I/O with no partner to fail over to, and every host's paths to the node are down. While the node " +
 			"is offline, the path, redundancy and preferred-path reports it explains are not raised.",
@@ -108,8 +165,10 @@ var Catalog = map[ownership.Condition]Entry{
 			"The array moves the failed-over LUNs back once every host using them reaches the node for the failback window; if it does not, see Volume Not On Preferred Path.",
 		},
 	},
-	ownership.PathDegraded: {
-		Code: "PDG", Title: "Path Degraded", Severity: Minor,
+	{
+		Condition: PathDegraded, Code: "PDG", Title: "Path Degraded", Severity: Minor,
+		DependsOn: []Condition{NodeOffline},
+		Detection: "At each statistics interval with enough exchanges, the path's exchange time over its best interval (its latency expansion) exceeds path_degraded_factor, and exceeds by that factor the expansion of its node and of the host's other paths.",
 		Meaning: "One path from a host to the array answers much more slowly than it used to (its latency expansion factor: the " +
 			"exchange time over the best it has shown), while the node and the host's other paths do not. The fault is on the " +
 			"path: a cable, an optic, a switch port, a congested link or a misconfigured NIC. Multipath drivers that spread I/O " +
@@ -121,8 +180,9 @@ var Catalog = map[ownership.Condition]Entry{
 			"If the slow path cannot be fixed now, take it out of the host's multipath map so its I/O uses the healthy paths.",
 		},
 	},
-	ownership.PathFlapping: {
-		Code: "PFL", Title: "Path Flapping (Excessive Failovers)", Severity: Major,
+	{
+		Condition: PathFlapping, Code: "PFL", Title: "Path Flapping (Excessive Failovers)", Severity: Major,
+		Detection: "The LUN failed over damp_count times within the damping window because its hosts' paths to its owner went away; the core then holds it on the node the hosts reach.",
 		Meaning: "The LUN has failed over again and again within the damping window: a host's paths to its preferred owner " +
 			"keep going down and coming back. Each failover and failback holds the LUN's I/O and makes every host switch " +
 			"paths, so the array holds the LUN on the node the hosts reach and stops failing it back while this is raised.",
@@ -132,8 +192,9 @@ var Catalog = map[ownership.Condition]Entry{
 			"Once the paths are fixed the array fails the LUN back by itself after they have stayed up for the clear window, or clear the report at once with aluad report clear --condition path-flapping --lun N.",
 		},
 	},
-	ownership.HostTypeIncorrect: {
-		Code: "HTI", Title: "Host Type Incorrect", Severity: Major,
+	{
+		Condition: HostTypeIncorrect, Code: "HTI", Title: "Host Type Incorrect", Severity: Major,
+		Detection: "After a planned move of one of the host's LUNs, the host's I/O stayed on the old owner's paths for the follow window; or the host sends media I/O but has never read REPORT TARGET PORT GROUPS.",
 		Meaning: "The host does not behave as the host type it is declared with says: its I/O stayed on the old owner's " +
 			"paths after the array moved one of its LUNs (its multipath stack does not follow ALUA changes the way the type " +
 			"expects), or it sends I/O but never reads REPORT TARGET PORT GROUPS. Its I/O is forwarded between nodes; the " +
@@ -144,8 +205,9 @@ var Catalog = map[ownership.Condition]Entry{
 			"The array never changes a declared host type by itself. After the change, clear the report with aluad report clear --condition host-type-incorrect --host H; the next planned move is watched again.",
 		},
 	},
-	ownership.OwnershipThrash: {
-		Code: "OTD", Title: "Ownership Thrash Detected", Severity: Major,
+	{
+		Condition: OwnershipThrash, Code: "OTD", Title: "Ownership Thrash Detected", Severity: Major,
+		Detection: "The LUN changed owner thrash_count times within the thrash window.",
 		Meaning: "The LUN's ownership has moved back and forth several times in a short window. Each move holds its I/O briefly, " +
 			"and hosts that follow the moves keep switching paths.",
 		Procedure: []string{
@@ -154,106 +216,4 @@ var Catalog = map[ownership.Condition]Entry{
 			"Fix the flapping path, or declare the offending host's type so the array stops moving the LUN for it.",
 		},
 	},
-}
-
-func init() {
-	for c, e := range Catalog {
-		e.Condition = c
-		Catalog[c] = e
-	}
-}
-
-// Lookup returns the catalog entry of a condition.
-func Lookup(c ownership.Condition) (Entry, bool) {
-	e, ok := Catalog[c]
-	return e, ok
-}
-
-// Report is a raised condition as an admin reads it.
-type Report struct {
-	Entry
-	Host  string    `json:"host,omitempty"`
-	Node  string    `json:"node,omitempty"`
-	Ports []string  `json:"ports,omitempty"`
-	LUNs  []uint64  `json:"luns,omitempty"`
-	Cause string    `json:"cause"`
-	Since time.Time `json:"since,omitempty"`
-}
-
-// Summary is the report's one-line summary.
-func (r Report) Summary() string {
-	var who []string
-	if r.Host != "" {
-		who = append(who, "host "+r.Host)
-	}
-	if r.Node != "" {
-		who = append(who, "node "+r.Node)
-	}
-	if r.Host == "" && len(r.LUNs) == 1 {
-		who = append(who, fmt.Sprintf("LUN %d", r.LUNs[0]))
-	}
-	if len(who) == 0 {
-		return r.Title
-	}
-	return r.Title + ": " + strings.Join(who, ", ")
-}
-
-// Sort orders reports by severity, then title, host, node.
-func Sort(rs []Report) {
-	sort.SliceStable(rs, func(i, j int) bool {
-		a, b := rs[i], rs[j]
-		if a.Severity.rank() != b.Severity.rank() {
-			return a.Severity.rank() < b.Severity.rank()
-		}
-		if a.Title != b.Title {
-			return a.Title < b.Title
-		}
-		if a.Host != b.Host {
-			return a.Host < b.Host
-		}
-		return a.Node < b.Node
-	})
-}
-
-// Render writes reports as Recovery Guru pages: summary, details, what
-// caused the problem, recovery procedure.
-func Render(w io.Writer, rs []Report, now time.Time) error {
-	if len(rs) == 0 {
-		_, err := fmt.Fprintln(w, "No problems: every host has redundant paths and every LUN is where it should be.")
-		return err
-	}
-	var b strings.Builder
-	for i, r := range rs {
-		if i > 0 {
-			b.WriteString("\n")
-		}
-		fmt.Fprintf(&b, "%s [%s, %s]\n", strings.ToUpper(r.Summary()), r.Severity, r.Code)
-		b.WriteString("  Details\n")
-		if r.Host != "" {
-			fmt.Fprintf(&b, "    Host:     %s\n", r.Host)
-		}
-		if r.Node != "" {
-			fmt.Fprintf(&b, "    Node:     %s\n", r.Node)
-		}
-		if len(r.Ports) > 0 {
-			fmt.Fprintf(&b, "    Ports:    %s\n", strings.Join(r.Ports, ", "))
-		}
-		if len(r.LUNs) > 0 {
-			ls := make([]string, len(r.LUNs))
-			for i, l := range r.LUNs {
-				ls[i] = fmt.Sprint(l)
-			}
-			fmt.Fprintf(&b, "    LUNs:     %s\n", strings.Join(ls, ", "))
-		}
-		if !r.Since.IsZero() {
-			fmt.Fprintf(&b, "    Since:    %s (%s ago)\n", r.Since.Format(time.RFC3339), now.Sub(r.Since).Round(time.Second))
-		}
-		fmt.Fprintf(&b, "  What caused the problem\n    %s\n    %s\n", r.Cause, r.Meaning)
-		b.WriteString("  Recovery procedure\n")
-		for i, s := range r.Procedure {
-			fmt.Fprintf(&b, "    %d. %s\n", i+1, s)
-		}
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
 }

@@ -10,35 +10,13 @@ import (
 	"github.com/aluad/aluad/ownership"
 )
 
-// Every condition the ownership core raises has a complete entry, with a
-// unique code.
-func TestCatalog(t *testing.T) {
-	conds := ownership.Conditions
-	require.Len(t, conds, 9)
-	require.Len(t, Catalog, len(conds))
-	codes := map[string]bool{}
-	for _, c := range conds {
-		e, ok := Lookup(c)
-		require.True(t, ok, c)
-		require.Equal(t, c, e.Condition)
-		require.NotEmpty(t, e.Title)
-		require.Contains(t, []Severity{Critical, Major, Minor}, e.Severity)
-		require.NotEmpty(t, e.Meaning)
-		require.GreaterOrEqual(t, len(e.Procedure), 3, "%s: a procedure has steps", c)
-		require.False(t, codes[e.Code], "code %s used twice", e.Code)
-		codes[e.Code] = true
-	}
-	_, ok := Lookup("node-on-fire")
-	require.False(t, ok)
-}
-
 func TestRender(t *testing.T) {
 	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
-	hrl, _ := Lookup(ownership.HostRedundancyLost)
-	vnp, _ := Lookup(ownership.VolumeNotOnPreferred)
+	hrl, _ := ownership.Lookup(ownership.HostRedundancyLost)
+	vnp, _ := ownership.Lookup(ownership.VolumeNotOnPreferred)
 	rs := []Report{
-		{Entry: vnp, Node: "b", LUNs: []uint64{3}, Cause: "LUN 3 is owned by node b; its preferred owner is a"},
-		{Entry: hrl, Host: "db1", Node: "a", Ports: []string{"a0", "a1"}, LUNs: []uint64{0, 2},
+		{Warnable: vnp, Node: "b", LUNs: []uint64{3}, Cause: "LUN 3 is owned by node b; its preferred owner is a"},
+		{Warnable: hrl, Host: "db1", Node: "a", Ports: []string{"a0", "a1"}, LUNs: []uint64{0, 2},
 			Cause: "host db1 lost every path to node a", Since: now.Add(-90 * time.Second)},
 	}
 	Sort(rs)

@@ -1,0 +1,37 @@
+package ownership
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Every condition the core raises has one complete entry, with a unique
+// code, and its dependencies are node conditions of the catalog.
+func TestCatalog(t *testing.T) {
+	require.Len(t, Conditions, 9)
+	require.Len(t, Catalog(), len(Conditions))
+	codes := map[string]bool{}
+	for _, c := range Conditions {
+		e, ok := Lookup(c)
+		require.True(t, ok, c)
+		require.Equal(t, c, e.Condition)
+		require.NotEmpty(t, e.Title)
+		require.Contains(t, []Severity{Critical, Major, Minor}, e.Severity)
+		require.NotEmpty(t, e.Detection, c)
+		require.NotEmpty(t, e.Meaning, c)
+		require.GreaterOrEqual(t, len(e.Procedure), 3, "%s: a procedure has steps", c)
+		require.False(t, codes[e.Code], "code %s used twice", e.Code)
+		codes[e.Code] = true
+		for _, d := range e.DependsOn {
+			require.Equal(t, NodeOffline, d, "%s: a dependency is a node condition", c)
+		}
+	}
+	_, ok := Lookup("node-on-fire")
+	require.False(t, ok)
+	// Catalog hands out a copy.
+	cat := Catalog()
+	cat[0].Title = "changed"
+	w, _ := Lookup(cat[0].Condition)
+	require.NotEqual(t, "changed", w.Title)
+}
