@@ -5,6 +5,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/aluad/aluad/pkg/alua"
 )
 
 // Observed host behaviour: whether a host's multipath stack follows the
@@ -134,13 +136,13 @@ func (c *Core) forwardDelta(l *lun, dest string) float64 {
 
 // IQN naming authorities of the initiators that ship with common stacks.
 var iqnAuthorities = []struct{ prefix, stack, typ string }{
-	{"iqn.1993-08.org.debian", "open-iscsi (Debian, Ubuntu)", "linux-dmmp"},
-	{"iqn.2004-10.com.ubuntu", "open-iscsi (Ubuntu)", "linux-dmmp"},
-	{"iqn.1994-05.com.redhat", "open-iscsi (Red Hat)", "linux-dmmp"},
-	{"iqn.1996-04.de.suse", "open-iscsi (SUSE)", "linux-dmmp"},
-	{"iqn.2005-03.org.open-iscsi", "open-iscsi", "linux-dmmp"},
-	{"iqn.1991-05.com.microsoft", "the Microsoft iSCSI initiator (MSDSM)", "windows"},
-	{"iqn.1998-01.com.vmware", "the VMware software iSCSI adapter (NMP)", "vmware"},
+	{"iqn.1993-08.org.debian", "open-iscsi (Debian, Ubuntu)", alua.HostLinuxDMMP},
+	{"iqn.2004-10.com.ubuntu", "open-iscsi (Ubuntu)", alua.HostLinuxDMMP},
+	{"iqn.1994-05.com.redhat", "open-iscsi (Red Hat)", alua.HostLinuxDMMP},
+	{"iqn.1996-04.de.suse", "open-iscsi (SUSE)", alua.HostLinuxDMMP},
+	{"iqn.2005-03.org.open-iscsi", "open-iscsi", alua.HostLinuxDMMP},
+	{"iqn.1991-05.com.microsoft", "the Microsoft iSCSI initiator (MSDSM)", alua.HostWindows},
+	{"iqn.1998-01.com.vmware", "the VMware software iSCSI adapter (NMP)", alua.HostVMware},
 }
 
 // suggestType says which host type fits what the host was seen to do,
@@ -159,7 +161,7 @@ func (c *Core) suggestType(h *host) (typ, why string) {
 			break
 		}
 	}
-	linux := stackTyp == "linux-dmmp" || stackTyp == "" && h.obs.extended
+	linux := stackTyp == alua.HostLinuxDMMP || stackTyp == "" && h.obs.extended
 	evidence := func() string {
 		var parts []string
 		if stack != "" {
@@ -172,20 +174,20 @@ func (c *Core) suggestType(h *host) (typ, why string) {
 	}
 	switch {
 	case c.neverRTPG(h):
-		return "legacy", "it has never read RTPG: its multipath stack ignores ALUA"
-	case h.obs.state == followNo && linux && !h.typ.Standby:
+		return alua.HostLegacy, "it has never read RTPG: its multipath stack ignores ALUA"
+	case h.obs.state == followNo && linux && !h.typ.Standby():
 		why := evidence()
 		if why != "" {
 			why += "; "
 		}
-		return "linux-dmmp", why + "dm-multipath at its defaults (failback manual) keeps I/O on active/non-optimized " +
+		return alua.HostLinuxDMMP, why + "dm-multipath at its defaults (failback manual) keeps I/O on active/non-optimized " +
 			"paths, and the DM-MP type's standby non-owner paths make it leave them at once"
 	case h.obs.state == followNo:
-		return "legacy", "it does not follow moves: the array then never moves its LUNs for balance"
-	case h.typ.Name == "default" && stackTyp != "":
+		return alua.HostLegacy, "it does not follow moves: the array then never moves its LUNs for balance"
+	case h.typ.Name == alua.HostDefault && stackTyp != "":
 		return stackTyp, evidence()
-	case h.typ.Name == "default" && linux:
-		return "linux-dmmp", evidence()
+	case h.typ.Name == alua.HostDefault && linux:
+		return alua.HostLinuxDMMP, evidence()
 	}
 	return "", ""
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+
+	"github.com/aluad/aluad/pkg/alua"
 )
 
 // Connectivity tracking (reference 002 "Connectivity Tracking"): per host
@@ -14,7 +16,7 @@ import (
 
 type host struct {
 	name    string
-	typ     HostType
+	typ     alua.HostType
 	nexuses map[nexusKey]*nexusState
 	// everReached: nodes this host has reached (for "redundancy lost").
 	everReached map[string]bool
@@ -68,7 +70,7 @@ type nexusState struct {
 func (c *Core) hostOf(name string) *host {
 	h := c.hosts[name]
 	if h == nil {
-		h = &host{name: name, typ: HostType{Name: "default", TPGS: true}, nexuses: map[nexusKey]*nexusState{},
+		h = &host{name: name, typ: alua.HostTypes[alua.HostDefault], nexuses: map[nexusKey]*nexusState{},
 			everReached: map[string]bool{}, departed: map[string]int{}, lostPorts: map[string][]uint16{},
 			media: map[mediaKey]evidence{}, uses: map[uint64]bool{},
 			obs: hostObs{mediaSince: -1, lastFollow: -1, notFollowAt: -1}}

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/aluad/aluad/pkg/alua"
 )
 
 // instance builds a core with the given LUN loads and owners, every LUN
@@ -141,7 +143,7 @@ func benchCore(b *testing.B, luns, nodes, hosts int) *Core {
 	}
 	for h := 0; h < hosts; h++ {
 		name := fmt.Sprintf("h%d", h)
-		require.NoError(b, c.Step(HostDecl{Host: name, Type: HostType{TPGS: true}}))
+		require.NoError(b, c.Step(HostDecl{Host: name, Type: alua.HostType{TPGS: true}}))
 		for n := 0; n < nodes; n++ {
 			nx := Nexus{Host: name, Initiator: "iqn.x.y:" + name, ISID: "1", Port: uint16(n + 1), Node: fmt.Sprintf("n%d", n)}
 			require.NoError(b, c.Step(Login{nx}))

@@ -140,7 +140,7 @@ func newSim(t *testing.T, seed int64, nNodes, nHosts, nLUNs int, cfg Config) *si
 		s.hosts = append(s.hosts, h)
 		s.m.paths[h] = map[uint16]bool{}
 		s.load[h] = map[uint64]float64{}
-		s.step(HostDecl{Host: h, Type: HostType{Name: "linux", TPGS: true}})
+		s.step(HostDecl{Host: h, Type: alua.HostType{Name: "linux", TPGS: true}})
 		for _, id := range s.luns {
 			if s.r.Intn(2) == 0 {
 				s.load[h][id] = float64(50 + s.r.Intn(400))
@@ -316,7 +316,7 @@ func TestBalanceSettles(t *testing.T) {
 		for i := 0; i < nodes; i++ {
 			require.NoError(t, c.Step(NodeDecl{Node: string(rune('a' + i)), Capacity: 10000}))
 		}
-		require.NoError(t, c.Step(HostDecl{Host: "h", Type: HostType{TPGS: true}}))
+		require.NoError(t, c.Step(HostDecl{Host: "h", Type: alua.HostType{TPGS: true}}))
 		// 40 LUNs, all preferred on node a: the worst start.
 		loads := map[uint64]float64{}
 		total := 0.0

@@ -95,7 +95,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		}
 	case "host":
 		tn := arg(d, "type", "linux")
-		typ := HostType{Name: tn, TPGS: tn != "legacy", Standby: tn == "linux-dmmp"}
+		typ := alua.HostType{Name: tn, TPGS: tn != "legacy", NonOwner: standbyIf(tn == "linux-dmmp")}
 		step(HostDecl{Host: arg(d, "name", ""), Type: typ})
 	case "operator-move":
 		var id uint64
@@ -414,4 +414,12 @@ func argList(d *datadriven.TestData, key string) []string {
 		}
 	}
 	return nil
+}
+
+// standbyIf is the non-owner state of a type that reports STANDBY or not.
+func standbyIf(standby bool) alua.AccessState {
+	if standby {
+		return alua.Standby
+	}
+	return alua.ActiveNonOptimized
 }

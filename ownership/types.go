@@ -72,7 +72,7 @@ type (
 	// HostDecl declares a host: its type and initiator names.
 	HostDecl struct {
 		Host string
-		Type HostType
+		Type alua.HostType
 	}
 	// LUNDecl declares a LUN and its current owner.
 	LUNDecl struct {
@@ -132,17 +132,6 @@ func (OwnerChanged) event() {}
 func (PathLatency) event()  {}
 func (Rebalance) event()    {}
 func (ClearReport) event()  {}
-
-// HostType is what the core needs to know about a host's multipath stack.
-type HostType struct {
-	Name string
-	// TPGS: the stack follows ALUA (reads RTPG, follows UA 2A/06), so the
-	// array may move the host's LUNs for balance.
-	TPGS bool
-	// Standby: non-owner paths report STANDBY to it, so its I/O must
-	// leave them after a move (it cannot stay on the old owner).
-	Standby bool
-}
 
 // Batch is a set of LUNs to move to one node together.
 type Batch struct {

@@ -99,7 +99,7 @@ var Scenarios = map[string]Scenario{
 	// comes back: the guest's stall is its NOP-Out timeout plus
 	// fast_io_fail, then the array's takeover; no application error.
 	"powerloss": {Name: "powerloss", Clients: []ClientSpec{cALUA}, Steps: []string{"power-loss", "restart"}},
-	// personality: the schedule the emulated linux-dm personality runs in
+	// personality: the schedule the emulated linux-dmmp personality runs in
 	// pkg/lab's "personality" scenario (two planned moves, a power loss,
 	// the restart and its failback), with the same stack declared linux
 	// (ANO) and linux-dmmp (STANDBY): their follow times side by side.

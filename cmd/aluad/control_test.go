@@ -81,7 +81,7 @@ func TestFaultAndLabCommands(t *testing.T) {
 		require.ErrorContains(t, fault(tc.args), tc.want, "%v", tc.args)
 	}
 	bad := filepath.Join(t.TempDir(), "bad.txt")
-	require.NoError(t, os.WriteFile(bad, []byte("hots h1 linux-dm\n"), 0o644))
+	require.NoError(t, os.WriteFile(bad, []byte("hots h1 linux-dmmp\n"), 0o644))
 	for _, tc := range []struct {
 		args []string
 		want string

@@ -7,54 +7,10 @@ import (
 	"github.com/aluad/aluad/pkg/alua"
 )
 
-// HostType is what the array knows about a host's OS and multipath stack:
-// the state it reports to that host for a non-owner group, and whether the
-// stack follows ALUA at all (only such hosts' LUNs may be moved for load
-// balance).
-type HostType struct {
-	Name string
-	// NonOwner is the state reported for a group that is up but does not
-	// own the LUN: ANO (I/O is forwarded) or STANDBY (I/O fails with 04/0B
-	// and the host moves to the owner at once).
-	NonOwner alua.AccessState
-	// TPGS: the host's multipath stack reads RTPG and follows UA 2A/06.
-	TPGS bool
-	Doc  string
-}
-
-// HostTypes are the built-in host types.
-var HostTypes = map[string]HostType{
-	"default": {Name: "default", NonOwner: alua.ActiveNonOptimized, TPGS: true,
-		Doc: "any ALUA-aware multipath stack; non-owner paths are ANO"},
-	"linux": {Name: "linux", NonOwner: alua.ActiveNonOptimized, TPGS: true,
-		Doc: "Linux dm-multipath with scsi_dh_alua; non-owner paths are ANO"},
-	"linux-standby": {Name: "linux-standby", NonOwner: alua.Standby, TPGS: true,
-		Doc: "Linux dm-multipath; non-owner paths report STANDBY so I/O leaves them on the next command"},
-	// The name storage admins know from arrays' host type lists.
-	"linux-dmmp": {Name: "linux-dmmp", NonOwner: alua.Standby, TPGS: true,
-		Doc: "Linux DM-MP (same as linux-standby): dm-multipath at its defaults moves to the new owner within a second of a move instead of at its next path check"},
-	"windows": {Name: "windows", NonOwner: alua.ActiveNonOptimized, TPGS: true,
-		Doc: "Windows MSDSM (Round Robin with Subset); non-owner paths are ANO"},
-	"vmware": {Name: "vmware", NonOwner: alua.ActiveNonOptimized, TPGS: true,
-		Doc: "VMware NMP with SATP_ALUA; non-owner paths are ANO"},
-	"legacy": {Name: "legacy", NonOwner: alua.ActiveNonOptimized, TPGS: false,
-		Doc: "a multipath stack that ignores ALUA; its LUNs are never moved for balance"},
-}
-
-// HostTypeNames lists the host type names in order.
-func HostTypeNames() []string {
-	out := make([]string, 0, len(HostTypes))
-	for n := range HostTypes {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
-
 // Host is a declared host.
 type Host struct {
 	Name       string
-	Type       HostType
+	Type       alua.HostType
 	Initiators []string
 }
 
@@ -79,7 +35,7 @@ func (a *Array) HostOf(initiator string) Host {
 	if h, ok := a.hosts[strings.ToLower(initiator)]; ok {
 		return h
 	}
-	return Host{Name: initiator, Type: HostTypes["default"], Initiators: []string{initiator}}
+	return Host{Name: initiator, Type: alua.HostTypes[alua.HostDefault], Initiators: []string{initiator}}
 }
 
 // Hosts lists the declared hosts.

@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/cache"
 	"github.com/aluad/aluad/pkg/clock"
 	"github.com/aluad/aluad/pkg/media"
@@ -201,7 +202,7 @@ func New(cfg Config, opt Options) (*Array, error) {
 		now: opt.Now, hosts: map[string]Host{}}
 	a.penalty.Store(int64(cfg.Interlink.Penalty))
 	for _, hc := range cfg.Hosts {
-		h := Host{Name: hc.Name, Type: HostTypes[hc.Type], Initiators: hc.Initiators}
+		h := Host{Name: hc.Name, Type: alua.HostTypes[hc.Type], Initiators: hc.Initiators}
 		for _, in := range hc.Initiators {
 			a.hosts[strings.ToLower(in)] = h
 		}

@@ -11,6 +11,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/cache"
 )
 
@@ -182,7 +183,7 @@ type OwnershipConfig struct {
 // HostConfig declares one host (a server with one or more initiators).
 type HostConfig struct {
 	Name string `yaml:"name"`
-	// Type is a host type from HostTypes (OS and multipath stack).
+	// Type is a host type from alua.HostTypes (OS and multipath stack).
 	Type       string   `yaml:"type"`
 	Initiators []string `yaml:"initiators"`
 	// Group is the host group (a cluster sharing LUNs), if any.
@@ -478,10 +479,10 @@ func (c *Config) validateHosts() error {
 		}
 		names[h.Name] = true
 		if h.Type == "" {
-			h.Type = "default"
+			h.Type = alua.HostDefault
 		}
-		if _, ok := HostTypes[h.Type]; !ok {
-			return fmt.Errorf("host %s: unknown type %q (known: %s)", h.Name, h.Type, strings.Join(HostTypeNames(), ", "))
+		if _, ok := alua.HostTypes[h.Type]; !ok {
+			return fmt.Errorf("host %s: unknown type %q (known: %s)", h.Name, h.Type, strings.Join(alua.HostTypeNames(), ", "))
 		}
 		if len(h.Initiators) == 0 {
 			return fmt.Errorf("host %s: no initiators", h.Name)

@@ -351,7 +351,7 @@ func newRunner(p *Path, cfg array.Config) (*runner, error) {
 		}
 	}
 	for _, h := range p.arr.Hosts() {
-		core.Step(ownership.HostDecl{Host: h.Name, Type: CoreHostType(h.Type)})
+		core.Step(ownership.HostDecl{Host: h.Name, Type: h.Type})
 	}
 	for _, l := range p.arr.LUNs {
 		if err := core.Step(ownership.LUNDecl{LUN: l.ID, Preferred: l.Preferred.Name, Owner: l.Owner().Name,
@@ -418,11 +418,6 @@ func CoreConfig(cfg array.Config) (ownership.Config, time.Duration) {
 	}
 	oc.Passive = cfg.ALUA == "explicit"
 	return oc, tick
-}
-
-// CoreHostType is what the core needs of a host type.
-func CoreHostType(t array.HostType) ownership.HostType {
-	return ownership.HostType{Name: t.Name, TPGS: t.TPGS, Standby: t.NonOwner == alua.Standby}
 }
 
 // post queues events for the core.

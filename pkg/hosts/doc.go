@@ -5,7 +5,7 @@
 // The personalities follow the documented behaviour of the stacks they
 // are named after; each knob says where a real default comes from:
 //
-//   - linux-dm: scsi_dh_alua (RTPG at attach and on UNIT ATTENTION
+//   - linux-dmmp: scsi_dh_alua (RTPG at attach and on UNIT ATTENTION
 //     2A/06, 2A/07 and 29/00; 04/0A retried every second until the
 //     transition timeout of RTPG byte 5, 60 s when it is 0; I/O to a
 //     STANDBY or UNAVAILABLE path fails that path) under multipathd
@@ -15,10 +15,10 @@
 //     learns the new states from the UA at once, but the path group in
 //     use changes only when multipathd re-reads the priorities: I/O goes
 //     on over a path that became active/non-optimized until the next check.
-//   - windows-msdsm: Round Robin with Subset over the active/optimized
+//   - windows: Round Robin with Subset over the active/optimized
 //     paths; on 2A/06 one RTPG in flight per LUN and the subset follows at
 //     once; 04/0A and 04/0C are retried on another group, every second.
-//   - vmware-nmp: VMW_SATP_ALUA with VMW_PSP_MRU (stay on the path in use
+//   - vmware: VMW_SATP_ALUA with VMW_PSP_MRU (stay on the path in use
 //     while it is active/optimized, follow-over to the new AO path on a
 //     state change) or VMW_PSP_RR with iops=1000.
 //   - explicit-alua: a host that owns the decision: it sends SET TARGET

@@ -148,7 +148,7 @@ func TestLinuxDM(t *testing.T) {
 	})
 	t.Run("fast_io_fail holds I/O on a lost path before failing over", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			p, err := Lookup("linux-dm", map[string]string{"fast_io_fail": "5s"})
+			p, err := Lookup("linux-dmmp", map[string]string{"fast_io_fail": "5s"})
 			require.NoError(t, err)
 			ft := newFakeTarget()
 			h := attach(t, ft, "h1", p)
@@ -188,7 +188,7 @@ func TestLinuxDM(t *testing.T) {
 	t.Run("no_path_retry fails I/O after N checker intervals", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			ft := newFakeTarget()
-			p, err := Lookup("linux-dm", map[string]string{"no_path_retry": "2"})
+			p, err := Lookup("linux-dmmp", map[string]string{"no_path_retry": "2"})
 			require.NoError(t, err)
 			h := attach(t, ft, "h1", p)
 			for port := uint16(1); port <= 4; port++ {
@@ -335,7 +335,7 @@ func TestVMwareNMP(t *testing.T) {
 	t.Run("MRU stays on one path and follows over on a state change", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			ft := newFakeTarget()
-			p, err := Lookup("vmware-nmp", map[string]string{"psp": "mru"})
+			p, err := Lookup("vmware", map[string]string{"psp": "mru"})
 			require.NoError(t, err)
 			h := attach(t, ft, "e1", p)
 			first := io(t, ft, h)
@@ -352,7 +352,7 @@ func TestVMwareNMP(t *testing.T) {
 	t.Run("RR switches every 1000 commands", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			ft := newFakeTarget()
-			p, err := Lookup("vmware-nmp", map[string]string{"psp": "rr"})
+			p, err := Lookup("vmware", map[string]string{"psp": "rr"})
 			require.NoError(t, err)
 			h := attach(t, ft, "e1", p)
 			for i := 0; i < 2500; i++ {
@@ -440,4 +440,24 @@ func TestNaive(t *testing.T) {
 		io(t, ft, h)
 		assert.Zero(t, ft.count(isOp("rtpg")), "never reads RTPG, not even on 2A/06")
 	})
+}
+
+// A stack the array has a host type for carries that type's name, and is
+// declared with it; the others are declared default. The earlier names
+// are refused with the new one.
+func TestStackNamesAreHostTypes(t *testing.T) {
+	for _, name := range Names {
+		p, err := Lookup(name, nil)
+		require.NoError(t, err)
+		require.Contains(t, alua.HostTypes, p.HostType, name)
+		if _, isType := alua.HostTypes[name]; isType {
+			require.Equal(t, name, p.HostType)
+		} else {
+			require.Equal(t, alua.HostDefault, p.HostType, name)
+		}
+	}
+	for old, now := range map[string]string{"linux-dm": "linux-dmmp", "windows-msdsm": "windows", "vmware-nmp": "vmware"} {
+		_, err := Lookup(old, nil)
+		require.ErrorContains(t, err, `is now named "`+now+`"`)
+	}
 }

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/aluad/aluad/pkg/alua"
 )
 
 // Grouping is how a personality chooses the paths a LUN's I/O may use.
@@ -43,7 +45,15 @@ const QueueForever = -1
 
 // Personality is the behaviour of one host multipath stack.
 type Personality struct {
-	Name     string
+	// Name is the stack's name: for the stacks the array has a host type
+	// for, that type's name (alua.HostTypes), which HostType repeats.
+	Name string
+	// HostType is the host type an administrator declares on the array
+	// for the stack: linux-dmmp (STANDBY on the old owner, so dm-multipath
+	// leaves it at once), windows, vmware; default for the stacks that
+	// have none of their own (explicit-alua, naive: a host that ignores
+	// ALUA but is declared as one that follows it).
+	HostType string
 	Grouping Grouping
 	Selector string
 	// SwitchEvery, when positive, keeps a path for this many commands
@@ -100,7 +110,7 @@ var linuxUAs = []uint16{0x2a06, 0x2a07, 0x2900}
 // immediate, polling_interval 5 s (max_polling_interval 4x),
 // path_selector service-time, queue_if_no_path.
 func LinuxDM() Personality {
-	return Personality{Name: "linux-dm", Grouping: GroupByPrio, Selector: "service-time", ReadsRTPG: true,
+	return Personality{Name: alua.HostLinuxDMMP, HostType: alua.HostLinuxDMMP, Grouping: GroupByPrio, Selector: "service-time", ReadsRTPG: true,
 		RTPGOn: linuxUAs, RetryEvery: time.Second, TransitionTimeout: true, CheckEvery: 5 * time.Second,
 		MaxCheckEvery: 20 * time.Second, PrioAtCheck: true, Failback: FailbackImmediate, NoPathRetry: QueueForever,
 		NopInterval: 5 * time.Second, NopTimeout: 5 * time.Second, CmdTimeout: 30 * time.Second}
@@ -110,7 +120,7 @@ func LinuxDM() Personality {
 // MPIO defaults (RetryInterval 1 s, PDORemovePeriod 20 s; the iSCSI
 // initiator re-logs a lost connection in by itself, here every second).
 func WindowsMSDSM() Personality {
-	return Personality{Name: "windows-msdsm", Grouping: AOSubset, Selector: "round-robin", ReadsRTPG: true,
+	return Personality{Name: alua.HostWindows, HostType: alua.HostWindows, Grouping: AOSubset, Selector: "round-robin", ReadsRTPG: true,
 		RTPGOn: []uint16{0x2a06, 0x2a07, 0x2900, 0x3f0e}, RetryEvery: time.Second, OtherGroup: true,
 		CheckEvery: time.Second, MaxCheckEvery: time.Second, NoPathRetry: 20, CmdTimeout: 60 * time.Second}
 }
@@ -120,7 +130,7 @@ func WindowsMSDSM() Personality {
 // paths, switching every 1000 commands). The path evaluation runs every
 // 5 minutes on ESXi; a lost path is retried every 2 s here.
 func VMwareNMP(psp string) (Personality, error) {
-	p := Personality{Name: "vmware-nmp", ReadsRTPG: true, RTPGOn: linuxUAs, RetryEvery: time.Second,
+	p := Personality{Name: alua.HostVMware, HostType: alua.HostVMware, ReadsRTPG: true, RTPGOn: linuxUAs, RetryEvery: time.Second,
 		CheckEvery: 2 * time.Second, MaxCheckEvery: 2 * time.Second, NoPathRetry: QueueForever, Selector: "round-robin",
 		NopInterval: 15 * time.Second, NopTimeout: 10 * time.Second}
 	switch psp {
@@ -129,7 +139,7 @@ func VMwareNMP(psp string) (Personality, error) {
 	case "rr":
 		p.Grouping, p.SwitchEvery = AOSubset, 1000
 	default:
-		return p, fmt.Errorf("vmware-nmp: psp must be mru or rr, not %q", psp)
+		return p, fmt.Errorf("vmware: psp must be mru or rr, not %q", psp)
 	}
 	return p, nil
 }
@@ -139,7 +149,7 @@ func VMwareNMP(psp string) (Personality, error) {
 // each check moves the LUN back to the group it first saw AO when it
 // reaches it (failback by the host). 04/0A is retried every second.
 func ExplicitALUA() Personality {
-	return Personality{Name: "explicit-alua", Grouping: AOSubset, Selector: "round-robin", ReadsRTPG: true,
+	return Personality{Name: "explicit-alua", HostType: alua.HostDefault, Grouping: AOSubset, Selector: "round-robin", ReadsRTPG: true,
 		RTPGOn: linuxUAs, RetryEvery: time.Second, TransitionTimeout: true, CheckEvery: 5 * time.Second,
 		MaxCheckEvery: 5 * time.Second, NoPathRetry: QueueForever, Explicit: true,
 		NopInterval: 5 * time.Second, NopTimeout: 5 * time.Second}
@@ -148,13 +158,16 @@ func ExplicitALUA() Personality {
 // Naive round-robins over every path and never reads ALUA states; a
 // command refused on a path is retried on the next one after a second.
 func Naive() Personality {
-	return Personality{Name: "naive", Grouping: AllPaths, Selector: "round-robin", RetryEvery: time.Second,
+	return Personality{Name: "naive", HostType: alua.HostDefault, Grouping: AllPaths, Selector: "round-robin", RetryEvery: time.Second,
 		CheckEvery: 5 * time.Second, MaxCheckEvery: 5 * time.Second, NoPathRetry: QueueForever,
 		NopInterval: 5 * time.Second, NopTimeout: 5 * time.Second}
 }
 
+// renamed maps the stacks' earlier names to the host types they model.
+var renamed = map[string]string{"linux-dm": alua.HostLinuxDMMP, "windows-msdsm": alua.HostWindows, "vmware-nmp": alua.HostVMware}
+
 // Names lists the personalities Lookup knows.
-var Names = []string{"linux-dm", "windows-msdsm", "vmware-nmp", "explicit-alua", "naive"}
+var Names = []string{alua.HostLinuxDMMP, alua.HostWindows, alua.HostVMware, "explicit-alua", "naive"}
 
 // Lookup builds a personality by name with options from a scenario:
 // selector=NAME, psp=mru|rr, failback=immediate|followover|manual,
@@ -164,17 +177,20 @@ func Lookup(name string, opts map[string]string) (Personality, error) {
 	var p Personality
 	var err error
 	switch name {
-	case "linux-dm":
+	case alua.HostLinuxDMMP:
 		p = LinuxDM()
-	case "windows-msdsm":
+	case alua.HostWindows:
 		p = WindowsMSDSM()
-	case "vmware-nmp":
+	case alua.HostVMware:
 		p, err = VMwareNMP(opts["psp"])
 	case "explicit-alua":
 		p = ExplicitALUA()
 	case "naive":
 		p = Naive()
 	default:
+		if now, ok := renamed[name]; ok {
+			return p, fmt.Errorf("host stack %q is now named %q, after the host type it models", name, now)
+		}
 		return p, fmt.Errorf("unknown host stack %q (%s)", name, strings.Join(Names, ", "))
 	}
 	if err != nil {
@@ -202,8 +218,8 @@ func (p *Personality) set(k, v string) error {
 	}
 	switch k {
 	case "psp":
-		if p.Name != "vmware-nmp" {
-			return fmt.Errorf("psp applies to vmware-nmp only")
+		if p.Name != "vmware" {
+			return fmt.Errorf("psp applies to vmware only")
 		}
 	case "selector":
 		p.Selector = v

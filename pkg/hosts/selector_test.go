@@ -87,29 +87,29 @@ func TestLookup(t *testing.T) {
 		err  string
 		chk  func(*testing.T, Personality)
 	}{
-		{"linux-dm", nil, "", func(t *testing.T, p Personality) {
+		{"linux-dmmp", nil, "", func(t *testing.T, p Personality) {
 			assert.Equal(t, 5*time.Second, p.CheckEvery)
 			assert.Equal(t, 20*time.Second, p.MaxCheckEvery)
 			assert.Equal(t, QueueForever, p.NoPathRetry)
 			assert.Equal(t, FailbackImmediate, p.Failback)
 		}},
-		{"linux-dm", map[string]string{"failback": "followover", "no_path_retry": "30", "checker": "2s", "selector": "round-robin"}, "", func(t *testing.T, p Personality) {
+		{"linux-dmmp", map[string]string{"failback": "followover", "no_path_retry": "30", "checker": "2s", "selector": "round-robin"}, "", func(t *testing.T, p Personality) {
 			assert.Equal(t, FailbackFollowover, p.Failback)
 			assert.Equal(t, 30, p.NoPathRetry)
 			assert.Equal(t, 2*time.Second, p.CheckEvery)
 			assert.Equal(t, "round-robin", p.Selector)
 		}},
-		{"vmware-nmp", map[string]string{"psp": "rr"}, "", func(t *testing.T, p Personality) {
+		{"vmware", map[string]string{"psp": "rr"}, "", func(t *testing.T, p Personality) {
 			assert.Equal(t, 1000, p.SwitchEvery)
 		}},
-		{"vmware-nmp", map[string]string{"psp": "fixed"}, "psp must be mru or rr", nil},
-		{"linux-dm", map[string]string{"psp": "rr"}, "psp applies to vmware-nmp only", nil},
-		{"linux-dm", map[string]string{"checker": "-1s"}, "positive duration", nil},
-		{"linux-dm", map[string]string{"max_checker": "1s"}, "at least checker", nil},
-		{"linux-dm", map[string]string{"failback": "sometimes"}, "immediate, followover or manual", nil},
-		{"linux-dm", map[string]string{"selector": "fastest"}, "unknown path selector", nil},
-		{"linux-dm", map[string]string{"colour": "blue"}, "unknown option", nil},
-		{"linux-dm", map[string]string{"fast_io_fail": "soon"}, "want a positive duration", nil},
+		{"vmware", map[string]string{"psp": "fixed"}, "psp must be mru or rr", nil},
+		{"linux-dmmp", map[string]string{"psp": "rr"}, "psp applies to vmware only", nil},
+		{"linux-dmmp", map[string]string{"checker": "-1s"}, "positive duration", nil},
+		{"linux-dmmp", map[string]string{"max_checker": "1s"}, "at least checker", nil},
+		{"linux-dmmp", map[string]string{"failback": "sometimes"}, "immediate, followover or manual", nil},
+		{"linux-dmmp", map[string]string{"selector": "fastest"}, "unknown path selector", nil},
+		{"linux-dmmp", map[string]string{"colour": "blue"}, "unknown option", nil},
+		{"linux-dmmp", map[string]string{"fast_io_fail": "soon"}, "want a positive duration", nil},
 		{"aix-mpio", nil, "unknown host stack", nil},
 	}
 	for _, tc := range tests {

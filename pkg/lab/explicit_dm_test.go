@@ -10,7 +10,7 @@ import (
 	"github.com/aluad/aluad/pkg/api"
 )
 
-// TestExplicitLinuxDMTakesOver: with explicit ALUA a linux-dm host that
+// TestExplicitLinuxDMTakesOver: with explicit ALUA a linux-dmmp host that
 // loses its paths to the owner goes on through the other group, declared
 // with ANO (default) or STANDBY (linux-dmmp) non-owner paths: with
 // STANDBY, the path group's activation sends the STPG that moves the
@@ -20,7 +20,7 @@ func TestExplicitLinuxDMTakesOver(t *testing.T) {
 		t.Run(typ, func(t *testing.T) {
 			ctx := context.Background()
 			env, err := Start(ctx, EnvConfig{LUNs: 2, LUNSize: 1 << 20, ALUA: "explicit", Mirror: true, Tick: 100 * time.Millisecond,
-				Stacks: []HostSpec{{Name: "h1", Stack: "linux-dm", Type: typ}}})
+				Stacks: []HostSpec{{Name: "h1", Stack: "linux-dmmp", Type: typ}}})
 			require.NoError(t, err)
 			defer env.Close()
 			h := env.Hosts[0]

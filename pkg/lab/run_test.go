@@ -17,8 +17,8 @@ import (
 // checkers run every second here) until the repair.
 const shortScenario = `name short
 luns 4 size=8MiB
-host h1 linux-dm checker=1s
-host h2 windows-msdsm
+host h1 linux-dmmp checker=1s
+host h2 windows
 workload luns=all hosts=all qd=1 rate=100
 duration 10s
 at 2s failover: cut host=h1 node=a
@@ -111,9 +111,9 @@ func TestOwnershipScenarios(t *testing.T) {
 	t.Run("rolling reboot", func(t *testing.T) {
 		m := run(t, `name rr
 luns 2 size=8MiB
-host h1 linux-dm
-host h2 linux-dm
-host h3 linux-dm
+host h1 linux-dmmp
+host h2 linux-dmmp
+host h3 linux-dmmp
 workload luns=all hosts=all qd=1 rate=100
 duration 9s
 at 1s reboot host=h1 down=300ms gap=100ms
@@ -130,8 +130,8 @@ at 7s cut host=h1 node=a
 		m := run(t, `name light
 luns 4 size=8MiB
 load light
-host h1 linux-dm
-host h2 linux-dm
+host h1 linux-dmmp
+host h2 linux-dmmp
 workload luns=all hosts=all qd=1 rate=100
 duration 8s
 at 1s move lun=0 node=b
@@ -141,8 +141,8 @@ at 1s move lun=0 node=b
 	t.Run("flapping", func(t *testing.T) {
 		m := run(t, `name flap
 luns 2 size=8MiB
-host h1 linux-dm checker=1s
-host h2 linux-dm
+host h1 linux-dmmp checker=1s
+host h2 linux-dmmp
 workload luns=all hosts=all qd=1 rate=100
 duration 17s
 at 1s cut host=h1 node=a

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/hosts"
 )
@@ -18,8 +19,8 @@ import (
 //	name default
 //	alua implicit                       # or explicit
 //	luns 8 size=64MiB                   # preferred owners alternate a, b
-//	host h1 linux-dm                    # NAME STACK [type=HOSTTYPE] [option=value ...]
-//	host h3 vmware-nmp psp=mru
+//	host h1 linux-dmmp                    # NAME STACK [type=HOSTTYPE] [option=value ...]
+//	host h3 vmware psp=mru
 //	workload luns=all hosts=all bs=4k read=70 qd=2 rate=0
 //	duration 60s
 //	at 8s failover: cut host=h1 node=a  # AT [LABEL:] EVENT [k=v ...]
@@ -29,7 +30,8 @@ import (
 //
 // The array has nodes a and b with two ports each (a0, a1, b0, b1).
 // A host line declares the host on the array with the stack's host type
-// (StackHostTypes: linux-dm is linux-dmmp) or type=.
+// (hosts.Personality.HostType: linux-dmmp, windows and vmware are their
+// own types; explicit-alua and naive are declared default) or type=.
 // Events: cut/restore host=H node=N (H's paths to N's ports go down or
 // come back), power-loss/panic/crash node=N (the node fails: its ports go
 // silent, reset, or close; docs/faults.md), restart node=N,
@@ -60,18 +62,10 @@ type Scenario struct {
 }
 
 // HostSpec is one host line. Type is the host type the array is told
-// (array.HostTypes): the stack's default unless type= says otherwise.
+// (alua.HostTypes): the stack's default unless type= says otherwise.
 type HostSpec struct {
 	Name, Stack, Type string
 	Opts              map[string]string
-}
-
-// StackHostTypes is the host type an administrator declares on the array
-// for each stack: linux-dm hosts as linux-dmmp (STANDBY on the old owner,
-// so dm-multipath leaves it at once), the others as their OS.
-var StackHostTypes = map[string]string{
-	"linux-dm": "linux-dmmp", "windows-msdsm": "windows", "vmware-nmp": "vmware",
-	"explicit-alua": "default", "naive": "default",
 }
 
 // takeType removes type= from a host line's options and returns the host
@@ -80,10 +74,14 @@ func takeType(stack string, opts map[string]string) (string, error) {
 	typ, ok := opts["type"]
 	delete(opts, "type")
 	if !ok {
-		return StackHostTypes[stack], nil
+		p, err := hosts.Lookup(stack, nil)
+		if err != nil {
+			return "", err
+		}
+		return p.HostType, nil
 	}
-	if _, known := array.HostTypes[typ]; !known {
-		return "", fmt.Errorf("type %q is not a host type (%s)", typ, strings.Join(array.HostTypeNames(), ", "))
+	if _, known := alua.HostTypes[typ]; !known {
+		return "", fmt.Errorf("type %q is not a host type (%s)", typ, strings.Join(alua.HostTypeNames(), ", "))
 	}
 	return typ, nil
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-const minimal = "host h1 linux-dm\nworkload\nduration 10s\n"
+const minimal = "host h1 linux-dmmp\nworkload\nduration 10s\n"
 
 func TestParseScenario(t *testing.T) {
 	text, ok := BuiltinScenario("default")
@@ -43,13 +43,13 @@ func TestParseScenario(t *testing.T) {
 func TestParseScenarioErrors(t *testing.T) {
 	tests := []struct{ text, want string }{
 		{"", "no host lines"},
-		{"host h1 linux-dm\nduration 10s\n", "no workload line"},
-		{"host h1 linux-dm\nworkload\n", "no duration line"},
-		{"hots h1 linux-dm\n", "line 1: unknown directive"},
+		{"host h1 linux-dmmp\nduration 10s\n", "no workload line"},
+		{"host h1 linux-dmmp\nworkload\n", "no duration line"},
+		{"hots h1 linux-dmmp\n", "line 1: unknown directive"},
 		{"host h1 solaris-mpxio\n", "unknown host stack"},
-		{"host h1 linux-dm\nhost h1 naive\n", "line 2: host h1 defined twice"},
-		{"host h1 linux-dm colour=red\n", "unknown option"},
-		{"host h1 linux-dm checker\n", "want option=value"},
+		{"host h1 linux-dmmp\nhost h1 naive\n", "line 2: host h1 defined twice"},
+		{"host h1 linux-dmmp colour=red\n", "unknown option"},
+		{"host h1 linux-dmmp checker\n", "want option=value"},
 		{"alua sideways\n", "implicit or explicit"},
 		{"luns 0\n", "count from 1 to 256"},
 		{"luns 4 size=10\n", "1MiB to 1GiB"},
@@ -81,7 +81,7 @@ func TestParseScenarioErrors(t *testing.T) {
 		{minimal + "at 1s move lun=x node=a\n", "not a LUN number"},
 		{minimal + "at 1s move lun=99 node=a\n", "no LUN 99"},
 		{minimal + "load heavy\n", "load is light"},
-		{"host h1 linux-dm type=solaris\n", "type \"solaris\" is not a host type"},
+		{"host h1 linux-dmmp type=solaris\n", "type \"solaris\" is not a host type"},
 		{minimal + "compare explicit-alua type=hpux\n", "type \"hpux\" is not a host type"},
 		{minimal + "at 1s power-loss\n", "power-loss needs node="},
 		{minimal + "at 1s panic node=q\n", "no node \"q\""},

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+
+	"github.com/aluad/aluad/pkg/alua"
 )
 
 // Generate makes the script of a seed: a topology of 2-4 nodes with 1-4
@@ -153,7 +155,7 @@ func (g *gen) topology() {
 		switch x := g.r.Float64(); {
 		case x < 0.12:
 			h.mp = "none" // no multipath: scans every path, uses one
-		case x < 0.24 && h.typ != "legacy":
+		case x < 0.24 && h.typ != alua.HostLegacy:
 			h.mp = "sticky" // failback manual: does not follow moves
 		}
 		if h.mp != "" {

@@ -23,7 +23,7 @@ type host struct {
 	w         *World
 	name      string
 	initiator string
-	ht        array.HostType
+	ht        alua.HostType
 	paths     []uint16
 	luns      []uint64
 	sess      map[uint16]bool
@@ -201,7 +201,7 @@ func detectTicks(name string) int {
 }
 
 func newHost(w *World, hs hostSpec) *host {
-	return &host{w: w, name: hs.name, detect: detectTicks(hs.name), initiator: initiatorOf(hs.name), ht: array.HostTypes[hs.typ],
+	return &host{w: w, name: hs.name, detect: detectTicks(hs.name), initiator: initiatorOf(hs.name), ht: alua.HostTypes[hs.typ],
 		paths: hs.paths, luns: hs.luns, sess: map[uint16]bool{}, cut: map[uint16]bool{},
 		states: map[uint64]map[uint16]alua.AccessState{}, rr: map[uint64]int{}, seen: map[seenKey]*nexusSeen{},
 		mp: hs.mp, last: map[uint64]uint16{}, since: map[uint16]int{}, media: map[string]int{},

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/array"
 )
 
@@ -82,12 +83,12 @@ func parseTopology(s Script) (*topology, error) {
 		case "host":
 			h := hostSpec{name: e.arg(0), typ: e.Opts["type"], mp: e.Opts["mp"]}
 			if h.typ == "" {
-				h.typ = "default"
+				h.typ = alua.HostDefault
 			}
 			if h.mp != "" && h.mp != "none" && h.mp != "sticky" {
 				return nil, fmt.Errorf("host %s: mp is none or sticky, not %q", h.name, h.mp)
 			}
-			if _, ok := array.HostTypes[h.typ]; !ok {
+			if _, ok := alua.HostTypes[h.typ]; !ok {
 				return nil, fmt.Errorf("host %s: unknown type %q", h.name, h.typ)
 			}
 			for _, f := range splitList(e.Opts["paths"]) {

@@ -191,9 +191,8 @@ func (w *World) startCoreWith(oc ownership.Config) error {
 		}
 	}
 	for _, hs := range w.top.hosts {
-		ht := array.HostTypes[hs.typ]
-		core.Step(ownership.HostDecl{Host: hs.name, Type: ownership.HostType{Name: ht.Name, TPGS: ht.TPGS,
-			Standby: ht.NonOwner == alua.Standby}})
+		ht := alua.HostTypes[hs.typ]
+		core.Step(ownership.HostDecl{Host: hs.name, Type: ht})
 	}
 	for _, l := range w.arr.LUNs {
 		if err := core.Step(ownership.LUNDecl{LUN: l.ID, Preferred: l.Preferred.Name, Owner: l.Owner().Name,
