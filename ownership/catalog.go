@@ -128,7 +128,7 @@ var catalog = []Warnable{
 	{
 		Condition: MultipathNotDiscovering, Code: "MND", Title: "Multipath Not Discovering Paths", Severity: Major,
 		DependsOn: []Condition{NodeOffline},
-		Detection: "The host is logged in to the node but, for the discovery window after its login, has sent no REPORT TARGET PORT GROUPS and no media I/O on any path to it.",
+		Detection: "The host is logged in to the node but, for the discovery window, has sent no REPORT TARGET PORT GROUPS and no media I/O that completed GOOD on any path to it (a disk scan does not count).",
 		Meaning: "The host has logged in on paths to the array but neither reads the ALUA state (REPORT TARGET PORT GROUPS) " +
 			"on them nor sends media I/O through them: its multipath driver is not managing those paths, so it cannot fail " +
 			"over or follow ownership. A disk scan (INQUIRY, TEST UNIT READY, READ CAPACITY, a partition-table read) on every " +

@@ -35,3 +35,29 @@ func TestCatalog(t *testing.T) {
 	w, _ := Lookup(cat[0].Condition)
 	require.NotEqual(t, "changed", w.Title)
 }
+
+// A per-condition debounce names a condition of the catalog and is not
+// negative.
+func TestDebouncesValidate(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		m    map[Condition]int
+		ok   bool
+	}{
+		{"none", nil, true},
+		{"immediate", map[Condition]int{NodeOffline: 0}, true},
+		{"longer", map[Condition]int{PathDegraded: 30}, true},
+		{"unknown", map[Condition]int{"node-on-fire": 1}, false},
+		{"negative", map[Condition]int{NodeOffline: -1}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Debounces = tt.m
+			if tt.ok {
+				require.NoError(t, cfg.Validate())
+			} else {
+				require.ErrorContains(t, cfg.Validate(), "Debounces")
+			}
+		})
+	}
+}

@@ -17,7 +17,7 @@ import (
 //
 //	init [nodes=(a,b)] [capacity=N] [passive] [cooldown=N] [plan=N] [debounce=N] [failback=N] [discovery=N]
 //	     [horizon=T] [movecost=W] [stresswindow=N] [floor=U] [failbackcooldown=N] [damp=N] [dampwindow=N]
-//	     [dampclear=N] [follow=N] [ship=N] [settle=N]
+//	     [dampclear=N] [follow=N] [ship=N] [settle=N] [visible=(COND:N,...)]
 //	lun id=N preferred=X [owner=X] [media=M] [group=G]
 //	luns n=N [media=M] [group=G]            LUNs 0..N-1, preferred alternating over the nodes
 //	host name=H [type=legacy]
@@ -242,6 +242,16 @@ func (h *harness) init(t *testing.T, d *datadriven.TestData) {
 			cfg.PlanInterval = v
 		case "debounce":
 			cfg.Debounce = v
+		case "visible": // visible=(node-offline:0,...): per-condition debounce
+			cfg.Debounces = map[Condition]int{}
+			for _, kv := range a.Vals {
+				k, n, _ := strings.Cut(kv, ":")
+				ticks, err := strconv.Atoi(n)
+				if err != nil {
+					t.Fatalf("visible=%s: want CONDITION:TICKS", kv)
+				}
+				cfg.Debounces[Condition(k)] = ticks
+			}
 		case "pathfactor":
 			cfg.PathDegradedFactor = f
 		case "failback":

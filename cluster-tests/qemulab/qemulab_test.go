@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aluad/aluad/pkg/api"
-	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/config"
 )
 
 func TestParseMultipathLL(t *testing.T) {
@@ -177,7 +177,7 @@ func TestArrayConfigLoads(t *testing.T) {
 		Hosts: []HostDecl{{"c1", "linux-dmmp", "iqn.2026-11.org.example:c1"}, {"c2", "linux", "iqn.2026-11.org.example:c2"}}}
 	p := filepath.Join(dir, "aluad.yaml")
 	require.NoError(t, os.WriteFile(p, []byte(spec.Config(dir)), 0o644))
-	cfg, err := array.LoadConfig(p)
+	cfg, err := config.Load(p)
 	require.NoError(t, err)
 	require.Equal(t, Target, cfg.Target)
 	require.Len(t, cfg.LUNs, 3)
@@ -243,7 +243,7 @@ func TestFollow(t *testing.T) {
 // The Vagrant storage VM's configuration is the QEMU lab's topology, and
 // declares the client host types the scenarios use.
 func TestVagrantConfig(t *testing.T) {
-	cfg, err := array.LoadConfig("../vagrant/aluad.yaml")
+	cfg, err := config.Load("../vagrant/aluad.yaml")
 	require.NoError(t, err)
 	require.Equal(t, Target, cfg.Target)
 	for node := range cfg.Nodes {

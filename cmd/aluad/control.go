@@ -14,14 +14,14 @@ import (
 
 	"github.com/aluad/aluad/ownership"
 	"github.com/aluad/aluad/pkg/api"
-	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/config"
 	"github.com/aluad/aluad/pkg/reports"
 )
 
 // defaultControl is the control socket of a daemon serving data dir data.
 func defaultControl(data string) string {
 	if data == "" {
-		data = array.DefaultConfig().Data
+		data = config.Default().Data
 	}
 	return filepath.Join(data, "aluad.sock")
 }

@@ -10,14 +10,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/config"
 	"github.com/aluad/aluad/pkg/daemon"
 )
 
 // The client subcommands against a running daemon's control socket: what
 // works, and the message each mistake gets.
 func TestClientCommands(t *testing.T) {
-	cfg := array.Loopback(t.TempDir(), 1<<20)
+	cfg := config.Loopback(t.TempDir(), 1<<20)
 	ctl := filepath.Join(cfg.Data, "aluad.sock")
 	d, err := daemon.Start(cfg, daemon.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Control: ctl, StatsInterval: -1})
@@ -57,7 +57,7 @@ func TestClientCommands(t *testing.T) {
 }
 
 func TestFaultAndLabCommands(t *testing.T) {
-	cfg := array.Loopback(t.TempDir(), 1<<20)
+	cfg := config.Loopback(t.TempDir(), 1<<20)
 	ctl := filepath.Join(cfg.Data, "aluad.sock")
 	d, err := daemon.Start(cfg, daemon.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Control: ctl})
 	require.NoError(t, err)
@@ -103,7 +103,7 @@ func TestFaultAndLabCommands(t *testing.T) {
 // leaves in the runtime directory, then the default API address; with
 // none answering it says everywhere it looked.
 func TestFindLocal(t *testing.T) {
-	cfg := array.Loopback(t.TempDir(), 1<<20)
+	cfg := config.Loopback(t.TempDir(), 1<<20)
 	ctl := filepath.Join(cfg.Data, "aluad.sock")
 	d, err := daemon.Start(cfg, daemon.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Control: ctl, API: "127.0.0.1:0", StatsInterval: -1})

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/aluad/aluad/pkg/api"
-	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/config"
 	"github.com/aluad/aluad/pkg/daemon"
 )
 
@@ -35,10 +35,10 @@ func serve(args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	cfg := array.DefaultConfig()
+	cfg := config.Default()
 	if *cfgPath != "" {
 		var err error
-		if cfg, err = array.LoadConfig(*cfgPath); err != nil {
+		if cfg, err = config.Load(*cfgPath); err != nil {
 			return err
 		}
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/config"
 	"github.com/aluad/aluad/pkg/daemon"
 	"github.com/aluad/aluad/pkg/initiator"
 	"github.com/aluad/aluad/pkg/reports"
@@ -45,7 +46,7 @@ func capture(t *testing.T, f func() error) (string, error) {
 // JSON, over the control socket and over the TCP API with a token file;
 // repaired, the report clears.
 func TestViewCommands(t *testing.T) {
-	cfg := array.Loopback(t.TempDir(), 1<<20)
+	cfg := config.Loopback(t.TempDir(), 1<<20)
 	cfg.Hosts = []array.HostConfig{{Name: "h1", Type: "linux-dmmp", Initiators: []string{"iqn.2026-11.org.example:h1"}}}
 	cfg.Ownership.Tick = 50 * time.Millisecond
 	cfg.Ownership.AlertDelay = 100 * time.Millisecond

@@ -149,21 +149,27 @@ func (c *Config) validateAccess() error {
 	default:
 		return fmt.Errorf("access.unknown_initiators must be allow, no-luns or refuse, not %q", c.Access.UnknownInitiators)
 	}
-	hasCHAP := c.Auth.CHAP != nil
 	for i := range c.Hosts {
 		h := &c.Hosts[i]
 		if h.CHAP != nil {
-			hasCHAP = true
 			if err := h.CHAP.validate("host " + h.Name); err != nil {
 				return err
 			}
 		}
 	}
-	if c.Fabric.TCMU() && (hasCHAP || len(c.Mappings) > 0 || c.Access.UnknownInitiators != "allow") {
-		return fmt.Errorf("chap, mappings and access apply to the embedded iSCSI target; on the tcmu fabric LIO's ACLs and auth attributes do this")
-	}
 	_, err := BuildLUNMap(*c)
 	return err
+}
+
+// AccessControlled reports whether the section sets CHAP, mappings or a
+// policy for unknown initiators other than allow: what the embedded
+// iSCSI target enforces and another front end may not.
+func (c Config) AccessControlled() bool {
+	chap := c.Auth.CHAP != nil
+	for _, h := range c.Hosts {
+		chap = chap || h.CHAP != nil
+	}
+	return chap || len(c.Mappings) > 0 || c.Access.UnknownInitiators != "allow"
 }
 
 // LUNMap is a resolved set of mappings: per initiator, host LUN -> LUN.

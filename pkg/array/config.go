@@ -1,21 +1,20 @@
 package array
 
 import (
-	"bytes"
 	"fmt"
 	"net"
-	"os"
-	"strconv"
 	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/cache"
+	"github.com/aluad/aluad/pkg/units"
 )
 
-// Config is the array's configuration (the YAML file; see examples/aluad.yaml).
+// Config is the array's part of the configuration file (pkg/config
+// composes the file from the sections each package owns; see
+// examples/aluad.yaml): the target name, nodes, ports, LUNs, the
+// interlink, hosts, caches, access control and mappings.
 type Config struct {
 	// Target is the iSCSI target name served on every port.
 	Target string `yaml:"target"`
@@ -41,10 +40,6 @@ type Config struct {
 	Hosts []HostConfig `yaml:"hosts"`
 	// Cache configures every node's cache.
 	Cache CacheConfig `yaml:"cache"`
-	// Ownership tunes the ownership core the daemon runs.
-	Ownership OwnershipConfig `yaml:"ownership"`
-	// Fabric chooses the front end hosts reach the nodes through.
-	Fabric FabricConfig `yaml:"fabric"`
 	// Auth is target-wide CHAP; hosts may carry their own.
 	Auth AuthConfig `yaml:"auth"`
 	// Access says what initiators no host declares may do.
@@ -52,59 +47,6 @@ type Config struct {
 	// Mappings map LUNs to hosts and host groups at LUN numbers of their
 	// own. With none, every admitted initiator sees every LUN at its id.
 	Mappings []MappingConfig `yaml:"mappings"`
-	// Limits bound what initiators may hold (zero: the target's defaults).
-	Limits LimitsConfig `yaml:"limits"`
-}
-
-// LimitsConfig bounds initiators on the embedded target (see pkg/iscsi
-// limits.go for what each bound does when reached); zero keeps the default.
-type LimitsConfig struct {
-	MaxConnections          int           `yaml:"max_connections"`
-	MaxSessions             int           `yaml:"max_sessions"`
-	MaxSessionsPerInitiator int           `yaml:"max_sessions_per_initiator"`
-	MaxSessionData          Size          `yaml:"max_session_data"`
-	MaxTotalData            Size          `yaml:"max_total_data"`
-	CmdWindow               int           `yaml:"cmd_window"`
-	LoginTimeout            time.Duration `yaml:"login_timeout"`
-	WriteTimeout            time.Duration `yaml:"write_timeout"`
-}
-
-func (l LimitsConfig) validate() error {
-	if l.MaxConnections < 0 || l.MaxSessions < 0 || l.MaxSessionsPerInitiator < 0 || l.MaxSessionData < 0 ||
-		l.MaxTotalData < 0 || l.CmdWindow < 0 || l.LoginTimeout < 0 || l.WriteTimeout < 0 {
-		return fmt.Errorf("limits must not be negative")
-	}
-	if l.CmdWindow > 1024 {
-		return fmt.Errorf("limits.cmd_window must be at most 1024")
-	}
-	return nil
-}
-
-// FabricConfig chooses the front end.
-type FabricConfig struct {
-	// Kind is "iscsi" (the embedded pure-Go target, the default) or
-	// "tcmu" (LIO's iSCSI target over target_core_user backstores, on a
-	// Linux host with LIO; tcmu-handler/).
-	Kind string `yaml:"kind"`
-	// ConfigFS is LIO's configfs directory (tcmu; default
-	// /sys/kernel/config/target).
-	ConfigFS string `yaml:"configfs"`
-	// HBA numbers the user_<HBA> backstore directory aluad owns (tcmu;
-	// default 7712).
-	HBA int `yaml:"hba"`
-}
-
-// TCMU reports whether the LIO/TCMU front end is chosen.
-func (f FabricConfig) TCMU() bool { return f.Kind == "tcmu" }
-
-// NodeTarget is the iSCSI target name a node's ports carry: the array's
-// name on the pure-Go fabric; on LIO, one target per node, the array's
-// name with ".<node>" added.
-func (c Config) NodeTarget(node string) string {
-	if c.Fabric.TCMU() {
-		return c.Target + "." + strings.ToLower(node)
-	}
-	return c.Target
 }
 
 // CacheConfig configures every node's cache.
@@ -112,9 +54,9 @@ type CacheConfig struct {
 	// Mode is write-back (the default), write-through or none.
 	Mode string `yaml:"mode"`
 	// Size bounds each node's cache (default 256MiB).
-	Size Size `yaml:"size"`
+	Size units.Size `yaml:"size"`
 	// DirtyLimit bounds each node's dirty data (default 64MiB).
-	DirtyLimit Size `yaml:"dirty_limit"`
+	DirtyLimit units.Size `yaml:"dirty_limit"`
 	// Mirror holds every acknowledged write-back page in the partner
 	// node's mirror too (default true): a node crash then loses no
 	// acknowledged write. Off trades that for write bandwidth.
@@ -125,60 +67,6 @@ type CacheConfig struct {
 
 // MirrorOn reports whether write-cache mirroring is on.
 func (c CacheConfig) MirrorOn() bool { return c.Mirror == nil || *c.Mirror }
-
-// OwnershipConfig tunes the ownership core (see ownership.Config); zero
-// fields keep the core's defaults. Windows are durations, counted in ticks.
-type OwnershipConfig struct {
-	// Tick is the core's time step (default 1s).
-	Tick time.Duration `yaml:"tick"`
-	// FailbackWindow: how long every user of a LUN must reach its
-	// preferred owner again before it fails back.
-	FailbackWindow time.Duration `yaml:"failback_window"`
-	// DiscoveryWindow: how long after start-up or a node's return the
-	// core waits for hosts to rediscover paths before judging connectivity.
-	DiscoveryWindow time.Duration `yaml:"discovery_window"`
-	// Cooldown: the least time between two balance moves of one LUN.
-	Cooldown time.Duration `yaml:"cooldown"`
-	// PlanInterval: how often the balance planner runs.
-	PlanInterval time.Duration `yaml:"plan_interval"`
-	// ShipWindow: how long most of a LUN's I/O must arrive at one non-owner
-	// node (hosts that do not follow ALUA, or follow it late) before the
-	// LUN moves there (default 30 ticks).
-	ShipWindow time.Duration `yaml:"ship_window"`
-	// NodeCapacity is a node's capacity in work units per tick (default
-	// 1000; a 4 KiB command is one unit, 64 KiB of data another).
-	NodeCapacity float64 `yaml:"node_capacity"`
-	// AlertDelay is the report debounce: a condition must hold this long
-	// before it is raised, and be gone this long before it is cleared
-	// (default 3 ticks).
-	AlertDelay time.Duration `yaml:"alert_delay"`
-	// PathDegradedFactor: a path is reported degraded when its exchange
-	// time expands this many times over its best, and that many times
-	// more than its node's and its peer paths' (default 3).
-	PathDegradedFactor float64 `yaml:"path_degraded_factor"`
-	// StressFloor: a node's latency expansion counts as stress only at
-	// this utilisation or more (default 0.25; expansion on a near-idle
-	// node is noise). StressWindow: how long the stress must hold before
-	// a balance move (default three plan intervals, 30 s).
-	StressFloor  float64       `yaml:"stress_floor"`
-	StressWindow time.Duration `yaml:"stress_window"`
-	// FailbackCooldown: no failback within this long of a LUN's last move
-	// (default twice the failback window, 1 min).
-	FailbackCooldown time.Duration `yaml:"failback_cooldown"`
-	// DampCount failovers of one LUN within DampWindow hold it on its
-	// reachable owner and raise Path Flapping, until its hosts have
-	// reached its preferred owner for DampClear or an operator clears the
-	// report (defaults 3, 30 min, 60 min).
-	DampCount  int           `yaml:"damp_count"`
-	DampWindow time.Duration `yaml:"damp_window"`
-	DampClear  time.Duration `yaml:"damp_clear"`
-	// FollowWindow: after a planned move, how long a host has to move its
-	// I/O to the new owner before it is seen not to follow (default 30s:
-	// dm-multipath at its defaults checks paths every 5-20 s).
-	FollowWindow time.Duration `yaml:"follow_window"`
-	// Off disables the core: ownership then moves only by operator or STPG.
-	Off bool `yaml:"off"`
-}
 
 // HostConfig declares one host (a server with one or more initiators).
 type HostConfig struct {
@@ -206,9 +94,9 @@ type PortConfig struct {
 
 // LUNConfig is one logical unit.
 type LUNConfig struct {
-	ID        uint64 `yaml:"id"`
-	Size      Size   `yaml:"size"`
-	Preferred string `yaml:"preferred"`
+	ID        uint64     `yaml:"id"`
+	Size      units.Size `yaml:"size"`
+	Preferred string     `yaml:"preferred"`
 	// Media is a latency profile: ram, ssd or hdd.
 	Media string `yaml:"media"`
 	// Group is the drive group (a performance class for batching moves).
@@ -227,49 +115,11 @@ type InterlinkConfig struct {
 	Penalty time.Duration `yaml:"penalty"`
 	// Bandwidth is the link's bytes per second for mirror copies
 	// (default 1250MB, 10 Gbit/s).
-	Bandwidth Size `yaml:"bandwidth"`
+	Bandwidth units.Size `yaml:"bandwidth"`
 }
 
 // DefaultBandwidth is a 10 Gbit/s interlink.
 const DefaultBandwidth = 1250 * 1000 * 1000
-
-// Size is a byte count that reads "1GiB", "512MiB", "4096" in YAML.
-type Size int64
-
-// UnmarshalYAML parses a size with an optional binary or decimal suffix.
-func (s *Size) UnmarshalYAML(n *yaml.Node) error {
-	v, err := ParseSize(n.Value)
-	if err != nil {
-		return fmt.Errorf("line %d: %w", n.Line, err)
-	}
-	*s = Size(v)
-	return nil
-}
-
-// ParseSize parses "1GiB", "100MB", "512k", "4096".
-func ParseSize(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	units := []struct {
-		suffix string
-		mult   int64
-	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10},
-		{"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"T", 1 << 40}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}, {"k", 1 << 10}}
-	mult := int64(1)
-	for _, u := range units {
-		if strings.HasSuffix(t, u.suffix) {
-			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
-			break
-		}
-	}
-	n, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("bad size %q (want e.g. 1GiB, 512MiB, 4096)", s)
-	}
-	if n > (1<<62)/mult {
-		return 0, fmt.Errorf("size %q is too large", s)
-	}
-	return n * mult, nil
-}
 
 // DefaultConfig is the embedded default: 2 nodes ("a", "b") with 2 ports
 // each on loopback, 8 LUNs of 1 GiB with alternating preferred owners.
@@ -291,25 +141,16 @@ func DefaultConfig() Config {
 	return c
 }
 
-// LoadConfig reads a YAML config file over the defaults for missing
-// top-level fields. Unknown keys are errors, so a typo is never ignored.
-func LoadConfig(path string) (Config, error) {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return Config{}, err
-	}
-	return ParseConfig(raw, path)
+// Blank is the array's section before a file is decoded over it:
+// durations start as unset so that an explicit 0 in the file is kept.
+func Blank() Config {
+	return Config{TransitionTime: unset, Interlink: InterlinkConfig{Penalty: unset}}
 }
 
-// ParseConfig is LoadConfig on the file's bytes (path names it in errors).
-func ParseConfig(raw []byte, path string) (Config, error) {
-	// Durations start as unset so that an explicit 0 in the file is kept.
-	c := Config{TransitionTime: unset, Interlink: InterlinkConfig{Penalty: unset}}
-	dec := yaml.NewDecoder(bytes.NewReader(raw))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil {
-		return Config{}, fmt.Errorf("%s: %w", path, err)
-	}
+// Defaults fills what a decoded file left out with the embedded default's
+// values (top-level fields; Validate fills the per-LUN and per-section
+// defaults).
+func (c *Config) Defaults() {
 	def := DefaultConfig()
 	if c.Target == "" {
 		c.Target = def.Target
@@ -332,10 +173,6 @@ func ParseConfig(raw []byte, path string) (Config, error) {
 	if c.Interlink.Penalty == unset {
 		c.Interlink.Penalty = def.Interlink.Penalty
 	}
-	if err := c.Validate(); err != nil {
-		return Config{}, fmt.Errorf("%s: %w", path, err)
-	}
-	return c, nil
 }
 
 // ValidArrayID checks an array id: 1 to 64 letters, digits, '.', '-'
@@ -361,22 +198,6 @@ func (c *Config) Validate() error {
 	}
 	if !strings.HasPrefix(c.Target, "iqn.") && !strings.HasPrefix(c.Target, "eui.") && !strings.HasPrefix(c.Target, "naa.") {
 		return fmt.Errorf("target %q is not an iSCSI name (iqn.YYYY-MM.reverse.domain:name)", c.Target)
-	}
-	switch c.Fabric.Kind {
-	case "", "iscsi":
-		c.Fabric.Kind = "iscsi"
-	case "tcmu":
-		if c.Fabric.ConfigFS == "" {
-			c.Fabric.ConfigFS = "/sys/kernel/config/target"
-		}
-		if c.Fabric.HBA == 0 {
-			c.Fabric.HBA = 7712
-		}
-		if c.Fabric.HBA < 0 {
-			return fmt.Errorf("fabric.hba must be positive, not %d", c.Fabric.HBA)
-		}
-	default:
-		return fmt.Errorf("fabric.kind must be iscsi or tcmu, not %q", c.Fabric.Kind)
 	}
 	if c.ALUA != "implicit" && c.ALUA != "explicit" {
 		return fmt.Errorf("alua must be implicit or explicit, not %q", c.ALUA)
@@ -494,9 +315,6 @@ func (c *Config) validateHosts() error {
 			inits[in] = h.Name
 		}
 	}
-	if err := c.Limits.validate(); err != nil {
-		return err
-	}
 	return c.validateAccess()
 }
 
@@ -512,7 +330,7 @@ func Loopback(dir string, lunSize int64) Config {
 		}
 	}
 	for i := range c.LUNs {
-		c.LUNs[i].Size = Size(lunSize)
+		c.LUNs[i].Size = units.Size(lunSize)
 	}
 	return c
 }
@@ -536,18 +354,6 @@ func (c *Config) validateCache() error {
 	}
 	if cc.DestageInterval < 0 {
 		return fmt.Errorf("cache: destage_interval must not be negative")
-	}
-	o := c.Ownership
-	if o.PathDegradedFactor != 0 && o.PathDegradedFactor <= 1 {
-		return fmt.Errorf("ownership: path_degraded_factor must be above 1")
-	}
-	for _, d := range []time.Duration{o.Tick, o.FailbackWindow, o.DiscoveryWindow, o.Cooldown, o.PlanInterval, o.ShipWindow, o.AlertDelay} {
-		if d < 0 {
-			return fmt.Errorf("ownership: durations must not be negative")
-		}
-	}
-	if o.NodeCapacity < 0 {
-		return fmt.Errorf("ownership: node_capacity must not be negative")
 	}
 	return nil
 }

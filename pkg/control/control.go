@@ -270,9 +270,9 @@ func (p *Path) Rebalance() (*ownership.RebalanceResult, []ownership.Batch, error
 	return r.rebalance()
 }
 
-// Start runs the ownership core with the config's tunables until Stop.
+// Start runs the ownership core with the ownership section's tunables until Stop.
 // decls are stepped before its first tick (the capacities the state kept).
-func (p *Path) Start(cfg array.Config, decls ...ownership.Event) error {
+func (p *Path) Start(cfg Config, decls ...ownership.Event) error {
 	r, err := newRunner(p, cfg)
 	if err != nil {
 		return err
@@ -335,13 +335,13 @@ type reportKey struct {
 	port       uint16
 }
 
-func newRunner(p *Path, cfg array.Config) (*runner, error) {
-	oc, tick := CoreConfig(cfg)
+func newRunner(p *Path, cfg Config) (*runner, error) {
+	oc, tick := cfg.Core(p.arr.Config().ALUA == "explicit")
 	core, err := ownership.New(oc)
 	if err != nil {
 		return nil, err
 	}
-	capacity := cfg.Ownership.NodeCapacity
+	capacity := cfg.NodeCapacity
 	if capacity <= 0 {
 		capacity = 1000
 	}
@@ -363,61 +363,6 @@ func newRunner(p *Path, cfg array.Config) (*runner, error) {
 	return &runner{p: p, core: core, tick: tick, started: p.o.Clock.Now(), wake: make(chan struct{}, 1),
 		exec: make(chan ownership.Batch, 1024), queries: make(chan func()), stop: make(chan struct{}),
 		reports: map[reportKey]ownership.ReportChange{}}, nil
-}
-
-// CoreConfig maps the config's ownership section onto the core's
-// tunables, and gives the tick.
-func CoreConfig(cfg array.Config) (ownership.Config, time.Duration) {
-	oc := ownership.DefaultConfig()
-	o := cfg.Ownership
-	tick := o.Tick
-	if tick <= 0 {
-		tick = time.Second
-	}
-	oc.TickMicros = float64(tick) / float64(time.Microsecond)
-	// Rates given per 1 s tick scale with the tick: shipping needs 10
-	// work units a second, an expansion sample 50 commands a second.
-	perSecond := tick.Seconds()
-	oc.ShipMinWork *= perSecond
-	oc.MinExpansionOps *= perSecond
-	ticks := func(d time.Duration, def int) int {
-		if d <= 0 {
-			return def
-		}
-		return max(1, int(math.Ceil(float64(d)/float64(tick))))
-	}
-	oc.FailbackWindow = ticks(o.FailbackWindow, oc.FailbackWindow)
-	oc.DiscoveryWindow = ticks(o.DiscoveryWindow, oc.DiscoveryWindow)
-	oc.Cooldown = ticks(o.Cooldown, oc.Cooldown)
-	oc.PlanInterval = ticks(o.PlanInterval, oc.PlanInterval)
-	oc.ShipWindow = ticks(o.ShipWindow, oc.ShipWindow)
-	oc.Debounce = ticks(o.AlertDelay, oc.Debounce)
-	// These default to wall time, whatever the tick: a host follows a
-	// move within its path checker's interval, not within so many ticks.
-	wall := func(d, def time.Duration) int {
-		if d <= 0 {
-			d = def
-		}
-		return ticks(d, 1)
-	}
-	// Stress must hold for three plan intervals, and a failback waits
-	// twice its window after the last move, unless configured.
-	oc.StressWindow = ticks(o.StressWindow, 3*oc.PlanInterval)
-	oc.FailbackCooldown = ticks(o.FailbackCooldown, 2*oc.FailbackWindow)
-	oc.DampWindow = wall(o.DampWindow, 30*time.Minute)
-	oc.DampClear = wall(o.DampClear, time.Hour)
-	oc.FollowWindow = wall(o.FollowWindow, 30*time.Second)
-	if o.StressFloor > 0 {
-		oc.StressFloor = o.StressFloor
-	}
-	if o.DampCount > 0 {
-		oc.DampCount = o.DampCount
-	}
-	if o.PathDegradedFactor > 0 {
-		oc.PathDegradedFactor = o.PathDegradedFactor
-	}
-	oc.Passive = cfg.ALUA == "explicit"
-	return oc, tick
 }
 
 // post queues events for the core.

@@ -48,7 +48,6 @@ func testPath(t *testing.T, core bool) (*Path, *array.Array, *scsi.Server, *feed
 	t.Helper()
 	cfg := array.Loopback(t.TempDir(), 1<<20)
 	cfg.Interlink.Penalty = 0
-	cfg.Ownership.Tick = time.Hour
 	cfg.Hosts = []array.HostConfig{{Name: "h1", Type: "linux", Initiators: []string{iqn}}}
 	require.NoError(t, cfg.Validate())
 	arr, err := array.New(cfg, array.Options{
@@ -63,7 +62,7 @@ func testPath(t *testing.T, core bool) (*Path, *array.Array, *scsi.Server, *feed
 	f := &feed{}
 	p := New(Options{Array: arr, SCSI: srv, Publish: f.add})
 	if core {
-		require.NoError(t, p.Start(cfg))
+		require.NoError(t, p.Start(Config{Tick: time.Hour}))
 		t.Cleanup(p.Stop)
 	}
 	return p, arr, srv, f
@@ -180,4 +179,32 @@ func TestWithoutTheCore(t *testing.T) {
 	require.ErrorIs(t, err, ErrNoCore)
 	require.ErrorIs(t, p.ClearReport(ownership.ClearReport{}), ErrNoCore)
 	p.Stop() // nothing to stop
+}
+
+// The ownership section maps onto the core's ticks: per-condition alert
+// delays by name (0s is at once), and names outside the catalog refused.
+func TestConfigCore(t *testing.T) {
+	oc, tick := Config{Tick: 500 * time.Millisecond, AlertDelay: 2 * time.Second,
+		AlertDelays: map[ownership.Condition]time.Duration{ownership.NodeOffline: 0, ownership.PathDegraded: 10 * time.Second}}.Core(false)
+	require.Equal(t, 500*time.Millisecond, tick)
+	require.Equal(t, 4, oc.Debounce)
+	require.Equal(t, map[ownership.Condition]int{ownership.NodeOffline: 0, ownership.PathDegraded: 20}, oc.Debounces)
+	require.NoError(t, oc.Validate())
+	require.False(t, oc.Passive)
+	oc, _ = Config{}.Core(true)
+	require.True(t, oc.Passive)
+	require.Nil(t, oc.Debounces)
+
+	for _, tt := range []struct {
+		name string
+		c    Config
+		want string
+	}{
+		{"unknown condition", Config{AlertDelays: map[ownership.Condition]time.Duration{"node-on-fire": time.Second}}, "not a report condition"},
+		{"negative delay", Config{AlertDelays: map[ownership.Condition]time.Duration{ownership.NodeOffline: -time.Second}}, "must not be negative"},
+		{"negative tick", Config{Tick: -time.Second}, "must not be negative"},
+		{"path factor", Config{PathDegradedFactor: 0.5}, "path_degraded_factor"},
+	} {
+		t.Run(tt.name, func(t *testing.T) { require.ErrorContains(t, tt.c.Validate(), tt.want) })
+	}
 }

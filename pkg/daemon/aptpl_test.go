@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/config"
 	"github.com/aluad/aluad/pkg/scsi"
 )
 
@@ -15,7 +15,7 @@ import (
 // of the array (as a power loss); with APTPL=0 they do not.
 func TestReservationsPersistThroughRestart(t *testing.T) {
 	state := t.TempDir()
-	cfg := array.Loopback(t.TempDir(), 1<<20)
+	cfg := config.Loopback(t.TempDir(), 1<<20)
 	a := scsi.Nexus{InitiatorName: "iqn.2026-11.org.example:a", InitiatorPort: "iqn.2026-11.org.example:a,i,0x00023d000001", TargetPort: 1}
 	b := scsi.Nexus{InitiatorName: "iqn.2026-11.org.example:b", InitiatorPort: "iqn.2026-11.org.example:b,i,0x00023d000001", TargetPort: 3}
 	open := func() *Daemon {

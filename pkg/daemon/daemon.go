@@ -20,6 +20,7 @@ import (
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/arrayview"
 	"github.com/aluad/aluad/pkg/clock"
+	"github.com/aluad/aluad/pkg/config"
 	"github.com/aluad/aluad/pkg/control"
 	"github.com/aluad/aluad/pkg/fabric"
 	"github.com/aluad/aluad/pkg/iscsi"
@@ -40,9 +41,10 @@ type Daemon struct {
 	Target *iscsi.Target
 	// TCMU is the LIO/TCMU front end (nil with the pure-Go target).
 	TCMU *tcmu.Frontend
-	// fabric is whichever of the two runs.
-	fabric   Fabric
-	aluaHook atomic.Pointer[aluaHook]
+	// fabric is whichever of the two runs, fabricCfg its section.
+	fabric    Fabric
+	fabricCfg fabric.Config
+	aluaHook  atomic.Pointer[aluaHook]
 	// Events is the feed of logins, logouts, RTPGs, I/O intervals and
 	// ALUA changes.
 	Events  *api.EventLog
@@ -105,7 +107,10 @@ type Options struct {
 
 // New builds the array and its device server with ALUA, without any
 // network: what Start serves, and what scenario tests drive directly.
-func New(cfg array.Config, opt Options) (*Daemon, error) {
+func New(cfg config.Config, opt Options) (*Daemon, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
@@ -116,7 +121,7 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 	if opt.EventCapacity <= 0 {
 		opt.EventCapacity = 16384
 	}
-	id, fresh, err := state.ArrayID(cfg, opt.StateDir)
+	id, fresh, err := state.ArrayID(cfg.Config, opt.StateDir)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +129,7 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 		opt.Logger.Info("new array id: every LUN's WWID derives from it", "array_id", id)
 	}
 	cfg.ArrayID = id
-	arr, err := array.New(cfg, array.Options{Now: now, Clock: opt.Clock, Sleep: opt.Sleep, WrapStore: opt.WrapStore, Logger: opt.Logger})
+	arr, err := array.New(cfg.Config, array.Options{Now: now, Clock: opt.Clock, Sleep: opt.Sleep, WrapStore: opt.WrapStore, Logger: opt.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +148,7 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 			return nil, err
 		}
 	}
-	d := &Daemon{Array: arr, SCSI: srv, log: opt.Logger, clock: opt.Clock, now: now, done: make(chan struct{})}
+	d := &Daemon{Array: arr, SCSI: srv, fabricCfg: cfg.Fabric, log: opt.Logger, clock: opt.Clock, now: now, done: make(chan struct{})}
 	d.Events = api.NewEventLog(opt.EventCapacity, now, opt.OnEvent)
 	d.View = &mgmt.View{Array: arr, SCSI: srv, Now: now, Events: d.Events.Since, Portals: d.Portals,
 		FrontEnd: func() mgmt.FrontEnd {
@@ -194,7 +199,7 @@ func New(cfg array.Config, opt Options) (*Daemon, error) {
 }
 
 // Start builds everything from cfg and starts listening.
-func Start(cfg array.Config, opt Options) (*Daemon, error) {
+func Start(cfg config.Config, opt Options) (*Daemon, error) {
 	d, err := New(cfg, opt)
 	if err != nil {
 		return nil, err
@@ -220,19 +225,17 @@ func Start(cfg array.Config, opt Options) (*Daemon, error) {
 }
 
 // startISCSI serves the array on the pure-Go iSCSI target.
-func (d *Daemon) startISCSI(cfg array.Config, opt Options) error {
+func (d *Daemon) startISCSI(cfg config.Config, opt Options) error {
 	var portals []fabric.Portal
 	for _, p := range d.Array.Ports {
 		portals = append(portals, fabric.Portal{Addr: p.Addr, TPGT: p.RelativeID, RelativeID: p.RelativeID,
 			Node: p.Node.Name, Name: p.Name})
 	}
-	tgt, err := iscsi.NewTarget(iscsi.Config{Name: cfg.Target, Alias: "aluad", Portals: portals,
+	tc := iscsi.Config{Name: cfg.Target, Alias: "aluad", Portals: portals,
 		Logger: opt.Logger, NopInterval: opt.NopInterval, NopTimeout: 2 * opt.NopInterval, Clock: d.clock, OnEvent: d.ctl.Fabric,
-		Auth: chapPolicy(cfg), Authorize: func(ini string, _ bool) bool { return d.Array.LUNMap().Admit(ini) },
-		MaxConnections: cfg.Limits.MaxConnections, MaxSessions: cfg.Limits.MaxSessions,
-		MaxSessionsPerInitiator: cfg.Limits.MaxSessionsPerInitiator, MaxSessionData: int(cfg.Limits.MaxSessionData),
-		MaxTotalData: int(cfg.Limits.MaxTotalData), CmdWindow: uint32(cfg.Limits.CmdWindow),
-		LoginTimeout: cfg.Limits.LoginTimeout, WriteTimeout: cfg.Limits.WriteTimeout}, d.SCSI)
+		Auth: chapPolicy(cfg.Config), Authorize: func(ini string, _ bool) bool { return d.Array.LUNMap().Admit(ini) }}
+	cfg.Limits.Apply(&tc)
+	tgt, err := iscsi.NewTarget(tc, d.SCSI)
 	if err != nil {
 		return err
 	}
@@ -245,7 +248,7 @@ func (d *Daemon) startISCSI(cfg array.Config, opt Options) error {
 
 // startServices starts the control socket, the API, the ownership core
 // and the stats loop once a fabric runs.
-func (d *Daemon) startServices(cfg array.Config, opt Options) error {
+func (d *Daemon) startServices(cfg config.Config, opt Options) error {
 	var err error
 	closeFabric := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -275,7 +278,7 @@ func (d *Daemon) startServices(cfg array.Config, opt Options) error {
 				decls = append(decls, ownership.NodeDecl{Node: n, Capacity: c})
 			}
 		}
-		if err := d.ctl.Start(cfg, decls...); err != nil {
+		if err := d.ctl.Start(cfg.Ownership, decls...); err != nil {
 			d.Stop(0)
 			return err
 		}
@@ -325,8 +328,8 @@ func (d *Daemon) Portals() []api.PortalInfo {
 		if i < len(addrs) {
 			addr = addrs[i]
 		}
-		cfg := d.Array.Config()
-		out = append(out, api.PortalInfo{Node: p.Node.Name, Port: p.Name, Addr: addr, Target: cfg.NodeTarget(p.Node.Name),
+		out = append(out, api.PortalInfo{Node: p.Node.Name, Port: p.Name, Addr: addr,
+			Target:     d.fabricCfg.NodeTarget(d.Array.Config().Target, p.Node.Name),
 			RelativeID: p.RelativeID})
 	}
 	return out

@@ -13,14 +13,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/config"
 	"github.com/aluad/aluad/pkg/initiator"
 )
 
 // testConfig is the default topology on ephemeral loopback ports with
 // small LUNs.
-func testConfig(dir string) array.Config {
-	cfg := array.DefaultConfig()
+func testConfig(dir string) config.Config {
+	cfg := config.Default()
 	cfg.Data = dir
 	for i := range cfg.Nodes {
 		for j := range cfg.Nodes[i].Ports {
@@ -35,7 +35,7 @@ func testConfig(dir string) array.Config {
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func start(t *testing.T, cfg array.Config) *Daemon {
+func start(t *testing.T, cfg config.Config) *Daemon {
 	t.Helper()
 	d, err := Start(cfg, Options{Logger: quiet()})
 	require.NoError(t, err)

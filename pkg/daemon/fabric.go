@@ -7,6 +7,7 @@ import (
 	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/arrayview"
+	"github.com/aluad/aluad/pkg/config"
 	"github.com/aluad/aluad/pkg/fabric"
 	"github.com/aluad/aluad/pkg/iscsi"
 	"github.com/aluad/aluad/pkg/scsi"
@@ -35,7 +36,7 @@ type Fabric interface {
 
 // fabricKind is one front end the daemon can start.
 type fabricKind struct {
-	start func(d *Daemon, cfg array.Config, opt Options) error
+	start func(d *Daemon, cfg config.Config, opt Options) error
 	// hostBlind: the front end cannot tell hosts apart when it reports
 	// access states (LIO's kernel ALUA is per port, not per initiator),
 	// so every host gets the same state.
@@ -50,7 +51,7 @@ var fabrics = map[string]fabricKind{
 
 // fabricOf is the front end cfg chooses (the validated config names one
 // of fabrics; empty is the pure-Go iSCSI target).
-func fabricOf(cfg array.Config) fabricKind {
+func fabricOf(cfg config.Config) fabricKind {
 	if f, ok := fabrics[cfg.Fabric.Kind]; ok {
 		return f
 	}
@@ -76,7 +77,7 @@ func (f iscsiFabric) SetPathDelay(initiator string, port uint16, d time.Duration
 // tcmuLayout is what the TCMU front end builds in LIO for cfg: one
 // target per node, one TPG per port (TPGT = relative port id), one
 // device per (LUN, port).
-func tcmuLayout(cfg array.Config, arr *array.Array) tcmu.Layout {
+func tcmuLayout(cfg config.Config, arr *array.Array) tcmu.Layout {
 	l := tcmu.Layout{Root: cfg.Fabric.ConfigFS, HBA: cfg.Fabric.HBA, Subtype: "aluad"}
 	for _, n := range arr.Nodes {
 		t := tcmu.TargetSpec{Node: n.Name, IQN: cfg.NodeTarget(n.Name)}
@@ -93,7 +94,7 @@ func tcmuLayout(cfg array.Config, arr *array.Array) tcmu.Layout {
 
 // startTCMU serves the array through LIO: kernel ALUA states follow the
 // array's (for a host it cannot tell apart), logins come from configfs.
-func (d *Daemon) startTCMU(cfg array.Config, opt Options) error {
+func (d *Daemon) startTCMU(cfg config.Config, opt Options) error {
 	view := arrayview.View{Arr: d.Array, Srv: d.SCSI, HostBlind: true}
 	to := tcmu.Options{
 		Layout:  tcmuLayout(cfg, d.Array),

@@ -9,12 +9,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aluad/aluad/pkg/api"
-	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/config"
 	"github.com/aluad/aluad/pkg/initiator"
 )
 
 func TestFaultInjection(t *testing.T) {
-	cfg := array.Loopback(t.TempDir(), 1<<20)
+	cfg := config.Loopback(t.TempDir(), 1<<20)
 	ctl := filepath.Join(cfg.Data, "aluad.sock")
 	d, err := Start(cfg, Options{Logger: quiet(), Control: ctl})
 	require.NoError(t, err)

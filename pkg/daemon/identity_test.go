@@ -9,14 +9,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/config"
 	"github.com/aluad/aluad/pkg/initiator"
 	"github.com/aluad/aluad/pkg/state"
 )
 
 // lunIdentity builds a daemon without a network and returns LUN 0's NAA
 // designator and serial number as its device server reports them.
-func lunIdentity(t *testing.T, cfg array.Config, stateDir string) ([]byte, string, error) {
+func lunIdentity(t *testing.T, cfg config.Config, stateDir string) ([]byte, string, error) {
 	t.Helper()
 	d, err := New(cfg, Options{Logger: quiet(), StateDir: stateDir})
 	if err != nil {
@@ -30,8 +30,8 @@ func lunIdentity(t *testing.T, cfg array.Config, stateDir string) ([]byte, strin
 }
 
 func TestArrayIdentity(t *testing.T) {
-	cfgFor := func(id string) array.Config {
-		c := array.Loopback(t.TempDir(), 1<<20)
+	cfgFor := func(id string) config.Config {
+		c := config.Loopback(t.TempDir(), 1<<20)
 		c.ArrayID = id
 		return c
 	}
@@ -108,7 +108,7 @@ func TestTwoArraysTwoWWIDs(t *testing.T) {
 	naas := map[string][]string{}
 	for _, name := range []string{"one", "two"} {
 		data := t.TempDir()
-		d, err := Start(array.Loopback(data, 1<<20), Options{Logger: quiet(), StatsInterval: -1,
+		d, err := Start(config.Loopback(data, 1<<20), Options{Logger: quiet(), StatsInterval: -1,
 			StateDir: filepath.Join(data, "state")})
 		require.NoError(t, err)
 		t.Cleanup(func() { d.Stop(5 * time.Second) })

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/config"
 	"github.com/aluad/aluad/pkg/scsi"
 )
 
@@ -21,7 +21,7 @@ type lbaRun struct {
 // them again.
 func TestGetLBAStatus(t *testing.T) {
 	const size = 4 << 20
-	d, err := New(array.Loopback(t.TempDir(), size), Options{Logger: quiet()})
+	d, err := New(config.Loopback(t.TempDir(), size), Options{Logger: quiet()})
 	require.NoError(t, err)
 	defer d.Array.Close()
 	n := scsi.Nexus{InitiatorName: "iqn.2026-11.org.example:gls", InitiatorPort: "iqn.2026-11.org.example:gls,i,0x1",

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/config"
 	"github.com/aluad/aluad/pkg/scsi"
 )
 
@@ -121,7 +121,7 @@ func servedCDB(c listedCommand) (cdb, data []byte) {
 func TestEveryListedCommandIsServed(t *testing.T) {
 	for _, mode := range []string{"implicit", "explicit"} {
 		t.Run(mode, func(t *testing.T) {
-			cfg := array.Loopback(t.TempDir(), 1<<20)
+			cfg := config.Loopback(t.TempDir(), 1<<20)
 			cfg.ALUA = mode
 			d, err := New(cfg, Options{Logger: quiet()})
 			require.NoError(t, err)

@@ -20,6 +20,7 @@ import (
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/clock"
+	"github.com/aluad/aluad/pkg/config"
 	"github.com/aluad/aluad/pkg/fabric"
 	"github.com/aluad/aluad/pkg/media"
 	"github.com/aluad/aluad/pkg/scsi"
@@ -161,7 +162,7 @@ func fabricEv(kind string, n scsi.Nexus) fabric.Event { return fabric.Event{Kind
 
 func (s *scenario) cmdArray(t *testing.T, td *datadriven.TestData) string {
 	mode, nodes, ports, luns := "implicit", 2, 2, 2
-	cfg := array.DefaultConfig()
+	cfg := config.Default()
 	cfg.Nodes, cfg.LUNs = nil, nil
 	cfg.Data = t.TempDir()
 	cfg.Interlink.Penalty = 0

@@ -14,7 +14,7 @@ import (
 
 	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/api"
-	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/fabric"
 	"github.com/aluad/aluad/pkg/scsi"
 	tcmu "github.com/aluad/aluad/tcmu-handler"
 )
@@ -32,7 +32,7 @@ type tcmuLab struct {
 func startTCMU(t *testing.T) *tcmuLab {
 	t.Helper()
 	cfg := testConfig(t.TempDir())
-	cfg.Fabric = array.FabricConfig{Kind: "tcmu", ConfigFS: "/cfg/target", HBA: 7}
+	cfg.Fabric = fabric.Config{Kind: "tcmu", ConfigFS: "/cfg/target", HBA: 7}
 	cfg.Ownership.Off = true // moves here are the test's
 	l := &tcmuLab{fs: tcmu.NewMemFS(), root: "/cfg/target", devs: map[string]*tcmu.FakeDevice{}}
 	l.fs.MkdirAll("/cfg/target/core")
@@ -83,7 +83,7 @@ func (l *tcmuLab) run(t *testing.T, lun uint64, port uint16, cdb, dataOut []byte
 func (l *tcmuLab) login(t *testing.T, port uint16, initiators ...string) {
 	t.Helper()
 	p := l.d.Array.Port(port)
-	iqn := l.d.Array.Config().NodeTarget(p.Node.Name)
+	iqn := l.d.fabricCfg.NodeTarget(l.d.Array.Config().Target, p.Node.Name)
 	l.fs.Set(filepath.Join(l.root, "iscsi", iqn, fmt.Sprintf("tpgt_%d", port), "dynamic_sessions"),
 		strings.Join(initiators, "\n\x00")+"\n\x00")
 }
@@ -115,7 +115,7 @@ func TestTCMUFrontEnd(t *testing.T) {
 
 	// LIO's side.
 	for _, n := range d.Array.Nodes {
-		iqn := cfg.NodeTarget(n.Name)
+		iqn := d.fabricCfg.NodeTarget(cfg.Target, n.Name)
 		require.Equal(t, cfg.Target+"."+n.Name, iqn)
 		for _, p := range n.Ports {
 			tpg := filepath.Join(l.root, "iscsi", iqn, fmt.Sprintf("tpgt_%d", p.RelativeID))
@@ -209,7 +209,7 @@ func TestTCMUFrontEnd(t *testing.T) {
 	_, err = d.Inject(api.Fault{Kind: api.FaultPortDown, Port: d.Array.Port(ownerPort).Name})
 	require.NoError(t, err)
 	p := d.Array.Port(ownerPort)
-	tpgEnable := filepath.Join(l.root, "iscsi", cfg.NodeTarget(p.Node.Name), fmt.Sprintf("tpgt_%d", ownerPort), "enable")
+	tpgEnable := filepath.Join(l.root, "iscsi", d.fabricCfg.NodeTarget(cfg.Target, p.Node.Name), fmt.Sprintf("tpgt_%d", ownerPort), "enable")
 	require.Equal(t, "0", l.fs.Value(tpgEnable))
 	require.False(t, d.fabric.PortUp(ownerPort))
 	l.login(t, ownerPort) // LIO ended the session
@@ -230,6 +230,6 @@ func TestTCMUFrontEnd(t *testing.T) {
 	require.NoError(t, d.Stop(5*time.Second))
 	require.False(t, l.fs.Exists(filepath.Join(l.root, "core", "user_7")))
 	for _, n := range d.Array.Nodes {
-		require.False(t, l.fs.Exists(filepath.Join(l.root, "iscsi", cfg.NodeTarget(n.Name))))
+		require.False(t, l.fs.Exists(filepath.Join(l.root, "iscsi", d.fabricCfg.NodeTarget(cfg.Target, n.Name))))
 	}
 }

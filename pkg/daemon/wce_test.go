@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/config"
 	"github.com/aluad/aluad/pkg/scsi"
 )
 
@@ -27,7 +28,7 @@ func cachingPage(t *testing.T, d *Daemon, n scsi.Nexus, pc byte) []byte {
 func TestWriteCacheDisable(t *testing.T) {
 	data := t.TempDir()
 	state := t.TempDir()
-	cfg := array.Loopback(data, 1<<20)
+	cfg := config.Loopback(data, 1<<20)
 	n := scsi.Nexus{InitiatorName: "iqn.2026-11.org.example:wce", InitiatorPort: "iqn.2026-11.org.example:wce,i,0x1", TargetPort: 1}
 	open := func() *Daemon {
 		d, err := New(cfg, Options{Logger: quiet(), StateDir: state})

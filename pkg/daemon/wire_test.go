@@ -15,7 +15,7 @@ import (
 
 	"github.com/aluad/aluad/ownership"
 	"github.com/aluad/aluad/pkg/api"
-	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/config"
 	"github.com/aluad/aluad/pkg/fabric"
 	"github.com/aluad/aluad/pkg/initiator"
 )
@@ -328,7 +328,7 @@ func TestRestartBringsPortsBack(t *testing.T) {
 // of the test.
 func wireDaemon(t *testing.T) *Daemon {
 	t.Helper()
-	d, err := Start(array.Loopback(t.TempDir(), 1<<20), Options{Logger: quiet(), StatsInterval: -1})
+	d, err := Start(config.Loopback(t.TempDir(), 1<<20), Options{Logger: quiet(), StatsInterval: -1})
 	require.NoError(t, err)
 	t.Cleanup(func() { d.Stop(5 * time.Second) })
 	return d

@@ -23,9 +23,12 @@ import (
 
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/config"
+	"github.com/aluad/aluad/pkg/control"
 	"github.com/aluad/aluad/pkg/daemon"
 	"github.com/aluad/aluad/pkg/hosts"
 	"github.com/aluad/aluad/pkg/initiator"
+	"github.com/aluad/aluad/pkg/units"
 )
 
 // Env is one running array with its hosts.
@@ -78,10 +81,10 @@ func Start(ctx context.Context, ec EnvConfig) (*Env, error) {
 			return nil, err
 		}
 	}
-	cfg := array.Loopback(dir, ec.LUNSize)
+	cfg := config.Loopback(dir, ec.LUNSize)
 	cfg.LUNs = cfg.LUNs[:0]
 	for i := 0; i < ec.LUNs; i++ {
-		cfg.LUNs = append(cfg.LUNs, array.LUNConfig{ID: uint64(i), Size: array.Size(ec.LUNSize),
+		cfg.LUNs = append(cfg.LUNs, array.LUNConfig{ID: uint64(i), Size: units.Size(ec.LUNSize),
 			Preferred: cfg.Nodes[i%len(cfg.Nodes)].Name, Media: "ram", Group: "dg0"})
 	}
 	cfg.Cache.Mirror = &ec.Mirror
@@ -93,7 +96,7 @@ func Start(ctx context.Context, ec EnvConfig) (*Env, error) {
 	if sw <= 0 {
 		sw = time.Second
 	}
-	cfg.Ownership = array.OwnershipConfig{Tick: ec.Tick, FailbackWindow: ec.FailbackWindow, Cooldown: ec.Cooldown,
+	cfg.Ownership = control.Config{Tick: ec.Tick, FailbackWindow: ec.FailbackWindow, Cooldown: ec.Cooldown,
 		PlanInterval: ec.PlanInterval, DiscoveryWindow: 10 * ec.Tick, NodeCapacity: ec.NodeCapacity, ShipWindow: ec.ShipWindow,
 		FailbackCooldown: fbc, StressWindow: sw}
 	if ec.ALUA != "" {

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/aluad/aluad/pkg/alua"
-	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/hosts"
+	"github.com/aluad/aluad/pkg/units"
 )
 
 // A scenario is a small text file, one directive per line, # comments:
@@ -260,7 +260,7 @@ func (s *Scenario) parseLUNs(f []string) error {
 		if k != "size" {
 			return fmt.Errorf("luns: unknown option %q", k)
 		}
-		size, err := array.ParseSize(v)
+		size, err := units.ParseSize(v)
 		if err != nil || size < 1<<20 || size > 1<<30 || size%4096 != 0 {
 			return fmt.Errorf("luns: size %q must be from 1MiB to 1GiB in 4KiB units", v)
 		}
@@ -288,7 +288,7 @@ func (s *Scenario) parseLoad(f []string) error {
 				l.Hosts = strings.Split(v, ",")
 			}
 		case "bs":
-			b, err := array.ParseSize(v)
+			b, err := units.ParseSize(v)
 			if err != nil || b < 512 || b > 1<<20 || b%512 != 0 {
 				return fmt.Errorf("bs %q must be 512 bytes to 1MiB in 512-byte units", v)
 			}

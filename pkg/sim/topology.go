@@ -9,6 +9,7 @@ import (
 
 	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/units"
 )
 
 // topology is what a script's first lines declare:
@@ -139,7 +140,7 @@ func (t *topology) config() array.Config {
 	}
 	c.LUNs = nil
 	for _, l := range t.luns {
-		c.LUNs = append(c.LUNs, array.LUNConfig{ID: l.id, Size: array.Size(l.pages * pageSize), Preferred: l.pref,
+		c.LUNs = append(c.LUNs, array.LUNConfig{ID: l.id, Size: units.Size(l.pages * pageSize), Preferred: l.pref,
 			Media: l.media, Group: l.group, BlockSize: l.bs})
 	}
 	for _, h := range t.hosts {

@@ -137,7 +137,7 @@ func newWorldWrapped(s Script, wrap func(lun uint64, st media.Store) media.Store
 	w.srv.SetClock(func() time.Time { return w.clock })
 	for _, p := range w.arr.Ports {
 		w.srv.AddTargetPort(scsi.TargetPortInfo{RelativeID: p.RelativeID,
-			Name: fmt.Sprintf("%s,t,0x%04x", cfg.NodeTarget(p.Node.Name), p.RelativeID)})
+			Name: fmt.Sprintf("%s,t,0x%04x", cfg.Target, p.RelativeID)})
 		w.portUp[p.RelativeID] = true
 	}
 	for _, l := range w.arr.LUNs {

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/aluad/aluad/pkg/api"
-	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/config"
 	"github.com/aluad/aluad/pkg/daemon"
 	"github.com/aluad/aluad/pkg/iscsi"
 )
@@ -108,9 +108,9 @@ func Abuse(ctx context.Context, c AbuseConfig) (*AbuseResult, error) {
 		return nil, err
 	}
 	defer cleanup()
-	cfg := array.Loopback(dir, 16<<20)
+	cfg := config.Loopback(dir, 16<<20)
 	// Small data budgets, so that the huge writes reach them quickly.
-	cfg.Limits = array.LimitsConfig{MaxSessionData: 16 << 20, MaxTotalData: 128 << 20, LoginTimeout: 3 * time.Second}
+	cfg.Limits = iscsi.LimitsConfig{MaxSessionData: 16 << 20, MaxTotalData: 128 << 20, LoginTimeout: 3 * time.Second}
 	res := &AbuseResult{Before: sample(), Attacks: map[string]int64{}}
 	d, err := daemon.Start(cfg, daemon.Options{Logger: c.Logger, StatsInterval: time.Second, NopInterval: 2 * time.Second})
 	if err != nil {

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aluad/aluad/pkg/api"
-	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/config"
 	"github.com/aluad/aluad/pkg/daemon"
 )
 
@@ -19,7 +19,7 @@ import (
 // connections while ports go down and up; then the daemon stops. Nothing
 // hangs, and per nexus the events alternate login/logout ending in a logout.
 func TestSessionChurnEventsPair(t *testing.T) {
-	cfg := array.Loopback(t.TempDir(), 64<<20)
+	cfg := config.Loopback(t.TempDir(), 64<<20)
 	require.NoError(t, cfg.Validate())
 	// A ring that holds every event of the run: the check reads them all.
 	d, err := daemon.Start(cfg, daemon.Options{StatsInterval: -1, EventCapacity: 1 << 20})

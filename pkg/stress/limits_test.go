@@ -9,13 +9,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/config"
 	"github.com/aluad/aluad/pkg/daemon"
 	"github.com/aluad/aluad/pkg/initiator"
+	"github.com/aluad/aluad/pkg/iscsi"
 )
 
-func limitsDaemon(t *testing.T, l array.LimitsConfig) *daemon.Daemon {
-	cfg := array.Loopback(t.TempDir(), 64<<20)
+func limitsDaemon(t *testing.T, l iscsi.LimitsConfig) *daemon.Daemon {
+	cfg := config.Loopback(t.TempDir(), 64<<20)
 	cfg.Limits = l
 	require.NoError(t, cfg.Validate())
 	d, err := daemon.Start(cfg, daemon.Options{StatsInterval: -1})
@@ -35,7 +36,7 @@ func dialIn(d *daemon.Daemon, port int, name string, isid byte) (*initiator.Sess
 // a login gets 03/02 (out of resources); reinstating an existing session
 // is not a new one; a closed session frees its place.
 func TestSessionLimits(t *testing.T) {
-	d := limitsDaemon(t, array.LimitsConfig{MaxSessions: 3, MaxSessionsPerInitiator: 2})
+	d := limitsDaemon(t, iscsi.LimitsConfig{MaxSessions: 3, MaxSessionsPerInitiator: 2})
 	var le *initiator.LoginError
 	a1, err := dialIn(d, 0, "iqn.2026-11.org.example:a", 1)
 	require.NoError(t, err)
@@ -64,7 +65,7 @@ func TestSessionLimits(t *testing.T) {
 // reads it is closed after the write timeout; meanwhile another session
 // on the same port keeps being served.
 func TestSlowReaderDoesNotHoldOthers(t *testing.T) {
-	d := limitsDaemon(t, array.LimitsConfig{WriteTimeout: 400 * time.Millisecond})
+	d := limitsDaemon(t, iscsi.LimitsConfig{WriteTimeout: 400 * time.Millisecond})
 	p := d.Portals()[0]
 	c, err := net.Dial("tcp", p.Addr)
 	require.NoError(t, err)
@@ -99,7 +100,7 @@ func TestSlowReaderDoesNotHoldOthers(t *testing.T) {
 // after twice the interval; one that answers stays; a connection that
 // never finishes its login is closed at the login timeout.
 func TestIdlePeerClosed(t *testing.T) {
-	cfg := array.Loopback(t.TempDir(), 16<<20)
+	cfg := config.Loopback(t.TempDir(), 16<<20)
 	cfg.Limits.LoginTimeout = 300 * time.Millisecond
 	d, err := daemon.Start(cfg, daemon.Options{StatsInterval: -1, NopInterval: 100 * time.Millisecond})
 	require.NoError(t, err)
@@ -136,7 +137,7 @@ func TestIdlePeerClosed(t *testing.T) {
 // TestColdResetStaysWithItsHost: TARGET COLD RESET from one initiator
 // ends its own sessions, not another host's.
 func TestColdResetStaysWithItsHost(t *testing.T) {
-	d := limitsDaemon(t, array.LimitsConfig{})
+	d := limitsDaemon(t, iscsi.LimitsConfig{})
 	a1, err := dialIn(d, 0, "iqn.2026-11.org.example:a", 1)
 	require.NoError(t, err)
 	a2, err := dialIn(d, 1, "iqn.2026-11.org.example:a", 2)

@@ -7,9 +7,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aluad/aluad/pkg/api"
-	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/daemon"
 	"github.com/aluad/aluad/pkg/initiator"
+	"github.com/aluad/aluad/pkg/iscsi"
 )
 
 // loginEvents lists the login and logout events of one initiator, in order.
@@ -28,7 +28,7 @@ func loginEvents(d *daemon.Daemon, name string) []string {
 // the array already knows the login (an API call made right after a login
 // sees it).
 func TestLoginKnownBeforeResponse(t *testing.T) {
-	d := limitsDaemon(t, array.LimitsConfig{})
+	d := limitsDaemon(t, iscsi.LimitsConfig{})
 	for i := 0; i < 40; i++ {
 		s, err := dialIn(d, i%len(d.Portals()), "iqn.2026-11.org.example:k", byte(i))
 		require.NoError(t, err)
@@ -45,7 +45,7 @@ func TestLoginKnownBeforeResponse(t *testing.T) {
 // logout before the new one's login, so the last word on a live nexus is
 // a login.
 func TestReinstatementAnnouncesInOrder(t *testing.T) {
-	d := limitsDaemon(t, array.LimitsConfig{})
+	d := limitsDaemon(t, iscsi.LimitsConfig{})
 	const name = "iqn.2026-11.org.example:r"
 	s, err := dialIn(d, 0, name, 1)
 	require.NoError(t, err)

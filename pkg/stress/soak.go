@@ -27,6 +27,7 @@ import (
 	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/config"
 	"github.com/aluad/aluad/pkg/daemon"
 	"github.com/aluad/aluad/pkg/initiator"
 )
@@ -168,7 +169,7 @@ func Soak(ctx context.Context, c SoakConfig) (*SoakResult, error) {
 		return nil, err
 	}
 	defer cleanup()
-	cfg := array.Loopback(dir, c.LUNSize)
+	cfg := config.Loopback(dir, c.LUNSize)
 	cfg.Ownership.Tick = 250 * time.Millisecond
 	for h := 0; h < c.Hosts; h++ {
 		cfg.Hosts = append(cfg.Hosts, array.HostConfig{Name: fmt.Sprintf("soak%02d", h), Type: "linux-dmmp",

@@ -22,6 +22,8 @@ import (
 
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/config"
+	"github.com/aluad/aluad/pkg/control"
 	"github.com/aluad/aluad/pkg/daemon"
 )
 
@@ -108,7 +110,7 @@ func field(ans, key string) string {
 
 func startArray(t *testing.T, mode string, hosts ...array.HostConfig) *daemon.Daemon {
 	t.Helper()
-	cfg := array.Loopback(t.TempDir(), 16<<20)
+	cfg := config.Loopback(t.TempDir(), 16<<20)
 	cfg.ALUA = mode
 	cfg.Hosts = hosts
 	d, err := daemon.Start(cfg, daemon.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -274,8 +276,8 @@ func untilRTPG(t *testing.T, c *client, i int, want map[string]string) []string 
 // back: 2A/06 again and b AO.
 func TestIndependentClientSeesFailoverAndFailback(t *testing.T) {
 	tool := needTool(t)
-	cfg := array.Loopback(t.TempDir(), 16<<20)
-	cfg.Ownership = array.OwnershipConfig{Tick: 50 * time.Millisecond, FailbackWindow: 500 * time.Millisecond}
+	cfg := config.Loopback(t.TempDir(), 16<<20)
+	cfg.Ownership = control.Config{Tick: 50 * time.Millisecond, FailbackWindow: 500 * time.Millisecond}
 	d, err := daemon.Start(cfg, daemon.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Control: filepath.Join(cfg.Data, "aluad.sock")})
 	require.NoError(t, err)

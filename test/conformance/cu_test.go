@@ -11,9 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aluad/aluad/pkg/array"
-	"github.com/aluad/aluad/pkg/daemon"
 	"github.com/stretchr/testify/require"
+
+	"github.com/aluad/aluad/pkg/config"
+	"github.com/aluad/aluad/pkg/daemon"
 )
 
 func TestSummarize(t *testing.T) {
@@ -62,7 +63,7 @@ func TestLibiscsiConformance(t *testing.T) {
 		}
 		t.Skip("iscsi-test-cu (Debian libiscsi-bin) is not installed; scripts/test.sh installs it")
 	}
-	cfg := array.Loopback(t.TempDir(), 64<<20)
+	cfg := config.Loopback(t.TempDir(), 64<<20)
 	// The suite checks one LU's SCSI behaviour and counts any unexpected
 	// UNIT ATTENTION as a failure; with the ownership core running, its
 	// I/O on a non-owner port would (rightly) move the LUN mid-run and

@@ -23,20 +23,22 @@ const module = "github.com/aluad/aluad/"
 // allowed lists, for every package of the module (by directory), the
 // aluad packages its non-test sources may import. Lower layers first.
 var allowed = map[string][]string{
-	// The shared vocabulary of ALUA, and the injected clock: leaves.
+	// The shared vocabulary of ALUA, the injected clock and the
+	// configuration file's value types: leaves.
 	"pkg/alua":  nil,
 	"pkg/clock": nil,
+	"pkg/units": nil,
 	// Leaves: the pure ownership core, the device server, the media.
 	"ownership": {"pkg/alua"},
 	"pkg/scsi":  {"pkg/alua"},
 	"pkg/media": nil,
 	// What every front end reports, and the front ends.
 	"pkg/fabric":   {"pkg/scsi"},
-	"pkg/iscsi":    {"pkg/clock", "pkg/fabric", "pkg/scsi"},
+	"pkg/iscsi":    {"pkg/clock", "pkg/fabric", "pkg/scsi", "pkg/units"},
 	"tcmu-handler": {"pkg/alua", "pkg/fabric", "pkg/scsi"},
 	// The array and its view for the device server.
 	"pkg/cache":     {"pkg/clock", "pkg/media"},
-	"pkg/array":     {"pkg/clock", "pkg/alua", "pkg/cache", "pkg/media"},
+	"pkg/array":     {"pkg/clock", "pkg/alua", "pkg/cache", "pkg/media", "pkg/units"},
 	"pkg/arrayview": {"pkg/alua", "pkg/array", "pkg/scsi"},
 	"pkg/reports":   {"ownership"},
 	// The management surface's types, client and feed.
@@ -49,17 +51,20 @@ var allowed = map[string][]string{
 	// The control path: observations in, the ownership core, its moves
 	// carried out, unit attentions and the feed out.
 	"pkg/control": {"pkg/clock", "pkg/alua", "ownership", "pkg/api", "pkg/array", "pkg/fabric", "pkg/scsi"},
+	// The configuration file: the sections their packages own, composed.
+	"pkg/config": {"pkg/array", "pkg/control", "pkg/fabric", "pkg/iscsi"},
 	// The management surface: views, handlers, transports, metrics.
 	"pkg/mgmt": {"ownership", "pkg/api", "pkg/array", "pkg/control", "pkg/fabric", "pkg/reports", "pkg/scsi"},
 	// Wiring: the daemon, and the simulation (which wires the same parts
 	// without a fabric).
-	"pkg/daemon": {"pkg/clock", "pkg/alua", "ownership", "pkg/api", "pkg/array", "pkg/arrayview", "pkg/control", "pkg/fabric", "pkg/iscsi",
+	"pkg/daemon": {"pkg/clock", "pkg/alua", "ownership", "pkg/api", "pkg/array", "pkg/arrayview", "pkg/config", "pkg/control", "pkg/fabric", "pkg/iscsi",
 		"pkg/media", "pkg/mgmt", "pkg/scsi", "pkg/state", "tcmu-handler"},
-	"pkg/sim": {"pkg/alua", "ownership", "pkg/array", "pkg/arrayview", "pkg/media", "pkg/scsi"},
+	"pkg/sim": {"pkg/alua", "ownership", "pkg/array", "pkg/arrayview", "pkg/media", "pkg/scsi", "pkg/units"},
 	// Runs that start a daemon and drive hosts against it.
-	"pkg/lab":    {"pkg/alua", "pkg/api", "pkg/array", "pkg/daemon", "pkg/hosts", "pkg/initiator"},
-	"pkg/stress": {"pkg/alua", "pkg/api", "pkg/array", "pkg/daemon", "pkg/initiator", "pkg/iscsi"},
-	"cmd/aluad": {"ownership", "pkg/api", "pkg/array", "pkg/daemon", "pkg/lab", "pkg/reports", "pkg/sim",
+	"pkg/lab": {"pkg/alua", "pkg/api", "pkg/array", "pkg/config", "pkg/control", "pkg/daemon", "pkg/hosts", "pkg/initiator",
+		"pkg/units"},
+	"pkg/stress": {"pkg/alua", "pkg/api", "pkg/array", "pkg/config", "pkg/daemon", "pkg/initiator", "pkg/iscsi"},
+	"cmd/aluad": {"ownership", "pkg/api", "pkg/array", "pkg/config", "pkg/daemon", "pkg/lab", "pkg/reports", "pkg/sim",
 		"pkg/stress"},
 	// The QEMU lab talks to the array through the API only.
 	"cluster-tests/agentproto":    nil,

@@ -1,0 +1,94 @@
+// Package config owns the configuration file `aluad serve` reads
+// (examples/aluad.yaml): it composes the sections each package owns and
+// nothing else. The array's (target, nodes and ports, LUNs, interlink,
+// hosts, caches, CHAP, access and mappings) is pkg/array's; ownership is
+// pkg/control's (the core it runs); fabric is pkg/fabric's (which front
+// end); limits is pkg/iscsi's (what initiators may hold on the embedded
+// target). It decodes the file strictly (an unknown key is an error),
+// fills the defaults, validates each section, then what spans sections.
+package config
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/control"
+	"github.com/aluad/aluad/pkg/fabric"
+	"github.com/aluad/aluad/pkg/iscsi"
+)
+
+// Config is the configuration file.
+type Config struct {
+	array.Config `yaml:",inline"`
+	// Ownership tunes the ownership core.
+	Ownership control.Config `yaml:"ownership"`
+	// Fabric chooses the front end hosts reach the nodes through.
+	Fabric fabric.Config `yaml:"fabric"`
+	// Limits bound what initiators may hold (zero: the target's defaults).
+	Limits iscsi.LimitsConfig `yaml:"limits"`
+}
+
+// Default is the embedded default: 2 nodes ("a", "b") with 2 ports each
+// on loopback, 8 LUNs of 1 GiB with alternating preferred owners.
+func Default() Config { return Config{Config: array.DefaultConfig()} }
+
+// Loopback is the embedded default with every port on 127.0.0.1:0 (the
+// OS picks free ports), every LUN lunSize bytes and data under dir: for
+// tests and in-process runs that must not collide with a running aluad.
+func Loopback(dir string, lunSize int64) Config {
+	return Config{Config: array.Loopback(dir, lunSize)}
+}
+
+// Load reads a YAML configuration file over the defaults for missing
+// top-level fields. Unknown keys are errors, so a typo is never ignored.
+func Load(path string) (Config, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, err
+	}
+	return Parse(raw, path)
+}
+
+// Parse is Load on the file's bytes (path names it in errors).
+func Parse(raw []byte, path string) (Config, error) {
+	c := Config{Config: array.Blank()}
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	c.Config.Defaults()
+	if err := c.Validate(); err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Validate checks every section, fills their defaults, then checks what
+// spans sections.
+func (c *Config) Validate() error {
+	if err := c.Fabric.Validate(); err != nil {
+		return err
+	}
+	if err := c.Config.Validate(); err != nil {
+		return err
+	}
+	if err := c.Ownership.Validate(); err != nil {
+		return err
+	}
+	if err := c.Limits.Validate(); err != nil {
+		return err
+	}
+	if c.Fabric.TCMU() && c.AccessControlled() {
+		return fmt.Errorf("chap, mappings and access apply to the embedded iSCSI target; on the tcmu fabric LIO's ACLs and auth attributes do this")
+	}
+	return nil
+}
+
+// NodeTarget is the iSCSI target name a node's ports carry on the chosen
+// fabric.
+func (c Config) NodeTarget(node string) string { return c.Fabric.NodeTarget(c.Target, node) }

@@ -1,0 +1,157 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/aluad/aluad/ownership"
+	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/units"
+)
+
+func TestExampleConfigLoads(t *testing.T) {
+	c, err := Load("../../examples/aluad.yaml")
+	require.NoError(t, err)
+	require.Len(t, c.Nodes, 2)
+	require.Len(t, c.LUNs, 8)
+	require.Equal(t, "hdd", c.LUNs[4].Media)
+	require.Equal(t, 512, c.LUNs[0].BlockSize)
+	require.Equal(t, 512, c.LUNs[0].PhysicalBlockSize, "the block size, by default")
+	require.Equal(t, 30*time.Second, c.Ownership.ShipWindow)
+}
+
+func TestConfigErrors(t *testing.T) {
+	tests := []struct{ name, yaml, want string }{
+		{"unknown key", "targt: iqn.x.y:z\n", "field targt not found"},
+		{"bad size", "luns: [{id: 0, size: lots}]\n", "bad size"},
+		{"bad preferred", "luns: [{id: 0, size: 1MiB, preferred: z}]\n", "preferred owner"},
+		{"dup lun", "luns: [{id: 0, size: 1MiB}, {id: 0, size: 1MiB}]\n", "defined twice"},
+		{"bad alua", "alua: sideways\n", "alua must be"},
+		{"bad target", "target: array\n", "not an iSCSI name"},
+		{"unknown host type", "hosts: [{name: h1, type: beos, initiators: [iqn.2026-11.org.example:h1]}]\n", "unknown type"},
+		{"host without initiators", "hosts: [{name: h1, type: linux}]\n", "no initiators"},
+		{"initiator twice", "hosts: [{name: h1, initiators: [iqn.x.y:i]}, {name: h2, initiators: [iqn.x.y:i]}]\n",
+			"declared by hosts h1 and h2"},
+		{"dup host", "hosts: [{name: h1, initiators: [iqn.x.y:i]}, {name: h1, initiators: [iqn.x.y:j]}]\n", "host names"},
+		{"transition time too long", "transition_time: 300s\n", "transition_time"},
+		{"transition time fraction", "transition_time: 1500ms\n", "transition_time"},
+		{"negative penalty", "interlink: {penalty: -1us}\n", "penalty"},
+		{"cache mode", "cache: {mode: writeback}\n", "write-back, write-through, none"},
+		{"cache too small", "cache: {size: 4KiB}\n", "at least 1MiB"},
+		{"dirty above size", "cache: {size: 8MiB, dirty_limit: 16MiB}\n", "dirty_limit at most the size"},
+		{"negative tick", "ownership: {tick: -1s}\n", "must not be negative"},
+		{"negative ship window", "ownership: {ship_window: -1s}\n", "must not be negative"},
+		{"negative capacity", "ownership: {node_capacity: -5}\n", "node_capacity"},
+		{"cache unknown key", "cache: {mirrored: true}\n", "mirrored"},
+		{"physical block not a multiple", "luns: [{id: 0, size: 1MiB, physical_block_size: 1000}]\n", "physical_block_size"},
+		{"physical block below the block", "luns: [{id: 0, size: 1MiB, block_size: 4096, physical_block_size: 512}]\n", "physical_block_size"},
+		{"physical block not a power of two", "luns: [{id: 0, size: 1MiB, physical_block_size: 1536}]\n", "physical_block_size"},
+		{"unknown fabric", "fabric: {kind: fc}\n", "fabric.kind must be iscsi or tcmu"},
+		{"negative hba", "fabric: {kind: tcmu, hba: -1}\n", "fabric.hba"},
+		{"chap on tcmu", "fabric: {kind: tcmu}\nauth: {chap: {user: u, secret: long-enough-secret}}\n", "tcmu fabric"},
+		{"mappings on tcmu", "fabric: {kind: tcmu}\nmappings: [{lun: 0}]\n", "tcmu fabric"},
+		{"negative limit", "limits: {max_sessions: -1}\n", "limits must not be negative"},
+		{"cmd window", "limits: {cmd_window: 4096}\n", "cmd_window"},
+		{"alert delay of no condition", "ownership: {alert_delays: {node-on-fire: 1s}}\n", "not a report condition"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "c.yaml")
+			require.NoError(t, os.WriteFile(p, []byte(tc.yaml), 0o644))
+			_, err := Load(p)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+func TestConfigKeepsExplicitZeroDurations(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	require.NoError(t, os.WriteFile(p, []byte("transition_time: 0s\ninterlink: {penalty: 0s}\n"), 0o644))
+	c, err := Load(p)
+	require.NoError(t, err)
+	require.Zero(t, c.TransitionTime)
+	require.Zero(t, c.Interlink.Penalty)
+
+	require.NoError(t, os.WriteFile(p, []byte("alua: explicit\n"), 0o644))
+	c, err = Load(p)
+	require.NoError(t, err)
+	require.Equal(t, array.DefaultTransitionTime, c.TransitionTime, "missing keys take the default")
+	require.Equal(t, Default().Interlink.Penalty, c.Interlink.Penalty)
+}
+
+func TestCacheAndOwnershipKeys(t *testing.T) {
+	c, err := Load("../../examples/aluad.yaml")
+	require.NoError(t, err)
+	require.Equal(t, "write-back", c.Cache.Mode)
+	require.True(t, c.Cache.MirrorOn())
+	require.Equal(t, units.Size(64<<20), c.Cache.DirtyLimit)
+	require.Equal(t, 30*time.Second, c.Ownership.FailbackWindow)
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	require.NoError(t, os.WriteFile(p, []byte("cache: {mirror: false, mode: write-through}\n"), 0o644))
+	c, err = Load(p)
+	require.NoError(t, err)
+	require.False(t, c.Cache.MirrorOn())
+	require.Equal(t, units.Size(256<<20), c.Cache.Size, "missing keys take the default")
+}
+
+// Each section is decoded into the package that owns it, and the
+// defaults of each are filled.
+func TestSectionsDecode(t *testing.T) {
+	raw := []byte("fabric: {kind: tcmu}\nlimits: {max_session_data: 16MiB}\n" +
+		"ownership: {tick: 500ms, alert_delays: {node-offline: 0s}}\n")
+	c, err := Parse(raw, "c.yaml")
+	require.NoError(t, err)
+	require.True(t, c.Fabric.TCMU())
+	require.Equal(t, "/sys/kernel/config/target", c.Fabric.ConfigFS)
+	require.Equal(t, 7712, c.Fabric.HBA)
+	require.Equal(t, "iqn.2026-11.org.aluad:array.a", c.NodeTarget("A"))
+	require.Equal(t, units.Size(16<<20), c.Limits.MaxSessionData)
+	require.Equal(t, map[ownership.Condition]time.Duration{ownership.NodeOffline: 0}, c.Ownership.AlertDelays)
+	require.Len(t, c.LUNs, 8, "the array's section keeps its defaults")
+	d := Default()
+	require.NoError(t, d.Validate())
+	require.Equal(t, "iscsi", d.Fabric.Kind)
+	require.Equal(t, d.Target, d.NodeTarget("a"))
+}
+
+func FuzzParseConfig(f *testing.F) {
+	f.Add([]byte("hosts:\n  - name: h\n    group: g\n    initiators: [iqn.2026-11.org.example:h]\nmappings:\n  - lun: 1\n    group: g\n    host_lun: 0\naccess:\n  unknown_initiators: refuse\n"))
+	f.Add([]byte("auth:\n  discovery: true\n  chap:\n    user: u\n    secret: long-enough-secret\n    target_user: t\n    target_secret: another-long-one\nlimits:\n  max_sessions: 4\n"))
+	f.Add([]byte("luns:\n  - id: 3\n    size: 1MiB\nmappings:\n  - lun: 3\n"))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		c, err := Parse(raw, "fuzz.yaml")
+		if err != nil {
+			return
+		}
+		// A config that parses builds a LUN map and validates again.
+		m, err := array.BuildLUNMap(c.Config)
+		require.NoError(t, err)
+		for _, h := range c.Hosts {
+			for _, in := range h.Initiators {
+				for hl, l := range m.Sees(in) {
+					got, ok := m.Resolve(in, hl)
+					require.True(t, ok)
+					require.Equal(t, l, got)
+				}
+			}
+		}
+		require.NoError(t, c.Validate())
+	})
+}
+
+// TestSecureExample: examples/secure.yaml loads and means what it says.
+func TestSecureExample(t *testing.T) {
+	c, err := Load("../../examples/secure.yaml")
+	require.NoError(t, err)
+	m, err := array.BuildLUNMap(c.Config)
+	require.NoError(t, err)
+	require.Equal(t, map[uint64]uint64{0: 0, 1: 1, 7: 7}, m.Sees("iqn.2026-11.org.example:db2"))
+	require.Equal(t, map[uint64]uint64{0: 4, 7: 7}, m.Sees("iqn.2026-11.org.example:web"))
+	require.False(t, m.Admit("iqn.2026-11.org.example:other"))
+	require.Equal(t, 256, c.Limits.MaxSessionsPerInitiator)
+	require.Equal(t, "aluad-array", c.Auth.CHAP.TargetUser)
+}
