@@ -17,6 +17,7 @@ import (
 	"github.com/aluad/aluad/ownership"
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/clock"
 	"github.com/aluad/aluad/pkg/initiator"
 	"github.com/aluad/aluad/pkg/reports"
 )
@@ -31,6 +32,14 @@ const (
 // by a token, with host h1 declared as linux-dmmp.
 func apiDaemon(t *testing.T, tick time.Duration) (*Daemon, *api.Client) {
 	t.Helper()
+	d, c, _ := apiDaemonOn(t, tick, nil)
+	return d, c
+}
+
+// apiDaemonOn is apiDaemon on a clock (nil: the real one); with a fake
+// one, ticks moves the core n ticks, each stepped before the next.
+func apiDaemonOn(t *testing.T, tick time.Duration, clk *clock.Fake) (*Daemon, *api.Client, func(n int)) {
+	t.Helper()
 	cfg := testConfig(t.TempDir())
 	cfg.Hosts = []array.HostConfig{{Name: "h1", Type: "linux-dmmp", Initiators: []string{hostIQN}}}
 	cfg.Ownership.Tick = tick
@@ -38,10 +47,18 @@ func apiDaemon(t *testing.T, tick time.Duration) (*Daemon, *api.Client) {
 	cfg.Ownership.FailbackWindow = 10 * tick
 	cfg.Ownership.AlertDelay = 2 * tick
 	require.NoError(t, cfg.Validate())
-	d, err := Start(cfg, Options{Logger: quiet(), API: "127.0.0.1:0", APIToken: apiToken, StatsInterval: -1})
+	opt := Options{Logger: quiet(), API: "127.0.0.1:0", APIToken: apiToken, StatsInterval: -1}
+	if clk != nil {
+		opt.Clock = clk
+	}
+	d, err := Start(cfg, opt)
 	require.NoError(t, err)
 	t.Cleanup(func() { d.Stop(5 * time.Second) })
-	return d, api.NewHTTPClient("http://"+d.APIAddr(), apiToken)
+	var ticks func(int)
+	if clk != nil {
+		ticks = coreTicks(t, d, clk, tick)
+	}
+	return d, api.NewHTTPClient("http://"+d.APIAddr(), apiToken), ticks
 }
 
 // loginAll logs initiator name in on every portal (ISIDs from isid up)

@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -100,6 +101,10 @@ type Options struct {
 	TCMUOptions func(*tcmu.Options)
 	// WrapStore wraps each LUN's media store (fault injection).
 	WrapStore func(lun uint64, s media.Store) media.Store
+	// Listen opens the iSCSI target's portals (nil: net.Listen; tests run
+	// a daemon on an in-memory network, pkg/memnet, inside a
+	// testing/synctest bubble).
+	Listen func(network, addr string) (net.Listener, error)
 	// StateDir keeps the state that survives a restart (owners, LUN map,
 	// report history) and the audit log; empty keeps none.
 	StateDir string
@@ -233,7 +238,8 @@ func (d *Daemon) startISCSI(cfg config.Config, opt Options) error {
 	}
 	tc := iscsi.Config{Name: cfg.Target, Alias: "aluad", Portals: portals,
 		Logger: opt.Logger, NopInterval: opt.NopInterval, NopTimeout: 2 * opt.NopInterval, Clock: d.clock, OnEvent: d.ctl.Fabric,
-		Auth: chapPolicy(cfg.Config), Authorize: func(ini string, _ bool) bool { return d.Array.LUNMap().Admit(ini) }}
+		Auth: chapPolicy(cfg.Config), Authorize: func(ini string, _ bool) bool { return d.Array.LUNMap().Admit(ini) },
+		Listen: opt.Listen}
 	cfg.Limits.Apply(&tc)
 	tgt, err := iscsi.NewTarget(tc, d.SCSI)
 	if err != nil {

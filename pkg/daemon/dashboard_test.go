@@ -13,6 +13,7 @@ import (
 
 	"github.com/aluad/aluad/ownership"
 	"github.com/aluad/aluad/pkg/api"
+	"github.com/aluad/aluad/pkg/clock"
 	"github.com/aluad/aluad/pkg/reports"
 )
 
@@ -67,7 +68,7 @@ func TestDashboardInChromium(t *testing.T) {
 		}
 		t.Skip("no chromium (apt-get install chromium; scripts/test.sh installs it and requires this test)")
 	}
-	d, c := apiDaemon(t, 50*time.Millisecond)
+	d, c, ticks := apiDaemonOn(t, 50*time.Millisecond, clock.NewFake(time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC)))
 	url := "http://" + d.APIAddr() + "/#token=" + apiToken
 	const h2 = "iqn.2026-11.org.example:h2"
 	loginAll(t, d, hostIQN, 1)
@@ -75,14 +76,14 @@ func TestDashboardInChromium(t *testing.T) {
 		s := dial(t, d, port, byte(5+i), h2)
 		defer s.Close()
 	}
-	waitReports(t, c, "multipath not discovering", func(rs []reports.Report) bool {
+	tickReports(t, c, ticks, "multipath not discovering", func(rs []reports.Report) bool {
 		return find(rs, ownership.MultipathNotDiscovering, h2) != nil
 	})
 	for _, p := range []string{"a0", "a1"} {
 		_, err := c.Inject(api.Fault{Kind: api.FaultPathDown, Port: p, Initiator: hostIQN})
 		require.NoError(t, err)
 	}
-	waitReports(t, c, "host redundancy lost", func(rs []reports.Report) bool {
+	tickReports(t, c, ticks, "host redundancy lost", func(rs []reports.Report) bool {
 		return find(rs, ownership.HostRedundancyLost, "h1") != nil
 	})
 
@@ -110,7 +111,7 @@ func TestDashboardInChromium(t *testing.T) {
 		defer s.Close()
 		rtpgOn(t, s)
 	}
-	waitReports(t, c, "host redundancy restored", func(rs []reports.Report) bool {
+	tickReports(t, c, ticks, "host redundancy restored", func(rs []reports.Report) bool {
 		return find(rs, ownership.HostRedundancyLost, "h1") == nil
 	})
 	dom = dumpDOM(t, bin, url)

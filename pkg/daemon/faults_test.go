@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aluad/aluad/pkg/api"
+	"github.com/aluad/aluad/pkg/clock"
 	"github.com/aluad/aluad/pkg/config"
 	"github.com/aluad/aluad/pkg/initiator"
 )
@@ -16,7 +17,10 @@ import (
 func TestFaultInjection(t *testing.T) {
 	cfg := config.Loopback(t.TempDir(), 1<<20)
 	ctl := filepath.Join(cfg.Data, "aluad.sock")
-	d, err := Start(cfg, Options{Logger: quiet(), Control: ctl})
+	// The core ticks on a fake clock, moved by hand when the test waits
+	// for it (the failover below).
+	clk := clock.NewFake(time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC))
+	d, err := Start(cfg, Options{Logger: quiet(), Control: ctl, Clock: clk})
 	require.NoError(t, err)
 	defer d.Stop(5 * time.Second)
 	c := api.NewClient(ctl)
@@ -98,9 +102,9 @@ func TestFaultInjection(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "node-down", res.Change.Cause)
 	require.Error(t, dial(2, y), "a crashed node answers no login")
-	deadline := time.Now().Add(20 * time.Second)
-	for d.Array.LUN(1).Owner().Name != "a" && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
+	ticks := coreTicks(t, d, clk, time.Second)
+	for i := 0; d.Array.LUN(1).Owner().Name != "a" && i < 10; i++ {
+		ticks(1)
 	}
 	require.Equal(t, "a", d.Array.LUN(1).Owner().Name, "failed over by the ownership core")
 	_, err = c.Inject(api.Fault{Kind: api.FaultCrash, Node: "b"})

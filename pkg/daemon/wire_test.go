@@ -9,6 +9,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -18,6 +19,7 @@ import (
 	"github.com/aluad/aluad/pkg/config"
 	"github.com/aluad/aluad/pkg/fabric"
 	"github.com/aluad/aluad/pkg/initiator"
+	"github.com/aluad/aluad/pkg/memnet"
 )
 
 // wireOf is what a host sees of a port on the wire.
@@ -189,41 +191,51 @@ func TestFaultOnFailedNode(t *testing.T) {
 
 // TestNopTimeoutFindsSilence: an initiator with a connection ping (as
 // open-iscsi's noop_out) keeps an idle session to a serving port, and
-// ends the one to a port that lost power after about interval + timeout.
+// ends the one to a port that lost power after interval + timeout. The
+// daemon and the hosts run on an in-memory network inside a synctest
+// bubble: the pings' time is fake, so the test measures the detection
+// exactly and waits for nothing.
 func TestNopTimeoutFindsSilence(t *testing.T) {
-	d := wireDaemon(t)
-	var err error
-	portals := d.Portals()
-	var ss []*initiator.Session
-	for i := range portals { // a0 a1 b0 b1
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		s, err := initiator.Dial(ctx, initiator.Config{Addr: portals[i].Addr, Target: portals[i].Target,
-			InitiatorName: "iqn.2026-11.org.example:n", ISID: [6]byte{0x80, 0, 0, 0, 0, byte(i + 1)},
-			NopInterval: 100 * time.Millisecond, NopTimeout: 100 * time.Millisecond})
-		cancel()
+	synctest.Test(t, func(t *testing.T) {
+		nw := memnet.New()
+		d, err := Start(config.Loopback(t.TempDir(), 1<<20), Options{Logger: quiet(), StatsInterval: -1, Listen: nw.Listen})
 		require.NoError(t, err)
-		defer s.Close()
-		ss = append(ss, s)
-	}
-	_, err = d.Inject(api.Fault{Kind: api.FaultPowerLoss, Node: "a"})
-	require.NoError(t, err)
-	for i, s := range ss[:2] {
-		select {
-		case <-s.Done():
-		case <-time.After(5 * time.Second):
-			t.Fatalf("session %d to a silent port outlived its ping", i)
+		defer d.Stop(5 * time.Second)
+		portals := d.Portals()
+		var ss []*initiator.Session
+		for i := range portals { // a0 a1 b0 b1
+			s, err := initiator.Dial(context.Background(), initiator.Config{Addr: portals[i].Addr, Target: portals[i].Target,
+				InitiatorName: "iqn.2026-11.org.example:n", ISID: [6]byte{0x80, 0, 0, 0, 0, byte(i + 1)},
+				NopInterval: 100 * time.Millisecond, NopTimeout: 100 * time.Millisecond, Dial: nw.Dial})
+			require.NoError(t, err)
+			defer s.Close()
+			ss = append(ss, s)
 		}
-		_, err := s.Ping(context.Background(), nil)
-		require.ErrorIs(t, err, initiator.ErrNopTimeout)
-	}
-	time.Sleep(500 * time.Millisecond) // several ping rounds on b's idle sessions
-	for i, s := range ss[2:] {
-		select {
-		case <-s.Done():
-			t.Fatalf("idle session %d to a serving port ended", i+2)
-		default:
+		synctest.Wait() // every session idle
+		lost := time.Now()
+		_, err = d.Inject(api.Fault{Kind: api.FaultPowerLoss, Node: "a"})
+		require.NoError(t, err)
+		for i, s := range ss[:2] {
+			<-s.Done()
+			// Silent from the fault on: the first ping after 100 ms of
+			// nothing, unanswered for 100 ms, each checked every 25 ms.
+			took := time.Since(lost)
+			require.GreaterOrEqual(t, took, 200*time.Millisecond, "session %d", i)
+			require.LessOrEqual(t, took, 250*time.Millisecond, "session %d", i)
+			_, err := s.Ping(context.Background(), nil)
+			require.ErrorIs(t, err, initiator.ErrNopTimeout)
 		}
-	}
+		time.Sleep(time.Minute) // fake time: hundreds of ping rounds on b's idle sessions
+		for i, s := range ss[2:] {
+			select {
+			case <-s.Done():
+				t.Fatalf("idle session %d to a serving port ended", i+2)
+			default:
+			}
+			_, err := s.Ping(context.Background(), nil)
+			require.NoError(t, err, "session %d still answers", i+2)
+		}
+	})
 }
 
 // TestRestartListensAgain: a panicked node's restart finds its address

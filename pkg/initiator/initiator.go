@@ -47,6 +47,9 @@ type Config struct {
 	// NopTimeout the connection is declared dead (ErrNopTimeout). Zero
 	// disables. It is how a host learns of a target that went silent.
 	NopInterval, NopTimeout time.Duration
+	// Dial connects to Addr (nil: a TCP dial bounded by DialTimeout;
+	// tests pass an in-memory network's, pkg/memnet).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // ErrNopTimeout ends a session whose NOP-Out ping went unanswered.
@@ -113,8 +116,11 @@ func Dial(ctx context.Context, cfg Config) (*Session, error) {
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = 5 * time.Second
 	}
-	d := net.Dialer{Timeout: cfg.DialTimeout}
-	nc, err := d.DialContext(ctx, "tcp", cfg.Addr)
+	if cfg.Dial == nil {
+		d := net.Dialer{Timeout: cfg.DialTimeout}
+		cfg.Dial = d.DialContext
+	}
+	nc, err := cfg.Dial(ctx, "tcp", cfg.Addr)
 	if err != nil {
 		return nil, err
 	}

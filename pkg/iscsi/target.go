@@ -34,6 +34,9 @@ type Config struct {
 	NopInterval, NopTimeout time.Duration
 	// Clock paces the keepalives (nil: the real one).
 	Clock clock.Clock
+	// Listen opens a portal's listener (nil: net.Listen; tests pass an
+	// in-memory network's, pkg/memnet).
+	Listen func(network, addr string) (net.Listener, error)
 	// LoginTimeout bounds the login phase.
 	LoginTimeout time.Duration
 	Logger       *slog.Logger
@@ -98,6 +101,9 @@ func NewTarget(cfg Config, h scsi.Handler) (*Target, error) {
 		cfg.Logger = slog.Default()
 	}
 	cfg.applyLimitDefaults()
+	if cfg.Listen == nil {
+		cfg.Listen = net.Listen
+	}
 	return &Target{cfg: cfg, handler: h, log: cfg.Logger, sessions: map[sessionKey]*session{},
 		conns: map[*conn]struct{}{}}, nil
 }
@@ -105,7 +111,7 @@ func NewTarget(cfg Config, h scsi.Handler) (*Target, error) {
 // Listen opens every portal. It returns once all are listening.
 func (t *Target) Listen() error {
 	for _, p := range t.cfg.Portals {
-		l, err := net.Listen("tcp", p.Addr)
+		l, err := t.cfg.Listen("tcp", p.Addr)
 		if err != nil {
 			t.Close()
 			return fmt.Errorf("iscsi: portal %s/%s: %w", p.Node, p.Name, err)
@@ -144,7 +150,7 @@ func (t *Target) reopenListener(i int) error {
 	if t.closing || i >= len(t.listeners) || t.listeners[i] != nil {
 		return nil
 	}
-	l, err := net.Listen("tcp", t.bound[i])
+	l, err := t.cfg.Listen("tcp", t.bound[i])
 	if err != nil {
 		return fmt.Errorf("iscsi: portal %s/%s listening again on %s: %w", t.cfg.Portals[i].Node,
 			t.cfg.Portals[i].Name, t.bound[i], err)
