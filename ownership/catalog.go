@@ -57,7 +57,10 @@ type Warnable struct {
 	Severity  Severity  `json:"severity"`
 	// DependsOn lists the conditions that explain this one away: while one
 	// of them holds for the node this one concerns (for a LUN condition,
-	// the LUN's preferred owner), this one is not raised.
+	// the LUN's preferred owner), this one is not raised. Only node
+	// conditions can be dependencies, and only a condition whose holds
+	// name the node they are on (evaluateReports) can have any:
+	// TestCatalog keeps both.
 	DependsOn []Condition `json:"depends_on,omitempty"`
 	// TimeToVisible is how many ticks the condition must hold (or have
 	// ended) before it is raised (or cleared); 0 means the array's alert

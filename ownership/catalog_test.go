@@ -6,6 +6,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// holdsOnANode lists the conditions whose holds name the node they are on
+// (hs.add with a node in evaluateReports): only these can depend on
+// another.
+var holdsOnANode = map[Condition]bool{NodeOffline: true, HostRedundancyLost: true, MultipathNotDiscovering: true,
+	PathDegraded: true, ConnectedToOneNodeOnly: true, VolumeNotOnPreferred: true}
+
 // Every condition the core raises has one complete entry, with a unique
 // code, and its dependencies are node conditions of the catalog.
 func TestCatalog(t *testing.T) {
@@ -25,6 +31,9 @@ func TestCatalog(t *testing.T) {
 		codes[e.Code] = true
 		for _, d := range e.DependsOn {
 			require.Equal(t, NodeOffline, d, "%s: a dependency is a node condition", c)
+		}
+		if len(e.DependsOn) > 0 {
+			require.True(t, holdsOnANode[c], "%s has dependencies, but its holds name no node to match them on", c)
 		}
 	}
 	_, ok := Lookup("node-on-fire")

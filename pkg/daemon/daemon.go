@@ -205,6 +205,11 @@ func New(cfg config.Config, opt Options) (*Daemon, error) {
 
 // Start builds everything from cfg and starts listening.
 func Start(cfg config.Config, opt Options) (*Daemon, error) {
+	// Validated here too: the front end and the services read the
+	// defaults it fills (the LIO layout's configfs root, for one).
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	d, err := New(cfg, opt)
 	if err != nil {
 		return nil, err

@@ -120,7 +120,9 @@ func Dial(ctx context.Context, cfg Config) (*Session, error) {
 		d := net.Dialer{Timeout: cfg.DialTimeout}
 		cfg.Dial = d.DialContext
 	}
-	nc, err := cfg.Dial(ctx, "tcp", cfg.Addr)
+	dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	nc, err := cfg.Dial(dctx, "tcp", cfg.Addr)
+	cancel()
 	if err != nil {
 		return nil, err
 	}

@@ -56,7 +56,8 @@ func (n *Network) Listen(network, addr string) (net.Listener, error) {
 }
 
 // Dial connects to addr, with the signature of net.Dialer.DialContext. A
-// closed or missing listener refuses.
+// closed or missing listener refuses. There is no backlog: Dial returns
+// once the listener accepts (or ctx ends).
 func (n *Network) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	n.mu.Lock()
 	l := n.listeners[addr]
@@ -153,6 +154,9 @@ type conn struct {
 }
 
 func (c *conn) Read(b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
 	for {
 		select {
 		case <-c.done:

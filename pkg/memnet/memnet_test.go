@@ -65,8 +65,11 @@ func TestDeadlinesInABubble(t *testing.T) {
 		defer a.Close()
 		defer b.Close()
 		start := time.Now()
+		n, err := a.Read(nil)
+		require.Equal(t, 0, n)
+		require.NoError(t, err, "a zero-length read returns at once")
 		a.SetReadDeadline(start.Add(3 * time.Second))
-		_, err := a.Read(make([]byte, 1))
+		_, err = a.Read(make([]byte, 1))
 		require.ErrorIs(t, err, os.ErrDeadlineExceeded)
 		require.Equal(t, 3*time.Second, time.Since(start))
 
