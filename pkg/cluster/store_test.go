@@ -1,0 +1,259 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// freePort is a loopback port nobody listens on now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// etcdCluster starts n embedded members on loopback (fast Raft timings)
+// and returns them with a client of all.
+func etcdCluster(t *testing.T, n int) ([]*Member, *clientv3.Client) {
+	t.Helper()
+	cfgs := make([]MemberConfig, n)
+	var peers []string
+	for i := range cfgs {
+		name := fmt.Sprintf("m%d", i)
+		cfgs[i] = MemberConfig{Name: name, Dir: filepath.Join(t.TempDir(), name),
+			ClientURL: fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
+			PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
+			Heartbeat: 10 * time.Millisecond, Election: 100 * time.Millisecond, LogLevel: "fatal"}
+		peers = append(peers, name+"="+cfgs[i].PeerURL)
+	}
+	members := make([]*Member, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range cfgs {
+		cfgs[i].Cluster = strings.Join(peers, ",")
+		wg.Add(1)
+		go func(i int) { // members of a new cluster wait for each other
+			defer wg.Done()
+			members[i], errs[i] = StartMember(cfgs[i], 20*time.Second)
+		}(i)
+	}
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "member %d", i)
+		m := members[i]
+		t.Cleanup(m.Close)
+	}
+	var eps []string
+	for _, m := range members {
+		eps = append(eps, m.ClientURL())
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	require.NoError(t, err)
+	t.Cleanup(func() { cli.Close() })
+	return members, cli
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// A node is joined by one live process; its key goes with its lease; a
+// halted member (a controller that died) is gone once etcd expires the
+// lease, and its own deadline passed before anyone could see it gone.
+func TestMembership(t *testing.T) {
+	_, cli := etcdCluster(t, 1)
+	s := NewStore(cli, "arr1", nil)
+	ctx := ctxT(t)
+	a, err := s.Join(ctx, Info{Node: "a", Interlink: "127.0.0.1:7000"}, time.Second)
+	require.NoError(t, err)
+	require.True(t, a.Valid())
+	_, err = s.Join(ctx, Info{Node: "a"}, time.Second)
+	require.ErrorIs(t, err, ErrMember, "a second process for node a")
+	b, err := s.Join(ctx, Info{Node: "b", Interlink: "127.0.0.1:7001"}, time.Second)
+	require.NoError(t, err)
+	ms, rev, err := s.Members(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1:7000", ms["a"].Interlink)
+	require.Len(t, ms, 2)
+
+	// Another array's members are its own.
+	other, err := NewStore(cli, "arr2", nil).Join(ctx, Info{Node: "a"}, time.Second)
+	require.NoError(t, err)
+	defer other.Leave(ctx)
+
+	// a renews for a while: its deadline moves on.
+	first := a.ValidUntil()
+	time.Sleep(1500 * time.Millisecond)
+	require.True(t, a.ValidUntil().After(first), "renewed")
+	require.True(t, a.Valid())
+
+	// a dies (no more renewals): b sees it leave, after a's own deadline.
+	events := s.WatchMembers(ctx, rev)
+	a.halt()
+	deadline := a.ValidUntil()
+	select {
+	case ev := <-events:
+		require.Equal(t, MemberEvent{Node: "a", Up: false, Rev: ev.Rev}, ev)
+		require.False(t, time.Now().Before(deadline), "etcd expired a's lease before a's deadline")
+	case <-ctx.Done():
+		t.Fatal("a's lease never expired")
+	}
+	require.False(t, a.Valid())
+	select {
+	case <-a.Lost():
+		t.Fatal("a halted renewing: it has not heard that the lease is gone")
+	default:
+	}
+
+	// b leaves: at once.
+	require.NoError(t, b.Leave(ctx))
+	<-b.Lost()
+	ms, _, err = s.Members(ctx)
+	require.NoError(t, err)
+	require.Empty(t, ms)
+	_, err = s.Join(ctx, Info{Node: "a"}, 0)
+	require.ErrorContains(t, err, "at least 1s")
+}
+
+// Every owner change is a compare-and-swap on the record's revision,
+// which is the fencing token: of two changes made from one read, one
+// wins; the loser learns the record as it is; a member whose lease is
+// gone changes nothing.
+func TestOwnershipTable(t *testing.T) {
+	_, cli := etcdCluster(t, 1)
+	s := NewStore(cli, "arr1", nil)
+	ctx := ctxT(t)
+	require.NoError(t, s.Init(ctx, []Record{{LUN: 0, Owner: "a"}, {LUN: 1, Owner: "b"}}))
+	require.NoError(t, s.Init(ctx, []Record{{LUN: 0, Owner: "b"}}), "existing records are kept")
+	t0, rev, err := s.Owners(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "a", t0[0].Owner)
+	require.Equal(t, "b", t0[1].Owner)
+
+	a, err := s.Join(ctx, Info{Node: "a"}, time.Second)
+	require.NoError(t, err)
+	watched := s.WatchOwners(ctx, rev)
+
+	// Two leaders' changes from the same read: one wins.
+	moving, err := s.Change(ctx, t0[0], Record{LUN: 0, Owner: "a", To: "b"}, a)
+	require.NoError(t, err)
+	require.Greater(t, moving.Rev, t0[0].Rev)
+	cur, err := s.Change(ctx, t0[0], Record{LUN: 0, Owner: "c"}, nil)
+	require.ErrorIs(t, err, ErrStale)
+	require.Equal(t, moving, cur, "the loser reads the record as it is")
+	_, err = s.Change(ctx, moving, Record{LUN: 1, Owner: "b"}, nil)
+	require.ErrorContains(t, err, "names LUN 1")
+
+	// The fence: a serves LUN 0 only before and after the move, and only
+	// with the token it holds.
+	f := NewFence("a")
+	f.See(t0[0])
+	require.True(t, f.Serves(0, a))
+	f.See(moving)
+	f.See(t0[0]) // an older revision is ignored
+	require.False(t, f.Serves(0, a), "not while the move runs")
+	require.NoError(t, f.Check(0, moving.Rev))
+	require.ErrorIs(t, f.Check(0, t0[0].Rev), ErrFenced)
+	done, err := s.Change(ctx, moving, Record{LUN: 0, Owner: "b"}, a)
+	require.NoError(t, err)
+	fb := NewFence("b")
+	fb.See(done)
+	require.False(t, fb.Serves(1, a), "no record seen for LUN 1")
+
+	for _, want := range []Owned{moving, done} {
+		select {
+		case got := <-watched:
+			require.Equal(t, want, got)
+		case <-ctx.Done():
+			t.Fatal("the watch missed a change")
+		}
+	}
+
+	// a's lease gone: its changes are refused even from a fresh read.
+	require.NoError(t, a.Leave(ctx))
+	require.False(t, f.Serves(0, a))
+	now, err := s.Owner(ctx, 0)
+	require.NoError(t, err)
+	_, err = s.Change(ctx, now, Record{LUN: 0, Owner: "a"}, a)
+	require.ErrorIs(t, err, ErrStale)
+	require.ErrorContains(t, err, "no member")
+	_, err = s.Owner(ctx, 7)
+	require.ErrorContains(t, err, "no ownership record for LUN 7")
+}
+
+// One leader at a time; its term ends with its lease, and another
+// candidate is elected then.
+func TestElection(t *testing.T) {
+	_, cli := etcdCluster(t, 1)
+	s := NewStore(cli, "arr1", nil)
+	ctx := ctxT(t)
+	a, err := s.Join(ctx, Info{Node: "a"}, time.Second)
+	require.NoError(t, err)
+	b, err := s.Join(ctx, Info{Node: "b"}, time.Second)
+	require.NoError(t, err)
+	defer b.Leave(ctx)
+	la, err := s.Campaign(ctx, a)
+	require.NoError(t, err)
+	leader, err := s.Leader(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "a", leader)
+
+	elected := make(chan *Leadership, 1)
+	go func() {
+		lb, err := s.Campaign(ctx, b)
+		if err == nil {
+			elected <- lb
+		}
+	}()
+	select {
+	case <-elected:
+		t.Fatal("two leaders")
+	case <-time.After(300 * time.Millisecond):
+	}
+	require.NoError(t, a.Leave(ctx)) // a's lease, and its term, end
+	<-la.Done()
+	select {
+	case <-elected:
+	case <-ctx.Done():
+		t.Fatal("b was never elected")
+	}
+	leader, err = s.Leader(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "b", leader)
+}
+
+// Three members: losing one changes nothing; losing two stops every
+// change (no quorum) until one returns.
+func TestQuorum(t *testing.T) {
+	members, cli := etcdCluster(t, 3)
+	s := NewStore(cli, "arr1", nil)
+	ctx := ctxT(t)
+	require.NoError(t, s.Init(ctx, []Record{{LUN: 0, Owner: "a"}}))
+	members[2].Close()
+	o, err := s.Owner(ctx, 0)
+	require.NoError(t, err)
+	o, err = s.Change(ctx, o, Record{LUN: 0, Owner: "b"}, nil)
+	require.NoError(t, err, "two of three members are a quorum")
+	members[1].Close()
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, err = s.Change(short, o, Record{LUN: 0, Owner: "a"}, nil)
+	require.Error(t, err, "one member of three is no quorum")
+	require.True(t, errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "deadline") ||
+		strings.Contains(err.Error(), "leader"), "%v", err)
+}
