@@ -1,0 +1,405 @@
+package interlink
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/aluad/aluad/pkg/clock"
+)
+
+// Handler serves a peer's requests. Errors wrapping ErrFenced or
+// ErrNotOwner reach the peer as those codes; any other as ErrFailed.
+type Handler interface {
+	Forward(ctx context.Context, lun uint32, m Forward) (ForwardReply, error)
+	Mirror(ctx context.Context, lun uint32, m Mirror) error
+	Drop(ctx context.Context, lun uint32, m Drop) error
+	Flush(ctx context.Context, lun uint32, m Flush) error
+}
+
+// Options configure a connection.
+type Options struct {
+	// Self is what this side says in its hello; the peer must name the
+	// same array.
+	Self Hello
+	// Handler serves the peer's requests (nil: every request is refused).
+	Handler Handler
+	// Heartbeat pings the peer every interval, and closes the connection
+	// with ErrSilent when no frame has arrived for Timeout (zero: none).
+	Heartbeat, Timeout time.Duration
+	// Clock paces the heartbeat (nil: the real one).
+	Clock clock.Clock
+}
+
+// ErrSilent closes a connection whose peer sent nothing for the timeout.
+var ErrSilent = errors.New("interlink: the peer is silent")
+
+// ErrClosed is a request on a closed connection.
+var ErrClosed = errors.New("interlink: connection closed")
+
+// Conn is one established interlink connection. Both sides may send
+// requests; replies are matched by id.
+type Conn struct {
+	nc   net.Conn
+	o    Options
+	peer Hello
+
+	wmu sync.Mutex
+	bw  *bufio.Writer
+
+	mu     sync.Mutex
+	calls  map[uint64]chan Frame
+	nextID uint64
+	err    error
+	last   time.Time // a frame last arrived
+
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+// Dial connects to a peer's interlink listener with dial (nil: TCP).
+func Dial(ctx context.Context, addr string, o Options, dial func(ctx context.Context, network, addr string) (net.Conn, error)) (*Conn, error) {
+	if dial == nil {
+		var d net.Dialer
+		dial = d.DialContext
+	}
+	nc, err := dial(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("interlink: %s: %w", addr, err)
+	}
+	c, err := establish(ctx, nc, o)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Accept takes one connection from l and establishes it.
+func Accept(ctx context.Context, l net.Listener, o Options) (*Conn, error) {
+	nc, err := l.Accept()
+	if err != nil {
+		return nil, err
+	}
+	c, err := establish(ctx, nc, o)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// establish exchanges hellos (each side sends first, then reads) and
+// starts the connection's loops.
+func establish(ctx context.Context, nc net.Conn, o Options) (*Conn, error) {
+	if o.Clock == nil {
+		o.Clock = clock.Real
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		nc.SetDeadline(dl)
+	}
+	br := bufio.NewReaderSize(nc, 256<<10)
+	if _, err := nc.Write(AppendFrame(nil, Frame{Header: Header{Type: THello}, Payload: o.Self.Marshal()})); err != nil {
+		return nil, fmt.Errorf("interlink: hello: %w", err)
+	}
+	f, err := ReadFrame(br)
+	if err != nil {
+		return nil, fmt.Errorf("interlink: hello: %w", err)
+	}
+	var peer Hello
+	if f.Type != THello {
+		return nil, fmt.Errorf("%w: the first frame is %s, not hello", ErrFrame, f.Type)
+	}
+	if err := peer.Unmarshal(f.Payload); err != nil {
+		return nil, err
+	}
+	if peer.Array != o.Self.Array {
+		return nil, fmt.Errorf("interlink: the peer %s serves array %q, not %q", peer.Node, peer.Array, o.Self.Array)
+	}
+	nc.SetDeadline(time.Time{})
+	c := &Conn{nc: nc, o: o, peer: peer, bw: bufio.NewWriterSize(nc, 256<<10), calls: map[uint64]chan Frame{},
+		last: o.Clock.Now(), done: make(chan struct{})}
+	c.wg.Add(1)
+	go c.readLoop(br)
+	if o.Heartbeat > 0 && o.Timeout > 0 {
+		c.wg.Add(1)
+		go c.heartbeat()
+	}
+	return c, nil
+}
+
+// Peer is what the peer said in its hello.
+func (c *Conn) Peer() Hello { return c.peer }
+
+// Done is closed when the connection ends; Err says why.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Err is why the connection ended (nil while it runs).
+func (c *Conn) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Close ends the connection; requests in flight fail with ErrClosed.
+func (c *Conn) Close() error {
+	c.fail(ErrClosed)
+	c.wg.Wait()
+	return nil
+}
+
+func (c *Conn) fail(err error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = err
+	calls := c.calls
+	c.calls = map[uint64]chan Frame{}
+	c.mu.Unlock()
+	close(c.done)
+	c.nc.Close()
+	for _, ch := range calls {
+		close(ch)
+	}
+}
+
+func (c *Conn) send(f Frame) error {
+	b := AppendFrame(make([]byte, 0, HeaderLen+len(f.Payload)), f)
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if _, err := c.bw.Write(b); err != nil {
+		c.fail(err)
+		return err
+	}
+	if err := c.bw.Flush(); err != nil {
+		c.fail(err)
+		return err
+	}
+	return nil
+}
+
+// call sends a request and waits for its reply.
+func (c *Conn) call(ctx context.Context, t Type, lun uint32, payload []byte) (Frame, error) {
+	if len(payload) > MaxPayload {
+		return Frame{}, fmt.Errorf("interlink: a %d-byte %s (at most %d)", len(payload), t, MaxPayload)
+	}
+	ch := make(chan Frame, 1)
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return Frame{}, fmt.Errorf("%w (%v)", ErrClosed, err)
+	}
+	c.nextID++
+	id := c.nextID
+	c.calls[id] = ch
+	c.mu.Unlock()
+	if err := c.send(Frame{Header: Header{Type: t, ID: id, LUN: lun}, Payload: payload}); err != nil {
+		return Frame{}, fmt.Errorf("%w (%v)", ErrClosed, err)
+	}
+	select {
+	case f, ok := <-ch:
+		if !ok {
+			return Frame{}, fmt.Errorf("%w (%v)", ErrClosed, c.Err())
+		}
+		return f, nil
+	case <-ctx.Done():
+		c.mu.Lock()
+		delete(c.calls, id)
+		c.mu.Unlock()
+		return Frame{}, ctx.Err()
+	}
+}
+
+// ack reads a reply that is an Ack.
+func ack(f Frame) error {
+	if f.Type&TReply == 0 {
+		return fmt.Errorf("%w: %s is no reply", ErrFrame, f.Type)
+	}
+	var a Ack
+	if err := a.Unmarshal(f.Payload); err != nil {
+		return err
+	}
+	return a.Err()
+}
+
+// Forward sends a command to the owner and returns its answer.
+func (c *Conn) Forward(ctx context.Context, lun uint32, m Forward) (ForwardReply, error) {
+	f, err := c.call(ctx, TForward, lun, m.Marshal())
+	if err != nil {
+		return ForwardReply{}, err
+	}
+	if f.Flags&flagAck != 0 {
+		return ForwardReply{}, ack(f)
+	}
+	var r ForwardReply
+	return r, r.Unmarshal(f.Payload)
+}
+
+// Mirror sends a write-back copy; it returns once the peer holds it.
+func (c *Conn) Mirror(ctx context.Context, lun uint32, m Mirror) error {
+	f, err := c.call(ctx, TMirror, lun, m.Marshal())
+	if err != nil {
+		return err
+	}
+	return ack(f)
+}
+
+// Drop releases mirror copies.
+func (c *Conn) Drop(ctx context.Context, lun uint32, m Drop) error {
+	f, err := c.call(ctx, TDrop, lun, m.Marshal())
+	if err != nil {
+		return err
+	}
+	return ack(f)
+}
+
+// Flush asks the owner to write the LUN's dirty cache to the media.
+func (c *Conn) Flush(ctx context.Context, lun uint32, m Flush) error {
+	f, err := c.call(ctx, TFlush, lun, m.Marshal())
+	if err != nil {
+		return err
+	}
+	return ack(f)
+}
+
+// Ping measures a round trip.
+func (c *Conn) Ping(ctx context.Context) (time.Duration, error) {
+	start := c.o.Clock.Now()
+	if _, err := c.call(ctx, TPing, 0, nil); err != nil {
+		return 0, err
+	}
+	return c.o.Clock.Now().Sub(start), nil
+}
+
+// flagAck marks a reply whose payload is an Ack (a Forward that failed).
+const flagAck = 1
+
+func (c *Conn) readLoop(br *bufio.Reader) {
+	defer c.wg.Done()
+	for {
+		f, err := ReadFrame(br)
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		c.mu.Lock()
+		c.last = c.o.Clock.Now()
+		c.mu.Unlock()
+		if f.Type&TReply != 0 {
+			c.mu.Lock()
+			ch := c.calls[f.ID]
+			delete(c.calls, f.ID)
+			c.mu.Unlock()
+			if ch != nil {
+				ch <- f
+			}
+			continue
+		}
+		switch f.Type {
+		case TPing:
+			go c.send(Frame{Header: Header{Type: TPing | TReply, ID: f.ID}})
+		case TForward, TMirror, TDrop, TFlush:
+			c.wg.Add(1)
+			go c.serve(f)
+		default:
+			c.fail(fmt.Errorf("%w: an unexpected %s", ErrFrame, f.Type))
+			return
+		}
+	}
+}
+
+// serve answers one request.
+func (c *Conn) serve(f Frame) {
+	defer c.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-c.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	reply := Frame{Header: Header{Type: f.Type | TReply, ID: f.ID, LUN: f.LUN}}
+	h := c.o.Handler
+	var err error
+	switch {
+	case h == nil:
+		err = fmt.Errorf("%w: node %s serves no requests", ErrNotOwner, c.o.Self.Node)
+	case f.Type == TForward:
+		var m Forward
+		if err = m.Unmarshal(f.Payload); err == nil {
+			var r ForwardReply
+			if r, err = h.Forward(ctx, f.LUN, m); err == nil {
+				reply.Payload = r.Marshal()
+			}
+		}
+	case f.Type == TMirror:
+		var m Mirror
+		if err = m.Unmarshal(f.Payload); err == nil {
+			err = h.Mirror(ctx, f.LUN, m)
+		}
+	case f.Type == TDrop:
+		var m Drop
+		if err = m.Unmarshal(f.Payload); err == nil {
+			err = h.Drop(ctx, f.LUN, m)
+		}
+	case f.Type == TFlush:
+		var m Flush
+		if err = m.Unmarshal(f.Payload); err == nil {
+			err = h.Flush(ctx, f.LUN, m)
+		}
+	}
+	if err != nil || f.Type != TForward {
+		reply.Payload = ackOf(err).Marshal()
+		if f.Type == TForward {
+			reply.Flags |= flagAck
+		}
+	}
+	c.send(reply)
+}
+
+func ackOf(err error) Ack {
+	switch {
+	case err == nil:
+		return Ack{Code: OK}
+	case errors.Is(err, ErrFenced):
+		return Ack{Code: Fenced, Msg: err.Error()}
+	case errors.Is(err, ErrNotOwner):
+		return Ack{Code: NotOwner, Msg: err.Error()}
+	}
+	return Ack{Code: Failed, Msg: err.Error()}
+}
+
+// heartbeat pings the peer and ends a silent connection.
+func (c *Conn) heartbeat() {
+	defer c.wg.Done()
+	t := c.o.Clock.NewTicker(c.o.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-t.C():
+		}
+		c.mu.Lock()
+		silent := c.o.Clock.Now().Sub(c.last)
+		c.mu.Unlock()
+		if silent >= c.o.Timeout {
+			c.fail(fmt.Errorf("%w for %v", ErrSilent, silent))
+			return
+		}
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), c.o.Timeout)
+			defer cancel()
+			c.Ping(ctx)
+		}()
+	}
+}

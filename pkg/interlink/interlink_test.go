@@ -1,0 +1,313 @@
+package interlink
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/aluad/aluad/pkg/memnet"
+)
+
+func TestFrameRoundTrip(t *testing.T) {
+	f := Frame{Header: Header{Type: TMirror, Flags: 0, ID: 1 << 40, LUN: 7},
+		Payload: Mirror{Token: 42, Offset: 4096, Data: []byte("page")}.Marshal()}
+	b := AppendFrame(nil, f)
+	got, err := ReadFrame(bytes.NewReader(b))
+	require.NoError(t, err)
+	require.Equal(t, f.Type, got.Type)
+	require.Equal(t, f.ID, got.ID)
+	require.Equal(t, f.LUN, got.LUN)
+	var m Mirror
+	require.NoError(t, m.Unmarshal(got.Payload))
+	require.Equal(t, Mirror{Token: 42, Offset: 4096, Data: []byte("page")}, m)
+
+	for _, tt := range []struct {
+		name string
+		edit func([]byte)
+		want string
+	}{
+		{"magic", func(b []byte) { b[0] = 'X' }, "bad magic"},
+		{"version", func(b []byte) { b[2] = 9 }, "version 9"},
+		{"oversized", func(b []byte) { b[20], b[21], b[22], b[23] = 0xff, 0xff, 0xff, 0xff }, "at most"},
+		{"reserved", func(b []byte) { b[6] = 1 }, "reserved bytes"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := append([]byte(nil), b...)
+			tt.edit(c)
+			_, err := ReadFrame(bytes.NewReader(c))
+			require.ErrorIs(t, err, ErrFrame)
+			require.ErrorContains(t, err, tt.want)
+		})
+	}
+	_, err = ReadFrame(bytes.NewReader(b[:len(b)-1]))
+	require.Error(t, err, "a payload cut short")
+}
+
+func TestMessages(t *testing.T) {
+	fw := Forward{Token: -1, Initiator: "iqn.x", InitiatorPort: "iqn.x,i,0x1", TargetPort: 3,
+		CDB: make([]byte, 16), DataOut: []byte{1, 2}, DataInLen: 4096}
+	var fw2 Forward
+	require.NoError(t, fw2.Unmarshal(fw.Marshal()))
+	require.Equal(t, fw, fw2)
+	for _, tt := range []struct {
+		name string
+		b    []byte
+		into interface{ Unmarshal([]byte) error }
+		want string
+	}{
+		{"short CDB", Forward{CDB: []byte{1}}.Marshal(), &Forward{}, "1-byte CDB"},
+		{"trailing bytes", append(Flush{Token: 1}.Marshal(), 0), &Flush{}, "after the last field"},
+		{"field past the end", []byte{0x10, 'a'}, &Hello{}, "16-byte field"},
+		{"bad varint", []byte{0xff}, &Flush{}, "bad varint"},
+		{"overlong varint", []byte{0x80, 0x00}, &Flush{}, "shortest form"},
+		{"negative offset", Mirror{Offset: -1}.Marshal(), &Mirror{}, "negative offset"},
+		{"negative range", Drop{Length: -1}.Marshal(), &Drop{}, "negative range"},
+		{"ack code", []byte{9, 0}, &Ack{}, "ack code 9"},
+		{"missing status", nil, &ForwardReply{}, "missing byte"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.into.Unmarshal(tt.b)
+			require.ErrorIs(t, err, ErrFrame)
+			require.ErrorContains(t, err, tt.want)
+		})
+	}
+	require.ErrorIs(t, Ack{Code: Fenced, Msg: "LUN 3"}.Err(), ErrFenced)
+	require.ErrorIs(t, Ack{Code: NotOwner}.Err(), ErrNotOwner)
+	require.ErrorIs(t, Ack{Code: Failed, Msg: "disk"}.Err(), ErrFailed)
+	require.NoError(t, Ack{}.Err())
+}
+
+// A decoder never panics, and what it accepts encodes back to itself.
+func FuzzMessages(f *testing.F) {
+	f.Add(byte(0), Forward{Token: 3, CDB: make([]byte, 10), DataOut: []byte("x")}.Marshal())
+	f.Add(byte(1), Mirror{Token: 1, Offset: 512, Data: []byte("data")}.Marshal())
+	f.Add(byte(2), Ack{Code: Failed, Msg: "m"}.Marshal())
+	f.Add(byte(3), ForwardReply{Status: 2, Sense: []byte{0x70}}.Marshal())
+	f.Add(byte(4), AppendFrame(nil, Frame{Header: Header{Type: TPing, ID: 9}}))
+	f.Fuzz(func(t *testing.T, kind byte, b []byte) {
+		switch kind % 8 {
+		case 0:
+			var m Forward
+			if m.Unmarshal(b) == nil {
+				require.Equal(t, b, m.Marshal())
+			}
+		case 1:
+			var m Mirror
+			if m.Unmarshal(b) == nil {
+				require.Equal(t, b, m.Marshal())
+			}
+		case 2:
+			var m Ack
+			if m.Unmarshal(b) == nil {
+				require.Equal(t, b, m.Marshal())
+			}
+		case 3:
+			var m ForwardReply
+			if m.Unmarshal(b) == nil {
+				require.Equal(t, b, m.Marshal())
+			}
+		case 4:
+			if fr, err := ReadFrame(bytes.NewReader(b)); err == nil {
+				require.Equal(t, b[:HeaderLen+len(fr.Payload)], AppendFrame(nil, fr))
+			}
+		case 5:
+			var m Hello
+			if m.Unmarshal(b) == nil {
+				require.Equal(t, b, m.Marshal())
+			}
+		case 6:
+			var m Drop
+			if m.Unmarshal(b) == nil {
+				require.Equal(t, b, m.Marshal())
+			}
+		case 7:
+			var m Flush
+			if m.Unmarshal(b) == nil {
+				require.Equal(t, b, m.Marshal())
+			}
+		}
+	})
+}
+
+// owner is a Handler that serves LUN 0 with token 5 and holds LUN 1's
+// forwards until released.
+type owner struct {
+	mu      sync.Mutex
+	mirror  map[int64][]byte
+	release chan struct{}
+}
+
+func (o *owner) Forward(ctx context.Context, lun uint32, m Forward) (ForwardReply, error) {
+	if lun == 1 {
+		select {
+		case <-o.release:
+		case <-ctx.Done():
+			return ForwardReply{}, ctx.Err()
+		}
+	}
+	if m.Token != 5 {
+		return ForwardReply{}, fmt.Errorf("%w: LUN %d at 5, not %d", ErrFenced, lun, m.Token)
+	}
+	return ForwardReply{Status: 0, DataIn: bytes.Repeat([]byte{byte(lun)}, int(m.DataInLen))}, nil
+}
+
+func (o *owner) Mirror(_ context.Context, lun uint32, m Mirror) error {
+	if lun > 1 {
+		return fmt.Errorf("%w: LUN %d", ErrNotOwner, lun)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.mirror[m.Offset] = m.Data
+	return nil
+}
+
+func (o *owner) Drop(context.Context, uint32, Drop) error { return errors.New("no such range") }
+
+func (o *owner) Flush(context.Context, uint32, Flush) error { return nil }
+
+// pair connects a and b over an in-memory network, each end wrapped so
+// the test can cut it.
+func pair(t *testing.T, h Handler, hb, timeout time.Duration) (a, b *Conn, fa, fb *Faulty) {
+	t.Helper()
+	nw := memnet.New()
+	l, err := nw.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	accepted := make(chan *Conn, 1)
+	go func() {
+		nc, err := l.Accept()
+		if err != nil {
+			return
+		}
+		fb = NewFaulty(nc, nil)
+		c, err := establish(context.Background(), fb, Options{Self: Hello{Array: "arr", Node: "b"}, Handler: h,
+			Heartbeat: hb, Timeout: timeout})
+		if err == nil {
+			accepted <- c
+		}
+	}()
+	a, err = Dial(context.Background(), l.Addr().String(), Options{Self: Hello{Array: "arr", Node: "a"},
+		Heartbeat: hb, Timeout: timeout}, func(ctx context.Context, network, addr string) (net.Conn, error) {
+		nc, err := nw.Dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		fa = NewFaulty(nc, nil)
+		return fa, nil
+	})
+	require.NoError(t, err)
+	b = <-accepted
+	return a, b, fa, fb
+}
+
+// Requests are matched to replies by id: a held forward does not hold
+// the others; failures come back with their code.
+func TestConnRequests(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		o := &owner{mirror: map[int64][]byte{}, release: make(chan struct{})}
+		a, b, _, _ := pair(t, o, 0, 0)
+		defer a.Close()
+		defer b.Close()
+		require.Equal(t, "b", a.Peer().Node)
+		require.Equal(t, "a", b.Peer().Node)
+
+		held := make(chan error, 1)
+		go func() {
+			r, err := a.Forward(context.Background(), 1, Forward{Token: 5, CDB: make([]byte, 10), DataInLen: 2})
+			if err == nil && !bytes.Equal(r.DataIn, []byte{1, 1}) {
+				err = fmt.Errorf("data %v", r.DataIn)
+			}
+			held <- err
+		}()
+		r, err := a.Forward(context.Background(), 0, Forward{Token: 5, CDB: make([]byte, 10), DataInLen: 3})
+		require.NoError(t, err, "not held behind LUN 1")
+		require.Equal(t, []byte{0, 0, 0}, r.DataIn)
+		_, err = a.Forward(context.Background(), 0, Forward{Token: 4, CDB: make([]byte, 10)})
+		require.ErrorIs(t, err, ErrFenced)
+		require.ErrorContains(t, err, "at 5, not 4")
+		close(o.release)
+		require.NoError(t, <-held)
+
+		require.NoError(t, a.Mirror(context.Background(), 0, Mirror{Token: 5, Offset: 8192, Data: []byte("copy")}))
+		require.Equal(t, []byte("copy"), o.mirror[8192], "held by the partner when Mirror returns")
+		require.ErrorIs(t, a.Mirror(context.Background(), 2, Mirror{}), ErrNotOwner)
+		require.ErrorIs(t, a.Drop(context.Background(), 0, Drop{}), ErrFailed)
+		require.NoError(t, a.Flush(context.Background(), 0, Flush{Token: 5}))
+		// b has no handler of a's requests... a has none: b's requests to a are refused.
+		require.ErrorIs(t, b.Flush(context.Background(), 0, Flush{}), ErrNotOwner)
+		rtt, err := a.Ping(context.Background())
+		require.NoError(t, err)
+		require.Zero(t, rtt, "in a bubble a round trip takes no time")
+
+		require.NoError(t, a.Close())
+		<-b.Done()
+		_, err = a.Forward(context.Background(), 0, Forward{Token: 5, CDB: make([]byte, 10)})
+		require.ErrorIs(t, err, ErrClosed)
+	})
+}
+
+// A cut shorter than the timeout loses nothing: what was sent goes
+// through when the link returns. A longer one ends both ends with
+// ErrSilent at the timeout, and the requests in flight fail.
+func TestConnCut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		o := &owner{mirror: map[int64][]byte{}, release: make(chan struct{})}
+		a, b, fa, fb := pair(t, o, 100*time.Millisecond, time.Second)
+		defer a.Close()
+		defer b.Close()
+		fa.Cut(true)
+		fb.Cut(true)
+		done := make(chan error, 1)
+		go func() { done <- a.Mirror(context.Background(), 0, Mirror{Token: 5, Offset: 0, Data: []byte("x")}) }()
+		time.Sleep(500 * time.Millisecond)
+		synctest.Wait()
+		select {
+		case err := <-done:
+			t.Fatalf("a mirror write went through a cut link: %v", err)
+		default:
+		}
+		require.NoError(t, fa.Cut(false))
+		require.NoError(t, fb.Cut(false))
+		require.NoError(t, <-done, "delivered after the repair")
+
+		start := time.Now()
+		fa.Cut(true)
+		fb.Cut(true)
+		go func() { done <- a.Mirror(context.Background(), 0, Mirror{Token: 5, Offset: 512, Data: []byte("y")}) }()
+		<-a.Done()
+		<-b.Done()
+		require.ErrorIs(t, a.Err(), ErrSilent)
+		require.ErrorIs(t, b.Err(), ErrSilent)
+		took := time.Since(start)
+		require.GreaterOrEqual(t, took, time.Second)
+		require.LessOrEqual(t, took, 1100*time.Millisecond, "found at the first heartbeat past the timeout")
+		require.ErrorIs(t, <-done, ErrClosed)
+	})
+}
+
+// A peer of another array is refused at the hello.
+func TestHelloOtherArray(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		nw := memnet.New()
+		l, err := nw.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		defer l.Close()
+		go func() {
+			c, err := Accept(context.Background(), l, Options{Self: Hello{Array: "other", Node: "b"}})
+			if err == nil {
+				c.Close()
+			}
+		}()
+		_, err = Dial(context.Background(), l.Addr().String(), Options{Self: Hello{Array: "arr", Node: "a"}}, nw.Dial)
+		require.ErrorContains(t, err, `serves array "other", not "arr"`)
+		synctest.Wait()
+	})
+}
