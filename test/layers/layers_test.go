@@ -54,6 +54,9 @@ var allowed = map[string][]string{
 	// The control path: observations in, the ownership core, its moves
 	// carried out, unit attentions and the feed out.
 	"pkg/control": {"pkg/clock", "pkg/alua", "ownership", "pkg/api", "pkg/array", "pkg/fabric", "pkg/scsi"},
+	// Cluster mode: the state in etcd, and the link between controllers.
+	"pkg/cluster":   {"pkg/clock"},
+	"pkg/interlink": {"pkg/clock"},
 	// The configuration file: the sections their packages own, composed.
 	"pkg/config": {"pkg/array", "pkg/control", "pkg/fabric", "pkg/iscsi"},
 	// The management surface: views, handlers, transports, metrics.
