@@ -45,6 +45,9 @@ Usage:
                                              the deterministic whole-array simulation: crashes, faults
                                              and hosts at any moment, invariants after every event;
                                              a failing seed is shrunk to a replayable script
+  aluad witness [--name N] [--data DIR] [--client-url URL] [--peer-url URL] [--cluster N=URL,...]
+                                             an etcd member with no controller: the third vote two
+                                             controllers of cluster mode need (docs/cluster.md)
   aluad help                                 this text
 
 The client commands reach the running daemon on its control socket
@@ -95,6 +98,8 @@ func main() {
 		err = abuseCmd(os.Args[2:])
 	case "sim":
 		err = simCmd(os.Args[2:])
+	case "witness":
+		err = witnessCmd(os.Args[2:])
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return

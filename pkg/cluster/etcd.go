@@ -103,6 +103,9 @@ func StartMember(c MemberConfig, timeout time.Duration) (*Member, error) {
 	return &Member{etcd: e, cfg: c}, nil
 }
 
+// Err reports a failure of the running member.
+func (m *Member) Err() <-chan error { return m.etcd.Err() }
+
 // ClientURL is where clients reach the member.
 func (m *Member) ClientURL() string { return m.cfg.ClientURL }
 

@@ -70,7 +70,7 @@ var allowed = map[string][]string{
 	"pkg/lab": {"pkg/alua", "pkg/api", "pkg/array", "pkg/config", "pkg/control", "pkg/daemon", "pkg/hosts", "pkg/initiator",
 		"pkg/units"},
 	"pkg/stress": {"pkg/alua", "pkg/api", "pkg/array", "pkg/config", "pkg/daemon", "pkg/initiator", "pkg/iscsi"},
-	"cmd/aluad": {"ownership", "pkg/api", "pkg/array", "pkg/config", "pkg/daemon", "pkg/lab", "pkg/reports", "pkg/sim",
+	"cmd/aluad": {"ownership", "pkg/api", "pkg/array", "pkg/cluster", "pkg/config", "pkg/daemon", "pkg/lab", "pkg/reports", "pkg/sim",
 		"pkg/stress"},
 	// The QEMU lab talks to the array through the API only.
 	"cluster-tests/agentproto":    nil,
