@@ -72,16 +72,17 @@ func (s *Store) join(ctx context.Context, info Info, ttl time.Duration, lease cl
 	key := s.memberKey(info.Node)
 	r, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 		Then(clientv3.OpPut(key, string(val), clientv3.WithLease(g.ID))).Commit()
-	if err != nil {
-		lease.Revoke(context.Background(), g.ID)
-		return nil, fmt.Errorf("cluster: joining as node %s: %w", info.Node, err)
-	}
-	if !r.Succeeded {
-		lease.Revoke(context.Background(), g.ID)
+	if err != nil || !r.Succeeded {
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		lease.Revoke(rctx, g.ID)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("cluster: joining as node %s: %w", info.Node, err)
+		}
 		return nil, fmt.Errorf("%w: node %s (another controller holds its lease)", ErrMember, info.Node)
 	}
 	m := &Membership{s: s, info: info, id: g.ID, ttl: time.Duration(g.TTL) * time.Second, lease: lease,
-		lost: make(chan struct{}), stop: make(chan struct{})}
+		joinRev: r.Header.Revision, lost: make(chan struct{}), stop: make(chan struct{})}
 	m.validUntil = sent.Add(m.ttl)
 	m.wg.Add(1)
 	go m.keepalive()
@@ -90,11 +91,12 @@ func (s *Store) join(ctx context.Context, info Info, ttl time.Duration, lease cl
 
 // Membership is a controller's live membership.
 type Membership struct {
-	s     *Store
-	info  Info
-	id    clientv3.LeaseID
-	ttl   time.Duration
-	lease clientv3.Lease
+	s       *Store
+	info    Info
+	id      clientv3.LeaseID
+	ttl     time.Duration
+	lease   clientv3.Lease
+	joinRev int64 // the revision of the join
 
 	mu         sync.Mutex
 	validUntil time.Time
@@ -121,7 +123,21 @@ func (m *Membership) ValidUntil() time.Time {
 }
 
 // Valid reports whether the lease is certainly alive now.
-func (m *Membership) Valid() bool { return m.s.clock.Now().Before(m.ValidUntil()) }
+func (m *Membership) Valid() bool { return m.ValidFor(0) }
+
+// ValidFor reports whether the lease is certainly alive for d more: what
+// an owner checks before it starts an I/O that reaches the media within
+// d, so none lands after etcd could have expired the lease.
+func (m *Membership) ValidFor(d time.Duration) bool {
+	return m.s.clock.Now().Add(d).Before(m.ValidUntil())
+}
+
+// Node is the member's node.
+func (m *Membership) Node() string { return m.info.Node }
+
+// JoinRevision is the etcd revision of the join: a view of the table read
+// before it may be stale (the node was not a member when it was read).
+func (m *Membership) JoinRevision() int64 { return m.joinRev }
 
 // Lost is closed when etcd says the lease is gone (expired or revoked):
 // the controller is down for everyone else and must join again.
@@ -167,11 +183,16 @@ func (m *Membership) markLost() {
 	m.lostOnce.Do(func() { close(m.lost) })
 }
 
-// Leave revokes the lease: the node leaves the cluster at once.
+// Leave revokes the lease: the node leaves the cluster at once. It stops
+// counting itself a member first, so it never serves after others saw it
+// go. Only the node itself may revoke its lease, once it has released its
+// LUNs: a revoked member looks gone to everyone at once, while it may
+// still believe its lease good until its deadline (an expiry cannot be
+// seen before the deadline; a revocation can).
 func (m *Membership) Leave(ctx context.Context) error {
 	m.halt()
-	_, err := m.lease.Revoke(ctx, m.id)
 	m.markLost()
+	_, err := m.lease.Revoke(ctx, m.id)
 	return err
 }
 
@@ -199,28 +220,62 @@ func (s *Store) Members(ctx context.Context) (map[string]Info, int64, error) {
 	return out, r.Header.Revision, nil
 }
 
-// MemberEvent is a member joining (Up) or leaving.
+// MemberEvent is a member joining (Up) or leaving, or the end of the
+// watch (Err set; the channel closes after it).
 type MemberEvent struct {
 	Node string
 	Up   bool
 	Rev  int64
+	Err  error
 }
 
-// WatchMembers sends member changes after revision rev until ctx ends.
+// ErrWatch ends a watch that cannot go on (its revision was compacted, the
+// etcd member lost its leader, the connection failed): the caller must
+// read afresh and watch from there.
+var ErrWatch = errors.New("cluster: the watch ended")
+
+// watchErr says why a watch response ends the watch ("" when it does not).
+func watchErr(wr clientv3.WatchResponse) error {
+	switch {
+	case wr.CompactRevision != 0:
+		return fmt.Errorf("%w: revision %d was compacted", ErrWatch, wr.CompactRevision)
+	case wr.Err() != nil:
+		return fmt.Errorf("%w: %v", ErrWatch, wr.Err())
+	case wr.Canceled:
+		return fmt.Errorf("%w: canceled", ErrWatch)
+	}
+	return nil
+}
+
+// WatchMembers sends member changes after revision rev until ctx ends, or
+// an event with Err when the watch cannot go on.
 func (s *Store) WatchMembers(ctx context.Context, rev int64) <-chan MemberEvent {
 	out := make(chan MemberEvent, 16)
 	wc := s.cli.Watch(clientv3.WithRequireLeader(ctx), s.prefix+"members/", clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	go func() {
 		defer close(out)
+		send := func(ev MemberEvent) bool {
+			select {
+			case out <- ev:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
 		for wr := range wc {
+			if err := watchErr(wr); err != nil {
+				send(MemberEvent{Err: err})
+				return
+			}
 			for _, ev := range wr.Events {
 				node := strings.TrimPrefix(string(ev.Kv.Key), s.prefix+"members/")
-				select {
-				case out <- MemberEvent{Node: node, Up: ev.Type == clientv3.EventTypePut, Rev: ev.Kv.ModRevision}:
-				case <-ctx.Done():
+				if !send(MemberEvent{Node: node, Up: ev.Type == clientv3.EventTypePut, Rev: ev.Kv.ModRevision}) {
 					return
 				}
 			}
+		}
+		if ctx.Err() == nil {
+			send(MemberEvent{Err: fmt.Errorf("%w: the watch channel closed", ErrWatch)})
 		}
 	}()
 	return out
@@ -298,23 +353,50 @@ func decodeOwned(b []byte, rev int64) (Owned, error) {
 	return Owned{Record: rec, Rev: rev}, nil
 }
 
+// Cond is an extra condition of a change.
+type Cond struct {
+	cmp  clientv3.Cmp
+	what string
+}
+
+// MemberAlive holds while m's lease holds its member key: a controller
+// whose lease is gone changes nothing, even from a fresh read.
+func (s *Store) MemberAlive(m *Membership) Cond {
+	return Cond{cmp: clientv3.Compare(clientv3.LeaseValue(s.memberKey(m.info.Node)), "=", m.id),
+		what: fmt.Sprintf("node %s is no member (its lease is gone)", m.info.Node)}
+}
+
+// MemberGone holds while node has no member key: an unplanned takeover
+// of its LUNs is made only once its lease has expired (not while it may
+// have joined again and read its own record).
+func (s *Store) MemberGone(node string) Cond {
+	return Cond{cmp: clientv3.Compare(clientv3.CreateRevision(s.memberKey(node)), "=", 0),
+		what: fmt.Sprintf("node %s is a member", node)}
+}
+
+// StillLeader holds while l's election key is the one it won with: a
+// deposed leader changes nothing.
+func (l *Leadership) StillLeader() Cond {
+	return Cond{cmp: clientv3.Compare(clientv3.CreateRevision(l.e.Key()), "=", l.e.Rev()),
+		what: "the leader's term is over"}
+}
+
 // Change replaces prev with next if the record is still at prev's
-// revision, and returns it with its new revision (the new fencing token).
-// A record that moved on is refused with ErrStale and returned as it is
-// now. With m set, the change is made only while m's lease is alive in
-// etcd, so a controller that lost its membership cannot change anything.
-func (s *Store) Change(ctx context.Context, prev Owned, next Record, m *Membership) (Owned, error) {
+// revision and every condition holds, and returns it with its new
+// revision (the new fencing token). A record that moved on is refused
+// with ErrStale and returned as it is now; a condition that failed, with
+// ErrStale saying which.
+func (s *Store) Change(ctx context.Context, prev Owned, next Record, conds ...Cond) (Owned, error) {
 	if next.LUN != prev.LUN {
 		return Owned{}, fmt.Errorf("cluster: a change of LUN %d's record names LUN %d", prev.LUN, next.LUN)
 	}
 	key := s.ownerKey(prev.LUN)
 	val, _ := json.Marshal(next)
-	conds := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", prev.Rev)}
-	if m != nil {
-		mk := s.memberKey(m.info.Node)
-		conds = append(conds, clientv3.Compare(clientv3.LeaseValue(mk), "=", m.id))
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", prev.Rev)}
+	for _, c := range conds {
+		cmps = append(cmps, c.cmp)
 	}
-	r, err := s.cli.Txn(ctx).If(conds...).Then(clientv3.OpPut(key, string(val))).Else(clientv3.OpGet(key)).Commit()
+	r, err := s.cli.Txn(ctx).If(cmps...).Then(clientv3.OpPut(key, string(val))).Else(clientv3.OpGet(key)).Commit()
 	if err != nil {
 		return Owned{}, err
 	}
@@ -329,51 +411,85 @@ func (s *Store) Change(ctx context.Context, prev Owned, next Record, m *Membersh
 	if err != nil {
 		return Owned{}, err
 	}
-	if cur.Rev == prev.Rev && m != nil {
-		return cur, fmt.Errorf("cluster: node %s is no member (its lease is gone): %w", m.info.Node, ErrStale)
+	if cur.Rev != prev.Rev {
+		return cur, ErrStale
 	}
-	return cur, ErrStale
+	var why []string
+	for _, c := range conds {
+		why = append(why, c.what)
+	}
+	return cur, fmt.Errorf("%w: a condition failed (one of: %s)", ErrStale, strings.Join(why, "; "))
+}
+
+// OwnerEvent is a record written, or the end of the watch (Err set; the
+// channel closes after it).
+type OwnerEvent struct {
+	Owned
+	Err error
 }
 
 // WatchOwners sends every record written after revision rev until ctx
-// ends.
-func (s *Store) WatchOwners(ctx context.Context, rev int64) <-chan Owned {
-	out := make(chan Owned, 64)
+// ends, or an event with Err when the watch cannot go on (a record that
+// does not decode or is deleted ends it too: the view would be wrong).
+func (s *Store) WatchOwners(ctx context.Context, rev int64) <-chan OwnerEvent {
+	out := make(chan OwnerEvent, 64)
 	wc := s.cli.Watch(clientv3.WithRequireLeader(ctx), s.prefix+"owners/", clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	go func() {
 		defer close(out)
+		send := func(ev OwnerEvent) bool {
+			select {
+			case out <- ev:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
 		for wr := range wc {
+			if err := watchErr(wr); err != nil {
+				send(OwnerEvent{Err: err})
+				return
+			}
 			for _, ev := range wr.Events {
 				if ev.Type != clientv3.EventTypePut {
-					continue
+					send(OwnerEvent{Err: fmt.Errorf("%w: record %s deleted", ErrWatch, ev.Kv.Key)})
+					return
 				}
 				o, err := decodeOwned(ev.Kv.Value, ev.Kv.ModRevision)
 				if err != nil {
-					continue
+					send(OwnerEvent{Err: fmt.Errorf("%w: %v", ErrWatch, err)})
+					return
 				}
-				select {
-				case out <- o:
-				case <-ctx.Done():
+				if !send(OwnerEvent{Owned: o}) {
 					return
 				}
 			}
+		}
+		if ctx.Err() == nil {
+			send(OwnerEvent{Err: fmt.Errorf("%w: the watch channel closed", ErrWatch)})
 		}
 	}()
 	return out
 }
 
-// Fence is a controller's view of the table: the token it last read for
-// each LUN. It serves a LUN as owner only while the view names it and its
-// membership is valid, and accepts forwarded I/O and mirror traffic only
-// with the token it holds.
+// Fence is a controller's view of the table under one membership: the
+// record it last read for each LUN. It serves a LUN as owner only while
+// the view names it owner with no move under way and its membership is
+// valid for the margin, and accepts forwarded I/O and mirror traffic only
+// with the token it holds. A new membership (a join after a lost lease)
+// needs a new Fence, filled by reads made after the join: a view read
+// before it may name this node owner of a LUN that moved meanwhile.
 type Fence struct {
-	mu   sync.Mutex
-	node string
-	view map[uint64]Owned
+	mu     sync.Mutex
+	m      *Membership
+	margin time.Duration
+	view   map[uint64]Owned
 }
 
-// NewFence is node's empty view.
-func NewFence(node string) *Fence { return &Fence{node: node, view: map[uint64]Owned{}} }
+// NewFence is m's empty view; margin is the longest an I/O admitted as
+// owner may take to reach the media.
+func NewFence(m *Membership, margin time.Duration) *Fence {
+	return &Fence{m: m, margin: margin, view: map[uint64]Owned{}}
+}
 
 // See records a record read or watched; an older revision than the one
 // held is ignored (watch events may repeat what a read already gave).
@@ -393,29 +509,41 @@ func (f *Fence) Token(lun uint64) int64 {
 }
 
 // Serves reports whether the node may serve the LUN as owner now: the
-// view names it owner with no move under way, and m is valid.
-func (f *Fence) Serves(lun uint64, m *Membership) bool {
+// view names it owner with no move under way, and the membership is
+// valid for the margin and not lost.
+func (f *Fence) Serves(lun uint64) bool {
 	f.mu.Lock()
 	o, ok := f.view[lun]
 	f.mu.Unlock()
-	return ok && o.Owner == f.node && o.To == "" && m != nil && m.Valid()
+	select {
+	case <-f.m.Lost():
+		return false
+	default:
+	}
+	return ok && o.Owner == f.m.info.Node && o.To == "" && f.m.ValidFor(f.margin)
 }
 
 // ErrFenced refuses traffic that carries a token other than the one held.
 var ErrFenced = errors.New("cluster: stale fencing token")
 
 // Check accepts traffic for a LUN stamped with token only if it is the
-// token the view holds.
+// token the view holds (never when the view holds no record).
 func (f *Fence) Check(lun uint64, token int64) error {
-	if held := f.Token(lun); token != held {
+	held := f.Token(lun)
+	if held == 0 {
+		return fmt.Errorf("%w: no record of LUN %d has been read", ErrFenced, lun)
+	}
+	if token != held {
 		return fmt.Errorf("%w: LUN %d carries revision %d, the record is at %d", ErrFenced, lun, token, held)
 	}
 	return nil
 }
 
 // Campaign runs for the leadership of the ownership core under m's lease
-// and returns once elected (or when ctx ends). The leadership ends with
-// the lease.
+// and returns once elected (or when ctx ends). The term ends with the
+// membership; if the election's session gives up on the lease while the
+// membership still holds it (etcd lost its quorum for longer than the
+// TTL), the term is resigned so another candidate can be elected.
 func (s *Store) Campaign(ctx context.Context, m *Membership) (*Leadership, error) {
 	sess, err := concurrency.NewSession(s.cli, concurrency.WithLease(m.id))
 	if err != nil {
@@ -423,27 +551,77 @@ func (s *Store) Campaign(ctx context.Context, m *Membership) (*Leadership, error
 	}
 	e := concurrency.NewElection(sess, s.prefix+"leader")
 	if err := e.Campaign(ctx, m.info.Node); err != nil {
+		sess.Orphan() // never Close: that would revoke the membership's lease
 		return nil, err
 	}
-	return &Leadership{e: e, sess: sess}, nil
+	l := &Leadership{e: e, sess: sess, m: m, done: make(chan struct{})}
+	go l.watch()
+	return l, nil
 }
 
 // Leadership is an elected leader's term.
 type Leadership struct {
 	e    *concurrency.Election
 	sess *concurrency.Session
+	m    *Membership
+	once sync.Once
+	done chan struct{}
 }
 
-// Done is closed when the term ends with the lease.
-func (l *Leadership) Done() <-chan struct{} { return l.sess.Done() }
+func (l *Leadership) watch() {
+	select {
+	case <-l.m.Lost():
+	case <-l.sess.Done():
+		// Resign until it goes through (the quorum may still be lost) or
+		// the membership is.
+		l.end()
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), l.m.ttl)
+			err := l.e.Resign(ctx)
+			cancel()
+			if err == nil {
+				return
+			}
+			select {
+			case <-l.m.Lost():
+				return
+			case <-time.After(l.m.ttl / 3):
+			}
+		}
+	case <-l.done:
+	}
+	l.end()
+}
+
+func (l *Leadership) end() { l.once.Do(func() { close(l.done) }) }
+
+// Done is closed when the term ends.
+func (l *Leadership) Done() <-chan struct{} { return l.done }
+
+// Leads reports whether the leader may act now: its term has not ended
+// and its membership is valid (a deposed leader's interlink actions are
+// fenced by this, its etcd writes by StillLeader).
+func (l *Leadership) Leads() bool {
+	select {
+	case <-l.done:
+		return false
+	default:
+	}
+	return l.m.Valid()
+}
 
 // Resign ends the term (another candidate is elected).
-func (l *Leadership) Resign(ctx context.Context) error { return l.e.Resign(ctx) }
+func (l *Leadership) Resign(ctx context.Context) error {
+	err := l.e.Resign(ctx)
+	l.end()
+	l.sess.Orphan()
+	return err
+}
 
 // Leader names the current leader ("" when none).
 func (s *Store) Leader(ctx context.Context) (string, error) {
 	opts := append([]clientv3.OpOption{clientv3.WithPrefix()}, clientv3.WithFirstCreate()...)
-	r, err := s.cli.Get(ctx, s.prefix+"leader", opts...)
+	r, err := s.cli.Get(ctx, s.prefix+"leader/", opts...)
 	if err != nil {
 		return "", err
 	}

@@ -25,9 +25,9 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// etcdCluster starts n embedded members on loopback (fast Raft timings)
-// and returns them with a client of all.
-func etcdCluster(t *testing.T, n int) ([]*Member, *clientv3.Client) {
+// etcdMembers starts n embedded members on loopback (fast Raft timings)
+// and returns their configurations (to restart one) and the members.
+func etcdMembers(t *testing.T, n int) ([]MemberConfig, []*Member) {
 	t.Helper()
 	cfgs := make([]MemberConfig, n)
 	var peers []string
@@ -56,9 +56,16 @@ func etcdCluster(t *testing.T, n int) ([]*Member, *clientv3.Client) {
 		m := members[i]
 		t.Cleanup(m.Close)
 	}
+	return cfgs, members
+}
+
+// etcdCluster is etcdMembers with a client of all.
+func etcdCluster(t *testing.T, n int) ([]*Member, *clientv3.Client) {
+	t.Helper()
+	cfgs, members := etcdMembers(t, n)
 	var eps []string
-	for _, m := range members {
-		eps = append(eps, m.ClientURL())
+	for _, c := range cfgs {
+		eps = append(eps, c.ClientURL)
 	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	require.NoError(t, err)
@@ -133,7 +140,8 @@ func TestMembership(t *testing.T) {
 // Every owner change is a compare-and-swap on the record's revision,
 // which is the fencing token: of two changes made from one read, one
 // wins; the loser learns the record as it is; a member whose lease is
-// gone changes nothing.
+// gone changes nothing; a takeover from a node waits for its lease to be
+// gone; the watch reports every change, and says so when it cannot go on.
 func TestOwnershipTable(t *testing.T) {
 	_, cli := etcdCluster(t, 1)
 	s := NewStore(cli, "arr1", nil)
@@ -150,50 +158,98 @@ func TestOwnershipTable(t *testing.T) {
 	watched := s.WatchOwners(ctx, rev)
 
 	// Two leaders' changes from the same read: one wins.
-	moving, err := s.Change(ctx, t0[0], Record{LUN: 0, Owner: "a", To: "b"}, a)
+	moving, err := s.Change(ctx, t0[0], Record{LUN: 0, Owner: "a", To: "b"}, s.MemberAlive(a))
 	require.NoError(t, err)
 	require.Greater(t, moving.Rev, t0[0].Rev)
-	cur, err := s.Change(ctx, t0[0], Record{LUN: 0, Owner: "c"}, nil)
+	cur, err := s.Change(ctx, t0[0], Record{LUN: 0, Owner: "c"})
 	require.ErrorIs(t, err, ErrStale)
 	require.Equal(t, moving, cur, "the loser reads the record as it is")
-	_, err = s.Change(ctx, moving, Record{LUN: 1, Owner: "b"}, nil)
+	_, err = s.Change(ctx, moving, Record{LUN: 1, Owner: "b"})
 	require.ErrorContains(t, err, "names LUN 1")
 
 	// The fence: a serves LUN 0 only before and after the move, and only
 	// with the token it holds.
-	f := NewFence("a")
+	f := NewFence(a, 0)
+	require.ErrorIs(t, f.Check(0, 0), ErrFenced, "no record read: nothing is accepted")
 	f.See(t0[0])
-	require.True(t, f.Serves(0, a))
+	require.True(t, f.Serves(0))
 	f.See(moving)
 	f.See(t0[0]) // an older revision is ignored
-	require.False(t, f.Serves(0, a), "not while the move runs")
+	require.False(t, f.Serves(0), "not while the move runs")
 	require.NoError(t, f.Check(0, moving.Rev))
 	require.ErrorIs(t, f.Check(0, t0[0].Rev), ErrFenced)
-	done, err := s.Change(ctx, moving, Record{LUN: 0, Owner: "b"}, a)
+	require.False(t, NewFence(a, 2*time.Second).Serves(0), "no view")
+	done, err := s.Change(ctx, moving, Record{LUN: 0, Owner: "b"}, s.MemberAlive(a))
 	require.NoError(t, err)
-	fb := NewFence("b")
-	fb.See(done)
-	require.False(t, fb.Serves(1, a), "no record seen for LUN 1")
 
 	for _, want := range []Owned{moving, done} {
 		select {
 		case got := <-watched:
-			require.Equal(t, want, got)
+			require.NoError(t, got.Err)
+			require.Equal(t, want, got.Owned)
 		case <-ctx.Done():
 			t.Fatal("the watch missed a change")
 		}
 	}
 
-	// a's lease gone: its changes are refused even from a fresh read.
+	// A takeover from a node waits for its lease to be gone.
+	back, err := s.Change(ctx, done, Record{LUN: 0, Owner: "a"}, s.MemberAlive(a))
+	require.NoError(t, err)
+	_, err = s.Change(ctx, back, Record{LUN: 0, Owner: "b"}, s.MemberGone("a"))
+	require.ErrorIs(t, err, ErrStale)
+	require.ErrorContains(t, err, "node a is a member")
+
+	// a's lease gone: it serves nothing even with a view that names it, and
+	// its changes are refused even from a fresh read.
+	f.See(back)
+	require.True(t, f.Serves(0))
 	require.NoError(t, a.Leave(ctx))
-	require.False(t, f.Serves(0, a))
+	require.False(t, f.Serves(0), "the membership is lost")
 	now, err := s.Owner(ctx, 0)
 	require.NoError(t, err)
-	_, err = s.Change(ctx, now, Record{LUN: 0, Owner: "a"}, a)
+	_, err = s.Change(ctx, now, Record{LUN: 0, Owner: "a"}, s.MemberAlive(a))
 	require.ErrorIs(t, err, ErrStale)
 	require.ErrorContains(t, err, "no member")
+	_, err = s.Change(ctx, now, Record{LUN: 0, Owner: "b"}, s.MemberGone("a"))
+	require.NoError(t, err, "the takeover once a is gone")
 	_, err = s.Owner(ctx, 7)
 	require.ErrorContains(t, err, "no ownership record for LUN 7")
+
+	// A watch from a compacted revision ends with an error, not silently.
+	r, err := cli.Compact(ctx, now.Rev)
+	require.NoError(t, err)
+	_ = r
+	for ev := range s.WatchOwners(ctx, rev) {
+		require.ErrorIs(t, ev.Err, ErrWatch)
+		require.ErrorContains(t, ev.Err, "compacted")
+	}
+}
+
+// An owner whose renewals stop serves until its deadline, less the
+// margin, and not after: before etcd can expire its lease.
+func TestServesUntilTheDeadline(t *testing.T) {
+	_, cli := etcdCluster(t, 1)
+	s := NewStore(cli, "arr1", nil)
+	ctx := ctxT(t)
+	require.NoError(t, s.Init(ctx, []Record{{LUN: 0, Owner: "a"}}))
+	a, err := s.Join(ctx, Info{Node: "a"}, time.Second)
+	require.NoError(t, err)
+	o, err := s.Owner(ctx, 0)
+	require.NoError(t, err)
+	f := NewFence(a, 200*time.Millisecond)
+	f.See(o)
+	require.True(t, f.Serves(0))
+	a.halt() // no more renewals: a controller cut off from etcd
+	deadline := a.ValidUntil()
+	for f.Serves(0) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	stopped := time.Now()
+	require.False(t, stopped.Before(deadline.Add(-210*time.Millisecond)), "stopped early")
+	require.True(t, stopped.Before(deadline), "stopped by the margin before the deadline")
+	ms, _, err := s.Members(ctx)
+	require.NoError(t, err)
+	require.Contains(t, ms, "a", "etcd still holds the lease when the owner stops")
 }
 
 // One leader at a time; its term ends with its lease, and another
@@ -209,6 +265,12 @@ func TestElection(t *testing.T) {
 	defer b.Leave(ctx)
 	la, err := s.Campaign(ctx, a)
 	require.NoError(t, err)
+	require.True(t, la.Leads())
+	require.NoError(t, s.Init(ctx, []Record{{LUN: 0, Owner: "a"}}))
+	o, err := s.Owner(ctx, 0)
+	require.NoError(t, err)
+	o, err = s.Change(ctx, o, Record{LUN: 0, Owner: "a", To: "b"}, la.StillLeader())
+	require.NoError(t, err, "the leader changes records")
 	leader, err := s.Leader(ctx)
 	require.NoError(t, err)
 	require.Equal(t, "a", leader)
@@ -227,6 +289,7 @@ func TestElection(t *testing.T) {
 	}
 	require.NoError(t, a.Leave(ctx)) // a's lease, and its term, end
 	<-la.Done()
+	require.False(t, la.Leads())
 	select {
 	case <-elected:
 	case <-ctx.Done():
@@ -235,6 +298,8 @@ func TestElection(t *testing.T) {
 	leader, err = s.Leader(ctx)
 	require.NoError(t, err)
 	require.Equal(t, "b", leader)
+	_, err = s.Change(ctx, o, Record{LUN: 0, Owner: "a"}, la.StillLeader())
+	require.ErrorIs(t, err, ErrStale, "a deposed leader changes nothing")
 }
 
 // Three members: losing one changes nothing; losing two stops every
@@ -247,13 +312,59 @@ func TestQuorum(t *testing.T) {
 	members[2].Close()
 	o, err := s.Owner(ctx, 0)
 	require.NoError(t, err)
-	o, err = s.Change(ctx, o, Record{LUN: 0, Owner: "b"}, nil)
+	o, err = s.Change(ctx, o, Record{LUN: 0, Owner: "b"})
 	require.NoError(t, err, "two of three members are a quorum")
 	members[1].Close()
 	short, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	_, err = s.Change(short, o, Record{LUN: 0, Owner: "a"}, nil)
+	_, err = s.Change(short, o, Record{LUN: 0, Owner: "a"})
 	require.Error(t, err, "one member of three is no quorum")
 	require.True(t, errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "deadline") ||
 		strings.Contains(err.Error(), "leader"), "%v", err)
+}
+
+// The quorum lost for longer than the TTL, then back: etcd's new leader
+// extends every lease, so a's membership renews again, but the election's
+// own keepalive gave up meanwhile. a's term ends and its election key is
+// resigned, so b can be elected (it is not held by a term nobody runs).
+func TestLeadershipAfterALostQuorum(t *testing.T) {
+	cfgs, ms := etcdMembers(t, 3)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{cfgs[0].ClientURL}, DialTimeout: 5 * time.Second,
+		Logger: zap.NewNop()})
+	require.NoError(t, err)
+	defer cli.Close()
+	s := NewStore(cli, "arr1", nil)
+	ctx := ctxT(t)
+	a, err := s.Join(ctx, Info{Node: "a"}, 2*time.Second)
+	require.NoError(t, err)
+	b, err := s.Join(ctx, Info{Node: "b"}, 2*time.Second)
+	require.NoError(t, err)
+	la, err := s.Campaign(ctx, a)
+	require.NoError(t, err)
+
+	ms[1].Close()
+	ms[2].Close()
+	select {
+	case <-la.Done():
+	case <-ctx.Done():
+		t.Fatal("a's term outlived a lost quorum")
+	}
+	require.False(t, la.Leads())
+	m1, err := StartMember(cfgs[1], 20*time.Second)
+	require.NoError(t, err)
+	defer m1.Close()
+	require.Eventually(t, a.Valid, 10*time.Second, 50*time.Millisecond, "a renews once the quorum is back")
+	elected := make(chan *Leadership, 1)
+	go func() {
+		if l, err := s.Campaign(ctx, b); err == nil {
+			elected <- l
+		}
+	}()
+	select {
+	case lb := <-elected:
+		require.True(t, lb.Leads())
+	case <-time.After(3 * a.TTL()):
+		leader, _ := s.Leader(ctx)
+		t.Fatalf("b not elected after 3 TTLs; the leader key names %q", leader)
+	}
 }

@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aluad/aluad/pkg/clock"
@@ -42,7 +44,10 @@ var ErrSilent = errors.New("interlink: the peer is silent")
 var ErrClosed = errors.New("interlink: connection closed")
 
 // Conn is one established interlink connection. Both sides may send
-// requests; replies are matched by id.
+// requests; replies are matched by id. Forwarded commands are served
+// concurrently; mirror copies, releases and flushes of one LUN are served
+// one at a time in the order they arrived, so a release never overtakes
+// the copy it releases, nor an older copy a newer one.
 type Conn struct {
 	nc   net.Conn
 	o    Options
@@ -53,12 +58,29 @@ type Conn struct {
 
 	mu     sync.Mutex
 	calls  map[uint64]chan Frame
+	lanes  map[uint32]chan Frame
 	nextID uint64
 	err    error
-	last   time.Time // a frame last arrived
+	last   atomic.Int64 // unix nanoseconds a byte last arrived
 
 	done chan struct{}
 	wg   sync.WaitGroup
+}
+
+// liveReader notes every byte that arrives: a peer in the middle of a
+// large frame is not silent.
+type liveReader struct {
+	r    io.Reader
+	last *atomic.Int64
+	clk  interface{ Now() time.Time }
+}
+
+func (l *liveReader) Read(b []byte) (int, error) {
+	n, err := l.r.Read(b)
+	if n > 0 && l.last != nil {
+		l.last.Store(l.clk.Now().UnixNano())
+	}
+	return n, err
 }
 
 // Dial connects to a peer's interlink listener with dial (nil: TCP).
@@ -102,7 +124,8 @@ func establish(ctx context.Context, nc net.Conn, o Options) (*Conn, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		nc.SetDeadline(dl)
 	}
-	br := bufio.NewReaderSize(nc, 256<<10)
+	lr := &liveReader{r: nc, clk: o.Clock}
+	br := bufio.NewReaderSize(lr, 256<<10)
 	if _, err := nc.Write(AppendFrame(nil, Frame{Header: Header{Type: THello}, Payload: o.Self.Marshal()})); err != nil {
 		return nil, fmt.Errorf("interlink: hello: %w", err)
 	}
@@ -122,7 +145,9 @@ func establish(ctx context.Context, nc net.Conn, o Options) (*Conn, error) {
 	}
 	nc.SetDeadline(time.Time{})
 	c := &Conn{nc: nc, o: o, peer: peer, bw: bufio.NewWriterSize(nc, 256<<10), calls: map[uint64]chan Frame{},
-		last: o.Clock.Now(), done: make(chan struct{})}
+		lanes: map[uint32]chan Frame{}, done: make(chan struct{})}
+	c.last.Store(o.Clock.Now().UnixNano())
+	lr.last = &c.last
 	c.wg.Add(1)
 	go c.readLoop(br)
 	if o.Heartbeat > 0 && o.Timeout > 0 {
@@ -145,7 +170,9 @@ func (c *Conn) Err() error {
 	return c.err
 }
 
-// Close ends the connection; requests in flight fail with ErrClosed.
+// Close ends the connection; requests in flight fail with ErrClosed. It
+// waits for the connection's own loops, not for handlers still running
+// (their contexts are canceled; their replies go nowhere).
 func (c *Conn) Close() error {
 	c.fail(ErrClosed)
 	c.wg.Wait()
@@ -207,6 +234,11 @@ func (c *Conn) call(ctx context.Context, t Type, lun uint32, payload []byte) (Fr
 	case f, ok := <-ch:
 		if !ok {
 			return Frame{}, fmt.Errorf("%w (%v)", ErrClosed, c.Err())
+		}
+		if f.Type != t|TReply {
+			err := fmt.Errorf("%w: a %s answers a %s", ErrFrame, f.Type, t)
+			c.fail(err)
+			return Frame{}, err
 		}
 		return f, nil
 	case <-ctx.Done():
@@ -289,9 +321,6 @@ func (c *Conn) readLoop(br *bufio.Reader) {
 			c.fail(err)
 			return
 		}
-		c.mu.Lock()
-		c.last = c.o.Clock.Now()
-		c.mu.Unlock()
 		if f.Type&TReply != 0 {
 			c.mu.Lock()
 			ch := c.calls[f.ID]
@@ -305,19 +334,43 @@ func (c *Conn) readLoop(br *bufio.Reader) {
 		switch f.Type {
 		case TPing:
 			go c.send(Frame{Header: Header{Type: TPing | TReply, ID: f.ID}})
-		case TForward, TMirror, TDrop, TFlush:
-			c.wg.Add(1)
+		case TForward:
 			go c.serve(f)
-		default:
-			c.fail(fmt.Errorf("%w: an unexpected %s", ErrFrame, f.Type))
-			return
+		case TMirror, TDrop, TFlush:
+			c.lane(f.LUN) <- f
+		default: // a newer peer's request: refused, the connection goes on
+			go c.send(Frame{Header: Header{Type: f.Type | TReply, ID: f.ID, LUN: f.LUN},
+				Payload: Ack{Code: Failed, Msg: fmt.Sprintf("node %s does not serve %s requests", c.o.Self.Node, f.Type)}.Marshal()})
 		}
 	}
 }
 
-// serve answers one request.
+// lane is the LUN's ordered queue of mirror, release and flush requests,
+// with its worker. The read loop waits when a lane is full.
+func (c *Conn) lane(lun uint32) chan Frame {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := c.lanes[lun]
+	if ch == nil {
+		ch = make(chan Frame, 256)
+		c.lanes[lun] = ch
+		go func() {
+			for {
+				select {
+				case f := <-ch:
+					c.serve(f)
+				case <-c.done:
+					return
+				}
+			}
+		}()
+	}
+	return ch
+}
+
+// serve answers one request; a handler that panics fails the request,
+// not the process.
 func (c *Conn) serve(f Frame) {
-	defer c.wg.Done()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -328,8 +381,26 @@ func (c *Conn) serve(f Frame) {
 		}
 	}()
 	reply := Frame{Header: Header{Type: f.Type | TReply, ID: f.ID, LUN: f.LUN}}
+	err := c.handle(ctx, f, &reply)
+	if err == nil && len(reply.Payload) > MaxPayload {
+		err = fmt.Errorf("%w: a %d-byte reply (at most %d)", ErrFailed, len(reply.Payload), MaxPayload)
+	}
+	if err != nil || f.Type != TForward {
+		reply.Payload = ackOf(err).Marshal()
+		if f.Type == TForward {
+			reply.Flags |= flagAck
+		}
+	}
+	c.send(reply)
+}
+
+func (c *Conn) handle(ctx context.Context, f Frame, reply *Frame) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: the %s handler panicked: %v", ErrFailed, f.Type, p)
+		}
+	}()
 	h := c.o.Handler
-	var err error
 	switch {
 	case h == nil:
 		err = fmt.Errorf("%w: node %s serves no requests", ErrNotOwner, c.o.Self.Node)
@@ -357,13 +428,7 @@ func (c *Conn) serve(f Frame) {
 			err = h.Flush(ctx, f.LUN, m)
 		}
 	}
-	if err != nil || f.Type != TForward {
-		reply.Payload = ackOf(err).Marshal()
-		if f.Type == TForward {
-			reply.Flags |= flagAck
-		}
-	}
-	c.send(reply)
+	return err
 }
 
 func ackOf(err error) Ack {
@@ -389,9 +454,7 @@ func (c *Conn) heartbeat() {
 			return
 		case <-t.C():
 		}
-		c.mu.Lock()
-		silent := c.o.Clock.Now().Sub(c.last)
-		c.mu.Unlock()
+		silent := c.o.Clock.Now().Sub(time.Unix(0, c.last.Load()))
 		if silent >= c.o.Timeout {
 			c.fail(fmt.Errorf("%w for %v", ErrSilent, silent))
 			return

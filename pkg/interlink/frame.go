@@ -25,11 +25,14 @@ import (
 // Version is the protocol version a frame carries.
 const Version = 1
 
-// HeaderLen is a frame header's length; MaxPayload bounds a payload (a
-// forwarded command's data and a mirror copy are split above it).
+// HeaderLen is a frame header's length; MaxPayload bounds a payload;
+// MaxData bounds the data of one forwarded command either way, so its
+// request and its reply fit a payload (the sender splits larger commands,
+// and mirror copies, below it).
 const (
 	HeaderLen  = 24
 	MaxPayload = 16 << 20
+	MaxData    = MaxPayload - 64<<10
 )
 
 // Type is a message type.

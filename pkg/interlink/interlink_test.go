@@ -311,3 +311,160 @@ func TestHelloOtherArray(t *testing.T) {
 		synctest.Wait()
 	})
 }
+
+// slowConn writes at rate bytes a second, in 64 KiB pieces: a slow link.
+type slowConn struct {
+	net.Conn
+	rate int
+}
+
+func (s slowConn) Write(b []byte) (int, error) {
+	n := 0
+	for len(b) > 0 {
+		k := min(len(b), 64<<10)
+		time.Sleep(time.Duration(k) * time.Second / time.Duration(s.rate))
+		w, err := s.Conn.Write(b[:k])
+		n += w
+		if err != nil {
+			return n, err
+		}
+		b = b[k:]
+	}
+	return n, nil
+}
+
+// A peer busy sending one large copy over a slow link is alive: every
+// byte that arrives counts, not only whole frames. (Real time: a write
+// waiting on the connection's write lock is not durably blocked, so this
+// cannot run in a synctest bubble.)
+func TestLiveDuringABigFrame(t *testing.T) {
+	nw := memnet.New()
+	l, err := nw.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	o := &owner{mirror: map[int64][]byte{}, release: make(chan struct{})}
+	accepted := make(chan *Conn, 1)
+	opt := func(node string, h Handler) Options {
+		return Options{Self: Hello{Array: "arr", Node: node}, Handler: h, Heartbeat: 50 * time.Millisecond, Timeout: 500 * time.Millisecond}
+	}
+	go func() {
+		nc, _ := l.Accept()
+		c, err := establish(context.Background(), slowConn{nc, 4 << 20}, opt("b", o))
+		if err == nil {
+			accepted <- c
+		}
+	}()
+	a, err := Dial(context.Background(), l.Addr().String(), opt("a", nil),
+		func(ctx context.Context, network, addr string) (net.Conn, error) {
+			nc, err := nw.Dial(ctx, network, addr)
+			return slowConn{nc, 4 << 20}, err // 4 MiB/s
+		})
+	require.NoError(t, err)
+	b := <-accepted
+	defer a.Close()
+	defer b.Close()
+	// 4 MiB at 4 MiB/s: a second on the wire, twice the timeout.
+	require.NoError(t, a.Mirror(context.Background(), 0, Mirror{Token: 5, Data: make([]byte, 4<<20)}), "b: %v", b.Err())
+	require.Len(t, o.mirror[0], 4<<20)
+}
+
+// orderRec records the mirror copies in the order it applies them; the
+// first one is slow.
+type orderRec struct {
+	owner
+	mu  sync.Mutex
+	seq []uint64
+}
+
+func (o *orderRec) Mirror(_ context.Context, _ uint32, m Mirror) error {
+	if m.Ver == 1 {
+		time.Sleep(time.Millisecond)
+	}
+	o.mu.Lock()
+	o.seq = append(o.seq, m.Ver)
+	o.mu.Unlock()
+	return nil
+}
+
+func (o *orderRec) Drop(_ context.Context, _ uint32, m Drop) error {
+	o.mu.Lock()
+	o.seq = append(o.seq, 100+m.Ver)
+	o.mu.Unlock()
+	return nil
+}
+
+// Copies and releases of one LUN are applied in the order they were
+// sent, even when the first one is slow; another LUN's are not held.
+func TestMirrorOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		o := &orderRec{}
+		a, b, _, _ := pair(t, o, 0, 0)
+		defer a.Close()
+		defer b.Close()
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); a.Mirror(context.Background(), 0, Mirror{Token: 5, Ver: 1, Data: []byte{1}}) }()
+		synctest.Wait() // copy 1 is on the wire first
+		wg.Add(1)
+		go func() { defer wg.Done(); a.Drop(context.Background(), 0, Drop{Token: 5, Ver: 1}) }()
+		synctest.Wait()
+		require.NoError(t, a.Mirror(context.Background(), 0, Mirror{Token: 5, Ver: 2, Data: []byte{2}}))
+		wg.Wait()
+		require.Equal(t, []uint64{1, 101, 2}, o.seq, "applied in the order sent")
+	})
+}
+
+// bigReader answers a forward with more data than a reply can carry, and
+// panics on a flush.
+type bigReader struct{ owner }
+
+func (*bigReader) Forward(context.Context, uint32, Forward) (ForwardReply, error) {
+	return ForwardReply{DataIn: make([]byte, MaxPayload)}, nil
+}
+
+func (*bigReader) Flush(context.Context, uint32, Flush) error { panic("disk on fire") }
+
+// What cannot be carried, a handler's panic and a request type the peer
+// does not know fail that request, not the connection.
+func TestRequestFailuresKeepTheConnection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b, _, _ := pair(t, &bigReader{}, 0, 0)
+		defer a.Close()
+		defer b.Close()
+		_, err := a.Forward(context.Background(), 0, Forward{Token: 5, CDB: make([]byte, 16), DataInLen: MaxData + 1})
+		require.ErrorIs(t, err, ErrFailed)
+		require.ErrorContains(t, err, "larger commands are split")
+		_, err = a.Forward(context.Background(), 0, Forward{Token: 5, CDB: make([]byte, 16), DataInLen: 512})
+		require.ErrorIs(t, err, ErrFailed)
+		require.ErrorContains(t, err, "reply (at most")
+		err = a.Flush(context.Background(), 0, Flush{Token: 5})
+		require.ErrorIs(t, err, ErrFailed)
+		require.ErrorContains(t, err, "panicked: disk on fire")
+		f, err := a.call(context.Background(), Type(9), 0, nil)
+		require.NoError(t, err)
+		require.ErrorContains(t, ack(f), "does not serve type-9 requests")
+		_, err = a.Ping(context.Background())
+		require.NoError(t, err, "the connection goes on")
+	})
+}
+
+// stuck never answers a flush, whatever its context says.
+type stuck struct{ owner }
+
+func (*stuck) Flush(context.Context, uint32, Flush) error { select {} }
+
+// Close does not wait for a handler that ignores its context.
+func TestCloseDoesNotWaitForHandlers(t *testing.T) {
+	a, b, _, _ := pair(t, &stuck{}, 0, 0)
+	defer a.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, a.Flush(ctx, 0, Flush{}), context.DeadlineExceeded)
+	closed := make(chan struct{})
+	go func() { b.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close waits for a handler that ignores its context")
+	}
+}

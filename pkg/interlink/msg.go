@@ -34,18 +34,22 @@ type ForwardReply struct {
 	DataIn []byte
 }
 
-// Mirror is a write-back copy for the partner's mirror: its bytes at a
-// byte offset of the LUN.
+// Mirror is a write-back copy for the partner's mirror: the pages of the
+// LUN at a byte offset, at a version (the owner's write order: a copy
+// never replaces a newer one of the same page).
 type Mirror struct {
 	Token  int64
 	Offset int64
+	Ver    uint64
 	Data   []byte
 }
 
-// Drop releases mirror copies the owner has destaged.
+// Drop releases the mirror copies of a range that the owner has destaged
+// at version Ver: copies not newer than it are dropped, newer ones kept.
 type Drop struct {
 	Token          int64
 	Offset, Length int64
+	Ver            uint64
 }
 
 // Flush asks the owner to write the LUN's dirty cache to the media (a
@@ -228,6 +232,10 @@ func (m *Forward) Unmarshal(b []byte) error {
 	if d.err == nil && (len(m.CDB) < 6 || len(m.CDB) > 260) {
 		d.fail(fmt.Sprintf("a %d-byte CDB", len(m.CDB)))
 	}
+	if d.err == nil && (m.DataInLen > MaxData || len(m.DataOut) > MaxData) {
+		d.fail(fmt.Sprintf("a transfer of %d bytes in, %d out (at most %d: larger commands are split)",
+			m.DataInLen, len(m.DataOut), MaxData))
+	}
 	return d.end()
 }
 
@@ -242,12 +250,12 @@ func (m *ForwardReply) Unmarshal(b []byte) error {
 }
 
 // Marshal encodes the payload.
-func (m Mirror) Marshal() []byte { return enc(nil).i(m.Token).i(m.Offset).b(m.Data) }
+func (m Mirror) Marshal() []byte { return enc(nil).i(m.Token).i(m.Offset).u(m.Ver).b(m.Data) }
 
 // Unmarshal decodes it.
 func (m *Mirror) Unmarshal(b []byte) error {
 	d := dec{b: b}
-	m.Token, m.Offset, m.Data = d.i(), d.i(), d.bytes()
+	m.Token, m.Offset, m.Ver, m.Data = d.i(), d.i(), d.u(), d.bytes()
 	if d.err == nil && m.Offset < 0 {
 		d.fail("a negative offset")
 	}
@@ -255,12 +263,12 @@ func (m *Mirror) Unmarshal(b []byte) error {
 }
 
 // Marshal encodes the payload.
-func (m Drop) Marshal() []byte { return enc(nil).i(m.Token).i(m.Offset).i(m.Length) }
+func (m Drop) Marshal() []byte { return enc(nil).i(m.Token).i(m.Offset).i(m.Length).u(m.Ver) }
 
 // Unmarshal decodes it.
 func (m *Drop) Unmarshal(b []byte) error {
 	d := dec{b: b}
-	m.Token, m.Offset, m.Length = d.i(), d.i(), d.i()
+	m.Token, m.Offset, m.Length, m.Ver = d.i(), d.i(), d.i(), d.u()
 	if d.err == nil && (m.Offset < 0 || m.Length < 0) {
 		d.fail("a negative range")
 	}
