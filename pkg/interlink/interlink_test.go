@@ -255,8 +255,8 @@ func TestConnRequests(t *testing.T) {
 }
 
 // A cut shorter than the timeout loses nothing: what was sent goes
-// through when the link returns. A longer one ends both ends with
-// ErrSilent at the timeout, and the requests in flight fail.
+// through when the link returns. A longer one ends the connection at the
+// timeout (ErrSilent), and the requests in flight fail.
 func TestConnCut(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		o := &owner{mirror: map[int64][]byte{}, release: make(chan struct{})}
@@ -284,8 +284,10 @@ func TestConnCut(t *testing.T) {
 		go func() { done <- a.Mirror(context.Background(), 0, Mirror{Token: 5, Offset: 512, Data: []byte("y")}) }()
 		<-a.Done()
 		<-b.Done()
-		require.ErrorIs(t, a.Err(), ErrSilent)
-		require.ErrorIs(t, b.Err(), ErrSilent)
+		// Both time out at the same tick; the first to close may reach the
+		// other before its own heartbeat does (memnet delivers a close even
+		// through a cut, where TCP would lose the FIN).
+		require.True(t, errors.Is(a.Err(), ErrSilent) || errors.Is(b.Err(), ErrSilent), "a: %v, b: %v", a.Err(), b.Err())
 		took := time.Since(start)
 		require.GreaterOrEqual(t, took, time.Second)
 		require.LessOrEqual(t, took, 1100*time.Millisecond, "found at the first heartbeat past the timeout")
