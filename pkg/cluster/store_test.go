@@ -310,10 +310,19 @@ func TestQuorum(t *testing.T) {
 	ctx := ctxT(t)
 	require.NoError(t, s.Init(ctx, []Record{{LUN: 0, Owner: "a"}}))
 	members[2].Close()
-	o, err := s.Owner(ctx, 0)
-	require.NoError(t, err)
-	o, err = s.Change(ctx, o, Record{LUN: 0, Owner: "b"})
-	require.NoError(t, err, "two of three members are a quorum")
+	// Two of three are a quorum: changes go on, after an election if the
+	// closed member led (a change in flight then fails and is made again).
+	var o Owned
+	require.Eventually(t, func() bool {
+		short, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		cur, err := s.Owner(short, 0)
+		if err != nil {
+			return false
+		}
+		o, err = s.Change(short, cur, Record{LUN: 0, Owner: "b"})
+		return err == nil
+	}, 15*time.Second, 50*time.Millisecond, "two of three members are a quorum")
 	members[1].Close()
 	short, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
