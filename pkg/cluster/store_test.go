@@ -326,7 +326,7 @@ func TestQuorum(t *testing.T) {
 	members[1].Close()
 	short, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	_, err = s.Change(short, o, Record{LUN: 0, Owner: "a"})
+	_, err := s.Change(short, o, Record{LUN: 0, Owner: "a"})
 	require.Error(t, err, "one member of three is no quorum")
 	require.True(t, errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "deadline") ||
 		strings.Contains(err.Error(), "leader"), "%v", err)
