@@ -247,16 +247,18 @@ func watchErr(wr clientv3.WatchResponse) error {
 	return nil
 }
 
-// WatchMembers sends member changes after revision rev until ctx ends, or
-// an event with Err when the watch cannot go on.
-func (s *Store) WatchMembers(ctx context.Context, rev int64) <-chan MemberEvent {
-	out := make(chan MemberEvent, 16)
-	wc := s.cli.Watch(clientv3.WithRequireLeader(ctx), s.prefix+"members/", clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+// watch sends what conv makes of every event under prefix after revision
+// rev until ctx ends; when the watch cannot go on, or conv refuses an
+// event, it sends what fail makes of the error and closes.
+func watch[T any](ctx context.Context, cli *clientv3.Client, prefix string, rev int64, buf int,
+	conv func(*clientv3.Event) (T, error), fail func(error) T) <-chan T {
+	out := make(chan T, buf)
+	wc := cli.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	go func() {
 		defer close(out)
-		send := func(ev MemberEvent) bool {
+		send := func(v T) bool {
 			select {
-			case out <- ev:
+			case out <- v:
 				return true
 			case <-ctx.Done():
 				return false
@@ -264,21 +266,35 @@ func (s *Store) WatchMembers(ctx context.Context, rev int64) <-chan MemberEvent 
 		}
 		for wr := range wc {
 			if err := watchErr(wr); err != nil {
-				send(MemberEvent{Err: err})
+				send(fail(err))
 				return
 			}
 			for _, ev := range wr.Events {
-				node := strings.TrimPrefix(string(ev.Kv.Key), s.prefix+"members/")
-				if !send(MemberEvent{Node: node, Up: ev.Type == clientv3.EventTypePut, Rev: ev.Kv.ModRevision}) {
+				v, err := conv(ev)
+				if err != nil {
+					send(fail(err))
+					return
+				}
+				if !send(v) {
 					return
 				}
 			}
 		}
 		if ctx.Err() == nil {
-			send(MemberEvent{Err: fmt.Errorf("%w: the watch channel closed", ErrWatch)})
+			send(fail(fmt.Errorf("%w: the watch channel closed", ErrWatch)))
 		}
 	}()
 	return out
+}
+
+// WatchMembers sends member changes after revision rev until ctx ends, or
+// an event with Err when the watch cannot go on.
+func (s *Store) WatchMembers(ctx context.Context, rev int64) <-chan MemberEvent {
+	pfx := s.prefix + "members/"
+	return watch(ctx, s.cli, pfx, rev, 16, func(ev *clientv3.Event) (MemberEvent, error) {
+		return MemberEvent{Node: strings.TrimPrefix(string(ev.Kv.Key), pfx), Up: ev.Type == clientv3.EventTypePut,
+			Rev: ev.Kv.ModRevision}, nil
+	}, func(err error) MemberEvent { return MemberEvent{Err: err} })
 }
 
 // Record is one LUN's ownership: its owner and, while a move runs, the
@@ -432,43 +448,16 @@ type OwnerEvent struct {
 // ends, or an event with Err when the watch cannot go on (a record that
 // does not decode or is deleted ends it too: the view would be wrong).
 func (s *Store) WatchOwners(ctx context.Context, rev int64) <-chan OwnerEvent {
-	out := make(chan OwnerEvent, 64)
-	wc := s.cli.Watch(clientv3.WithRequireLeader(ctx), s.prefix+"owners/", clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-	go func() {
-		defer close(out)
-		send := func(ev OwnerEvent) bool {
-			select {
-			case out <- ev:
-				return true
-			case <-ctx.Done():
-				return false
-			}
+	return watch(ctx, s.cli, s.prefix+"owners/", rev, 64, func(ev *clientv3.Event) (OwnerEvent, error) {
+		if ev.Type != clientv3.EventTypePut {
+			return OwnerEvent{}, fmt.Errorf("%w: record %s deleted", ErrWatch, ev.Kv.Key)
 		}
-		for wr := range wc {
-			if err := watchErr(wr); err != nil {
-				send(OwnerEvent{Err: err})
-				return
-			}
-			for _, ev := range wr.Events {
-				if ev.Type != clientv3.EventTypePut {
-					send(OwnerEvent{Err: fmt.Errorf("%w: record %s deleted", ErrWatch, ev.Kv.Key)})
-					return
-				}
-				o, err := decodeOwned(ev.Kv.Value, ev.Kv.ModRevision)
-				if err != nil {
-					send(OwnerEvent{Err: fmt.Errorf("%w: %v", ErrWatch, err)})
-					return
-				}
-				if !send(OwnerEvent{Owned: o}) {
-					return
-				}
-			}
+		o, err := decodeOwned(ev.Kv.Value, ev.Kv.ModRevision)
+		if err != nil {
+			return OwnerEvent{}, fmt.Errorf("%w: %v", ErrWatch, err)
 		}
-		if ctx.Err() == nil {
-			send(OwnerEvent{Err: fmt.Errorf("%w: the watch channel closed", ErrWatch)})
-		}
-	}()
-	return out
+		return OwnerEvent{Owned: o}, nil
+	}, func(err error) OwnerEvent { return OwnerEvent{Err: err} })
 }
 
 // Fence is a controller's view of the table under one membership: the
