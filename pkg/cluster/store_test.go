@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/aluad/aluad/pkg/clock"
 )
 
 // freePort is a loopback port nobody listens on now.
@@ -225,31 +227,31 @@ func TestOwnershipTable(t *testing.T) {
 	}
 }
 
-// An owner whose renewals stop serves until its deadline, less the
-// margin, and not after: before etcd can expire its lease.
+// An owner whose renewals stop serves until its deadline less the
+// margin, and not after. The membership's clock is fake, so the test
+// moves time itself and no timing decides it.
 func TestServesUntilTheDeadline(t *testing.T) {
 	_, cli := etcdCluster(t, 1)
-	s := NewStore(cli, "arr1", nil)
+	clk := clock.NewFake(time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC))
+	s := NewStore(cli, "arr1", clk)
 	ctx := ctxT(t)
 	require.NoError(t, s.Init(ctx, []Record{{LUN: 0, Owner: "a"}}))
 	a, err := s.Join(ctx, Info{Node: "a"}, time.Second)
 	require.NoError(t, err)
+	a.halt() // no more renewals: a controller cut off from etcd
+	deadline := a.ValidUntil()
+	require.Equal(t, clk.Now().Add(a.TTL()), deadline, "the send time of the grant plus the TTL")
 	o, err := s.Owner(ctx, 0)
 	require.NoError(t, err)
 	f := NewFence(a, 200*time.Millisecond)
 	f.See(o)
-	require.True(t, f.Serves(0))
-	a.halt() // no more renewals: a controller cut off from etcd
-	deadline := a.ValidUntil()
-	for f.Serves(0) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	stopped := time.Now()
-	require.False(t, stopped.Before(deadline.Add(-210*time.Millisecond)), "stopped early")
-	require.True(t, stopped.Before(deadline), "stopped by the margin before the deadline")
-	ms, _, err := s.Members(ctx)
-	require.NoError(t, err)
-	require.Contains(t, ms, "a", "etcd still holds the lease when the owner stops")
+	clk.Advance(a.TTL() - 201*time.Millisecond)
+	require.True(t, f.Serves(0), "more than the margin before the deadline")
+	clk.Advance(time.Millisecond)
+	require.False(t, f.Serves(0), "the margin before the deadline")
+	require.True(t, a.Valid(), "the lease itself is still good")
+	clk.Advance(200 * time.Millisecond)
+	require.False(t, a.Valid(), "the deadline")
 }
 
 // One leader at a time; its term ends with its lease, and another

@@ -347,11 +347,11 @@ func TestLiveDuringABigFrame(t *testing.T) {
 	o := &owner{mirror: map[int64][]byte{}, release: make(chan struct{})}
 	accepted := make(chan *Conn, 1)
 	opt := func(node string, h Handler) Options {
-		return Options{Self: Hello{Array: "arr", Node: node}, Handler: h, Heartbeat: 50 * time.Millisecond, Timeout: 500 * time.Millisecond}
+		return Options{Self: Hello{Array: "arr", Node: node}, Handler: h, Heartbeat: 50 * time.Millisecond, Timeout: time.Second}
 	}
 	go func() {
 		nc, _ := l.Accept()
-		c, err := establish(context.Background(), slowConn{nc, 4 << 20}, opt("b", o))
+		c, err := establish(context.Background(), slowConn{nc, 2 << 20}, opt("b", o))
 		if err == nil {
 			accepted <- c
 		}
@@ -359,13 +359,14 @@ func TestLiveDuringABigFrame(t *testing.T) {
 	a, err := Dial(context.Background(), l.Addr().String(), opt("a", nil),
 		func(ctx context.Context, network, addr string) (net.Conn, error) {
 			nc, err := nw.Dial(ctx, network, addr)
-			return slowConn{nc, 4 << 20}, err // 4 MiB/s
+			return slowConn{nc, 2 << 20}, err // 2 MiB/s
 		})
 	require.NoError(t, err)
 	b := <-accepted
 	defer a.Close()
 	defer b.Close()
-	// 4 MiB at 4 MiB/s: a second on the wire, twice the timeout.
+	// 4 MiB at 2 MiB/s: two seconds on the wire, twice the timeout; only a
+	// stall of a whole second between two 64 KiB pieces could fail it.
 	require.NoError(t, a.Mirror(context.Background(), 0, Mirror{Token: 5, Data: make([]byte, 4<<20)}), "b: %v", b.Err())
 	require.Len(t, o.mirror[0], 4<<20)
 }
