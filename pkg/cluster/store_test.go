@@ -365,6 +365,8 @@ func TestLeadershipAfterALostQuorum(t *testing.T) {
 	require.NoError(t, err)
 	defer m1.Close()
 	require.Eventually(t, a.Valid, 10*time.Second, 50*time.Millisecond, "a renews once the quorum is back")
+	// b's own renewal may come a little later than a's: Leads needs it.
+	require.Eventually(t, b.Valid, 10*time.Second, 50*time.Millisecond, "b renews once the quorum is back")
 	elected := make(chan *Leadership, 1)
 	go func() {
 		if l, err := s.Campaign(ctx, b); err == nil {

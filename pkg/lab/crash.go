@@ -38,7 +38,7 @@ type CrashResult struct {
 	// crashes (mirroring off).
 	ReportedLostBlocks int64
 	Replayed           int // mirrored pages replayed by takeovers
-	Failbacks          int
+	Failbacks          int // iterations whose restart failed back
 }
 
 const blk4k = 4096
@@ -94,15 +94,25 @@ func RunCrash(ctx context.Context, o CrashOptions) (CrashResult, error) {
 		for _, a := range acked {
 			res.Acked += len(a.tags)
 		}
-		evs, _ := env.D.Events.Since(seen)
-		for _, e := range evs {
-			seen = e.Seq
-			if e.Kind == api.EventALUA && e.Change != nil {
-				res.Replayed += e.Change.Replayed
-				if e.Change.Cause == "failback" {
-					res.Failbacks++
+		// The owners are read from the array, and the move's event reaches
+		// the feed just after: wait for the failback's event a little.
+		failedBack := false
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			evs, _ := env.D.Events.Since(seen)
+			for _, e := range evs {
+				seen = e.Seq
+				if e.Kind == api.EventALUA && e.Change != nil {
+					res.Replayed += e.Change.Replayed
+					failedBack = failedBack || e.Change.Cause == "failback"
 				}
 			}
+			if failedBack || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if failedBack {
+			res.Failbacks++
 		}
 		res.Iterations++
 		if o.Verbose {
