@@ -37,8 +37,9 @@ type Node struct {
 	Ports   []*Port
 	// Cache is the node's cache: it holds the pages of the LUNs the node
 	// owns, and the mirror of its partner's dirty pages.
-	Cache *cache.Cache
-	up    atomic.Bool
+	Cache  *cache.Cache
+	up     atomic.Bool
+	remote bool // runs in another process (cluster mode)
 }
 
 // Up reports whether the node is serving.
@@ -72,6 +73,9 @@ type LUN struct {
 	// restart replaying them onto its node, a takeover onto a new owner):
 	// the copies go to one node, and the owner is read under it.
 	replayMu sync.Mutex
+	// released: this controller is handing the LUN over (cluster mode;
+	// writes go through until the record says who owns it).
+	released bool
 	store    media.Store
 	arr      *Array
 	stats    []NodeStats // per node the command arrived on
@@ -113,6 +117,7 @@ type Array struct {
 	log       *slog.Logger
 	bg        sync.WaitGroup // background destages
 	opt       Options
+	local     *Node // this process's node in cluster mode
 	// topo orders a node's crash against a move's switch: no move
 	// publishes a new owner that is down.
 	topo sync.Mutex
@@ -156,6 +161,11 @@ type Options struct {
 	// but the batch's own (its I/O locks from the hold on). The
 	// simulation injects events there.
 	MoveHook func(MovePoint)
+	// Local and Remote make the array one controller of a cluster: the
+	// node this process runs, and the other processes (see Remote). Both
+	// or neither.
+	Local  string
+	Remote Remote
 }
 
 // MovePoint is a phase point of a move, given to Options.MoveHook.
@@ -215,7 +225,11 @@ func New(cfg Config, opt Options) (*Array, error) {
 	ccfg := cfg.cacheConfig()
 	ccfg.Clock = opt.Clock
 	for i, nc := range cfg.Nodes {
-		n := &Node{Name: nc.Name, Index: i, GroupID: uint16(i + 1), Cache: cache.New(nc.Name, ccfg)}
+		n := &Node{Name: nc.Name, Index: i, GroupID: uint16(i + 1), Cache: cache.New(nc.Name, ccfg),
+			remote: opt.Local != "" && nc.Name != opt.Local}
+		if opt.Local == nc.Name {
+			a.local = n
+		}
 		n.up.Store(true)
 		for _, pc := range nc.Ports {
 			p := &Port{Name: pc.Name, Addr: pc.Addr, RelativeID: rel, Node: n}
@@ -226,6 +240,10 @@ func New(cfg Config, opt Options) (*Array, error) {
 		}
 		a.Nodes = append(a.Nodes, n)
 		byName[n.Name] = n
+	}
+	if (opt.Local != "") != (opt.Remote != nil) || opt.Local != "" && a.local == nil {
+		a.Close()
+		return nil, fmt.Errorf("array: cluster mode needs a local node of the configuration (%q) and the cluster's remote", opt.Local)
 	}
 	for _, lc := range cfg.LUNs {
 		prof, ok := media.Profiles[lc.Media]
@@ -264,6 +282,15 @@ func (a *Array) wireCaches() {
 	for _, n := range a.Nodes {
 		for _, l := range a.LUNs {
 			n.Cache.Attach(l.ID, l.store)
+		}
+		if a.local != nil {
+			if n == a.local {
+				n.Cache.SetRemote(a.opt.Remote.Mirror())
+				if !a.opt.ManualDestage {
+					n.Cache.Start()
+				}
+			}
+			continue
 		}
 		var peers []*cache.Cache
 		for _, m := range a.Nodes {
@@ -383,10 +410,13 @@ func (l *LUN) route(via uint16, n int) (*Node, error) {
 	if !owner.Up() {
 		return nil, ErrOwnerDown
 	}
+	if owner == l.arr.local && !l.arr.opt.Remote.Serves(l.ID) {
+		return nil, ErrOwnerDown // fenced, or in a hand-over: the host retries
+	}
 	if owner != p.Node {
 		st.Forwarded.Add(1)
 		st.ForwardedBytes.Add(uint64(n))
-		if p := time.Duration(l.arr.penalty.Load()); p > 0 && n > 0 {
+		if p := time.Duration(l.arr.penalty.Load()); p > 0 && n > 0 && !owner.remote {
 			l.arr.sleep(p)
 		}
 	}
@@ -409,6 +439,9 @@ func (l *LUN) ReadAt(via uint16, p []byte, off int64) error {
 	if err != nil {
 		return err
 	}
+	if owner.remote {
+		return l.forward(owner, &Op{Kind: OpRead, Off: off, Len: int64(len(p)), Data: p})
+	}
 	return cacheErr(owner.Cache.ReadAt(l.ID, p, off))
 }
 
@@ -430,6 +463,9 @@ func (l *LUN) WriteAtIf(via uint16, p []byte, off int64, fua bool, live func() b
 	if err != nil {
 		return err
 	}
+	if owner.remote {
+		return l.forward(owner, &Op{Kind: OpWrite, Off: off, Len: int64(len(p)), Data: p, FUA: fua})
+	}
 	return cacheErr(owner.Cache.WriteAt(l.ID, p, off, fua))
 }
 
@@ -443,6 +479,9 @@ func (l *LUN) UnmapIf(via uint16, off, length int64, live func() bool) error {
 	owner, err := l.route(via, 0)
 	if err != nil {
 		return err
+	}
+	if owner.remote {
+		return l.forward(owner, &Op{Kind: OpUnmap, Off: off, Len: length})
 	}
 	return cacheErr(owner.Cache.Unmap(l.ID, off, length))
 }
@@ -464,6 +503,9 @@ func (l *LUN) Flush(via uint16) error {
 	if err != nil {
 		return err
 	}
+	if owner.remote {
+		return l.forward(owner, &Op{Kind: OpFlush})
+	}
 	return cacheErr(owner.Cache.Flush(l.ID))
 }
 
@@ -480,6 +522,11 @@ func (l *LUN) LBAStatus(via uint16, off int64) (end int64, mapped bool, err erro
 	owner, err := l.route(via, 0)
 	if err != nil {
 		return 0, false, err
+	}
+	if owner.remote {
+		op := Op{Kind: OpLBAStatus, Off: off}
+		err := l.forward(owner, &op)
+		return op.End, op.Mapped, err
 	}
 	end, mapped, err = owner.Cache.Mapped(l.ID, off)
 	return end, mapped, cacheErr(err)

@@ -100,6 +100,9 @@ func (a *Array) notify(c Change) {
 // change is announced as failed (2A/07). A flush that fails otherwise
 // rolls the batch back, also announced as failed.
 func (a *Array) Move(ids []uint64, to string, cause alua.Cause) (Change, error) {
+	if a.local != nil {
+		return Change{}, ErrClusterMode
+	}
 	dst := a.Node(to)
 	if dst == nil {
 		return Change{}, fmt.Errorf("no node %q", to)
@@ -516,6 +519,9 @@ func (a *Array) SetNodeUp(name string, up bool) error {
 // their dirty data, which no longer has a second copy. The returned change
 // (also announced) lists what no mirror holds.
 func (a *Array) CrashNode(name string) (Change, error) {
+	if a.local != nil {
+		return Change{}, ErrClusterMode
+	}
 	n := a.Node(name)
 	if n == nil {
 		return Change{}, fmt.Errorf("no node %q", name)
@@ -636,6 +642,9 @@ func (a *Array) markImplicit(n *Node) {
 // acknowledged write. It owns nothing else until the ownership core fails
 // its LUNs back.
 func (a *Array) RestartNode(name string) error {
+	if a.local != nil {
+		return ErrClusterMode
+	}
 	n := a.Node(name)
 	if n == nil {
 		return fmt.Errorf("no node %q", name)

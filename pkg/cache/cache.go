@@ -138,6 +138,7 @@ type Cache struct {
 	writes  uint64 // write counter; the destager flushes everything when idle
 
 	partner func() *Cache // the mirror partner now (nil: none up)
+	remote  Remote        // the partner in another process (cluster mode)
 	peers   []*Cache      // every other node (mirror releases)
 	link    func(n int)   // cost of shipping n bytes to the partner
 	mirror  mirrorStore
@@ -194,6 +195,22 @@ func (c *Cache) Config() Config { return c.cfg }
 func (c *Cache) Attach(id uint64, st media.Store) {
 	c.luns[id] = &lunState{id: id, store: st, pages: map[int64]*page{}}
 }
+
+// Remote is a mirror partner in another process (a controller of a
+// cluster): the copies travel over the interlink. Put and Release are
+// called under the owner's cache lock, in the cache's write order, and
+// must not block: the link sends them in that order. The wait Put
+// returns blocks until the partner holds the copies.
+type Remote interface {
+	// Up reports whether the partner can take copies now.
+	Up() bool
+	Put(id uint64, ps []MirrorPage) (wait func() error)
+	Release(id uint64, ps []MirrorPage)
+}
+
+// SetRemote makes a partner in another process this cache's mirror
+// (instead of SetPeers). Call before serving.
+func (c *Cache) SetRemote(r Remote) { c.remote = r }
 
 // SetPeers injects the mirror partner lookup, the other nodes' caches and
 // the interlink cost of shipping n bytes. Call before serving.

@@ -83,6 +83,9 @@ func (c *Cache) finish(runs []*run, gen uint64, failed map[*run]bool) {
 		for _, p := range c.peers {
 			p.mirror.release(id, rs)
 		}
+		if c.remote != nil {
+			c.remote.Release(id, rs)
+		}
 	}
 	c.evict()
 }

@@ -131,22 +131,37 @@ func (c *Cache) WriteAt(id uint64, p []byte, off int64, fua bool) error {
 		c.mu.Lock()
 	}
 	partner := c.partnerUp()
-	through := fua || c.cfg.Mode == WriteThrough || ls.through > 0 || (c.cfg.Mirror && partner == nil)
+	remote := c.remoteUp()
+	through := fua || c.cfg.Mode == WriteThrough || ls.through > 0 || (c.cfg.Mirror && partner == nil && remote == nil)
 	gen := c.gen
 	pages := c.apply(ls, p, off, first, last)
 	c.writes++
 	var copies []MirrorPage
-	if !through && partner != nil {
+	var held func() error
+	if !through && (partner != nil || remote != nil) {
 		copies = make([]MirrorPage, len(pages))
 		for i, pg := range pages {
 			copies[i] = MirrorPage{Idx: pg.idx, Ver: pg.ver, Data: append([]byte(nil), pg.data...)}
 		}
-		// Under c.mu: the copy lands before any destage can release it.
-		partner.mirror.put(id, copies)
+		// Under c.mu: the copy lands (or is queued for the link) before
+		// any destage can release it.
+		if remote != nil {
+			held = remote.Put(id, copies)
+		} else {
+			partner.mirror.put(id, copies)
+		}
 	}
 	c.mu.Unlock()
 	if copies != nil {
-		c.link(len(p)) // the interlink transfer the acknowledgement waits for
+		if held != nil {
+			if err := held(); err != nil {
+				// The partner does not hold the copy: the write is made
+				// durable here before it is acknowledged.
+				through = true
+			}
+		} else {
+			c.link(len(p)) // the interlink transfer the acknowledgement waits for
+		}
 		c.stats.mirrorBytes.Add(uint64(len(p)))
 	}
 	if !through {

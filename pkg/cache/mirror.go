@@ -92,6 +92,30 @@ func (c *Cache) partnerUp() *Cache {
 	return c.partner()
 }
 
+// remoteUp returns the partner in another process if mirroring is on and
+// it is up. c.mu is held.
+func (c *Cache) remoteUp() Remote {
+	if !c.cfg.Mirror || c.cfg.Mode != WriteBack || c.remote == nil || !c.remote.Up() {
+		return nil
+	}
+	return c.remote
+}
+
+// Hold keeps copies of another process's dirty pages of LUN id in this
+// node's mirror (a partner's Put arriving over the interlink); a copy
+// never replaces a newer one of the same page.
+func (c *Cache) Hold(id uint64, ps []MirrorPage) {
+	c.mirror.put(id, ps)
+	for _, p := range ps { // replayed later, they stay older than what this node writes
+		for cur := verClock.Load(); cur < p.Ver && !verClock.CompareAndSwap(cur, p.Ver); cur = verClock.Load() {
+		}
+	}
+}
+
+// Release drops the copies of LUN id that their owner destaged at these
+// versions (a partner's Release arriving over the interlink).
+func (c *Cache) Release(id uint64, ps []MirrorPage) { c.mirror.release(id, ps) }
+
 // Up reports whether the node's cache is serving (not crashed).
 func (c *Cache) Up() bool {
 	c.mu.Lock()

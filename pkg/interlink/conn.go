@@ -63,6 +63,8 @@ type Conn struct {
 	err    error
 	last   atomic.Int64 // unix nanoseconds a byte last arrived
 
+	out outbox
+
 	done chan struct{}
 	wg   sync.WaitGroup
 }
@@ -146,10 +148,12 @@ func establish(ctx context.Context, nc net.Conn, o Options) (*Conn, error) {
 	nc.SetDeadline(time.Time{})
 	c := &Conn{nc: nc, o: o, peer: peer, bw: bufio.NewWriterSize(nc, 256<<10), calls: map[uint64]chan Frame{},
 		lanes: map[uint32]chan Frame{}, done: make(chan struct{})}
+	c.out.waiting, c.out.kick = map[*Pending]bool{}, make(chan struct{}, 1)
 	c.last.Store(o.Clock.Now().UnixNano())
 	lr.last = &c.last
-	c.wg.Add(1)
+	c.wg.Add(2)
 	go c.readLoop(br)
+	go c.poster()
 	if o.Heartbeat > 0 && o.Timeout > 0 {
 		c.wg.Add(1)
 		go c.heartbeat()

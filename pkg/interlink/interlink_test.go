@@ -471,3 +471,43 @@ func TestCloseDoesNotWaitForHandlers(t *testing.T) {
 		t.Fatal("Close waits for a handler that ignores its context")
 	}
 }
+
+// Posted copies and releases reach the peer in the order they were
+// posted, whatever the waiting; Drain returns once each is answered, and
+// a cut connection fails what it had not delivered.
+func TestPostedInOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		o := &orderRec{}
+		a, b, fa, _ := pair(t, o, 0, 0)
+		defer b.Close()
+		var ps []*Pending
+		for v := uint64(1); v <= 20; v++ {
+			ps = append(ps, a.PostMirror(0, Mirror{Token: 5, Ver: v, Data: []byte{byte(v)}}))
+			if v%4 == 0 {
+				ps = append(ps, a.PostDrop(0, Drop{Token: 5, Ver: v}))
+			}
+		}
+		require.NoError(t, a.Drain(context.Background()))
+		for _, p := range ps {
+			select {
+			case <-p.Done():
+			default:
+				t.Fatal("Drain returned before a posted request was answered")
+			}
+		}
+		var want []uint64
+		for v := uint64(1); v <= 20; v++ {
+			want = append(want, v)
+			if v%4 == 0 {
+				want = append(want, 100+v)
+			}
+		}
+		require.Equal(t, want, o.seq, "applied in the order posted")
+
+		require.NoError(t, fa.Cut(true))
+		p := a.PostMirror(0, Mirror{Token: 5, Ver: 21, Data: []byte{21}})
+		a.Close()
+		require.ErrorIs(t, p.Wait(context.Background()), ErrClosed)
+		require.ErrorIs(t, a.PostMirror(0, Mirror{Token: 5, Ver: 22}).Wait(context.Background()), ErrClosed)
+	})
+}
