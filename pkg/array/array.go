@@ -286,6 +286,7 @@ func (a *Array) wireCaches() {
 		if a.local != nil {
 			if n == a.local {
 				n.Cache.SetRemote(a.opt.Remote.Mirror())
+				n.Cache.SetGate(a.opt.Remote.Holds)
 				if !a.opt.ManualDestage {
 					n.Cache.Start()
 				}

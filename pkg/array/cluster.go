@@ -48,6 +48,9 @@ type Remote interface {
 	// Serves reports whether this process may serve the LUN as owner
 	// now: the record names it, no move is under way, its lease holds.
 	Serves(lun uint64) bool
+	// Holds reports whether this process may still write the LUN's data
+	// to the media (it owns it, a hand-over under way included).
+	Holds(lun uint64) bool
 	// Mirror is the local cache's partner in another process.
 	Mirror() cache.Remote
 }

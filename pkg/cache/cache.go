@@ -139,8 +139,9 @@ type Cache struct {
 
 	partner func() *Cache // the mirror partner now (nil: none up)
 	remote  Remote        // the partner in another process (cluster mode)
-	peers   []*Cache      // every other node (mirror releases)
-	link    func(n int)   // cost of shipping n bytes to the partner
+	gate    func(lun uint64) bool
+	peers   []*Cache    // every other node (mirror releases)
+	link    func(n int) // cost of shipping n bytes to the partner
 	mirror  mirrorStore
 
 	stats counters
@@ -211,6 +212,15 @@ type Remote interface {
 // SetRemote makes a partner in another process this cache's mirror
 // (instead of SetPeers). Call before serving.
 func (c *Cache) SetRemote(r Remote) { c.remote = r }
+
+// ErrNotHeld refuses a media write of a LUN this node no longer holds
+// (see SetGate): its pages stay dirty until they are dropped.
+var ErrNotHeld = errors.New("cache: this node no longer holds the LUN")
+
+// SetGate makes every media write of a LUN ask gate first (cluster mode:
+// a controller whose LUN may have been taken over never writes it
+// again). Call before serving.
+func (c *Cache) SetGate(gate func(lun uint64) bool) { c.gate = gate }
 
 // SetPeers injects the mirror partner lookup, the other nodes' caches and
 // the interlink cost of shipping n bytes. Call before serving.

@@ -1,6 +1,8 @@
 package cache
 
 import (
+	"errors"
+	"fmt"
 	"sort"
 )
 
@@ -95,7 +97,13 @@ func (c *Cache) writeRuns(runs []*run, gen uint64) error {
 	var first error
 	var failed map[*run]bool
 	for _, r := range runs {
-		if err := r.write(); err != nil {
+		var err error
+		if c.gate != nil && !c.gate(r.ls.id) {
+			err = fmt.Errorf("%w: LUN %d", ErrNotHeld, r.ls.id)
+		} else {
+			err = r.write()
+		}
+		if err != nil {
 			if failed == nil {
 				failed = map[*run]bool{}
 			}
@@ -209,7 +217,7 @@ func (c *Cache) DestagePass(seen *uint64) {
 		}
 	case idle:
 		for _, ls := range c.sortedLUNs() {
-			if err := c.destageLUN(ls); err != nil {
+			if err := c.destageLUN(ls); err != nil && !errors.Is(err, ErrNotHeld) {
 				break
 			}
 		}

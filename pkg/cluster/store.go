@@ -304,6 +304,9 @@ type Record struct {
 	Owner string `json:"owner"`
 	// To is the destination of a move in progress ("" when none).
 	To string `json:"to,omitempty"`
+	// Cause is why the record's writer changed it (failover, failback,
+	// manual...): the controllers announce the change with it.
+	Cause string `json:"cause,omitempty"`
 }
 
 // Owned is a record as read, with its revision: the fencing token.
@@ -510,6 +513,30 @@ func (f *Fence) Serves(lun uint64) bool {
 	default:
 	}
 	return ok && o.Owner == f.m.info.Node && o.To == "" && f.m.ValidFor(f.margin)
+}
+
+// Holds reports whether the node may still write the LUN's data to the
+// media: the view names it owner (a hand-over under way included: the
+// old owner destages before it lets go) and the membership is valid for
+// the margin. A node that no longer holds a LUN never destages it again.
+func (f *Fence) Holds(lun uint64) bool {
+	f.mu.Lock()
+	o, ok := f.view[lun]
+	f.mu.Unlock()
+	select {
+	case <-f.m.Lost():
+		return false
+	default:
+	}
+	return ok && o.Owner == f.m.info.Node && f.m.ValidFor(f.margin)
+}
+
+// View is the record the view holds for the LUN.
+func (f *Fence) View(lun uint64) (Owned, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	o, ok := f.view[lun]
+	return o, ok
 }
 
 // ErrFenced refuses traffic that carries a token other than the one held.

@@ -4,7 +4,7 @@
 // hosts, caches, CHAP, access and mappings) is pkg/array's; ownership is
 // pkg/control's (the core it runs); fabric is pkg/fabric's (which front
 // end); limits is pkg/iscsi's (what initiators may hold on the embedded
-// target). It decodes the file strictly (an unknown key is an error),
+// target); cluster is pkg/cluster's (controllers as processes). It decodes the file strictly (an unknown key is an error),
 // fills the defaults, validates each section, then what spans sections.
 package config
 
@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/cluster"
 	"github.com/aluad/aluad/pkg/control"
 	"github.com/aluad/aluad/pkg/fabric"
 	"github.com/aluad/aluad/pkg/iscsi"
@@ -30,6 +31,9 @@ type Config struct {
 	Fabric fabric.Config `yaml:"fabric"`
 	// Limits bound what initiators may hold (zero: the target's defaults).
 	Limits iscsi.LimitsConfig `yaml:"limits"`
+	// Cluster, when present, runs each controller as a process of its own
+	// (aluad controller), coordinated through etcd.
+	Cluster cluster.Config `yaml:"cluster"`
 }
 
 // Default is the embedded default: 2 nodes ("a", "b") with 2 ports each
@@ -82,6 +86,21 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Limits.Validate(); err != nil {
 		return err
+	}
+	var nodes []string
+	for _, n := range c.Nodes {
+		nodes = append(nodes, n.Name)
+	}
+	if err := c.Cluster.Validate(nodes); err != nil {
+		return err
+	}
+	if c.Cluster.On() {
+		if c.ArrayID == "" {
+			return fmt.Errorf("cluster: set array_id: every controller must give each LUN the same WWID")
+		}
+		if c.Fabric.TCMU() {
+			return fmt.Errorf("cluster: controllers as processes serve the embedded iSCSI target (fabric kind iscsi)")
+		}
 	}
 	if c.Fabric.TCMU() && c.AccessControlled() {
 		return fmt.Errorf("chap, mappings and access apply to the embedded iSCSI target; on the tcmu fabric LIO's ACLs and auth attributes do this")

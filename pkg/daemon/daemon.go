@@ -105,6 +105,11 @@ type Options struct {
 	// a daemon on an in-memory network, pkg/memnet, inside a
 	// testing/synctest bubble).
 	Listen func(network, addr string) (net.Listener, error)
+	// Local and Remote run the daemon as one controller of a cluster
+	// (pkg/controller): the array serves Local's node only and reaches the
+	// others through Remote; the target listens on Local's ports only.
+	Local  string
+	Remote array.Remote
 	// StateDir keeps the state that survives a restart (owners, LUN map,
 	// report history) and the audit log; empty keeps none.
 	StateDir string
@@ -134,7 +139,8 @@ func New(cfg config.Config, opt Options) (*Daemon, error) {
 		opt.Logger.Info("new array id: every LUN's WWID derives from it", "array_id", id)
 	}
 	cfg.ArrayID = id
-	arr, err := array.New(cfg.Config, array.Options{Now: now, Clock: opt.Clock, Sleep: opt.Sleep, WrapStore: opt.WrapStore, Logger: opt.Logger})
+	arr, err := array.New(cfg.Config, array.Options{Now: now, Clock: opt.Clock, Sleep: opt.Sleep, WrapStore: opt.WrapStore, Logger: opt.Logger,
+		Local: opt.Local, Remote: opt.Remote})
 	if err != nil {
 		return nil, err
 	}
@@ -238,6 +244,9 @@ func Start(cfg config.Config, opt Options) (*Daemon, error) {
 func (d *Daemon) startISCSI(cfg config.Config, opt Options) error {
 	var portals []fabric.Portal
 	for _, p := range d.Array.Ports {
+		if p.Node.Remote() {
+			continue // another controller process serves it
+		}
 		portals = append(portals, fabric.Portal{Addr: p.Addr, TPGT: p.RelativeID, RelativeID: p.RelativeID,
 			Node: p.Node.Name, Name: p.Name})
 	}
@@ -334,10 +343,14 @@ func (d *Daemon) Portals() []api.PortalInfo {
 		addrs = d.fabric.Addrs()
 	}
 	out := make([]api.PortalInfo, 0, len(d.Array.Ports))
-	for i, p := range d.Array.Ports {
+	i := 0 // the fabric's addresses are the local ports', in order
+	for _, p := range d.Array.Ports {
 		addr := p.Addr
-		if i < len(addrs) {
-			addr = addrs[i]
+		if !p.Node.Remote() {
+			if i < len(addrs) {
+				addr = addrs[i]
+			}
+			i++
 		}
 		out = append(out, api.PortalInfo{Node: p.Node.Name, Port: p.Name, Addr: addr,
 			Target:     d.fabricCfg.NodeTarget(d.Array.Config().Target, p.Node.Name),

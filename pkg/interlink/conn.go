@@ -117,6 +117,12 @@ func Accept(ctx context.Context, l net.Listener, o Options) (*Conn, error) {
 	return c, nil
 }
 
+// Establish exchanges hellos over a connection the caller opened (one it
+// wrapped, with Faulty for one) and starts the connection's loops.
+func Establish(ctx context.Context, nc net.Conn, o Options) (*Conn, error) {
+	return establish(ctx, nc, o)
+}
+
 // establish exchanges hellos (each side sends first, then reads) and
 // starts the connection's loops.
 func establish(ctx context.Context, nc net.Conn, o Options) (*Conn, error) {

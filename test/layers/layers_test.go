@@ -58,7 +58,7 @@ var allowed = map[string][]string{
 	"pkg/cluster":   {"pkg/clock"},
 	"pkg/interlink": {"pkg/clock"},
 	// The configuration file: the sections their packages own, composed.
-	"pkg/config": {"pkg/array", "pkg/control", "pkg/fabric", "pkg/iscsi"},
+	"pkg/config": {"pkg/array", "pkg/cluster", "pkg/control", "pkg/fabric", "pkg/iscsi"},
 	// The management surface: views, handlers, transports, metrics.
 	"pkg/mgmt": {"ownership", "pkg/api", "pkg/array", "pkg/control", "pkg/fabric", "pkg/reports", "pkg/scsi"},
 	// Wiring: the daemon, and the simulation (which wires the same parts
@@ -70,7 +70,10 @@ var allowed = map[string][]string{
 	"pkg/lab": {"pkg/alua", "pkg/api", "pkg/array", "pkg/config", "pkg/control", "pkg/daemon", "pkg/hosts", "pkg/initiator",
 		"pkg/units"},
 	"pkg/stress": {"pkg/alua", "pkg/api", "pkg/array", "pkg/config", "pkg/daemon", "pkg/initiator", "pkg/iscsi"},
-	"cmd/aluad": {"ownership", "pkg/api", "pkg/array", "pkg/cluster", "pkg/config", "pkg/daemon", "pkg/lab", "pkg/reports", "pkg/sim",
+	// One controller of a cluster: a daemon for its node, wired to etcd
+	// and the interlink.
+	"pkg/controller": {"pkg/alua", "pkg/array", "pkg/cache", "pkg/cluster", "pkg/config", "pkg/daemon", "pkg/interlink"},
+	"cmd/aluad": {"ownership", "pkg/api", "pkg/array", "pkg/cluster", "pkg/config", "pkg/controller", "pkg/daemon", "pkg/lab", "pkg/reports", "pkg/sim",
 		"pkg/stress"},
 	// The QEMU lab talks to the array through the API only.
 	"cluster-tests/agentproto":    nil,

@@ -1,0 +1,417 @@
+// Package controller runs one controller of an array whose controllers
+// are processes of their own (`aluad controller`): it joins the cluster
+// in etcd under a lease (pkg/cluster), runs the daemon for its own node
+// only (its cache, its target ports), keeps the interlink to the other
+// controllers (pkg/interlink: forwarded commands, mirror copies, the
+// flush of a hand-over), installs the ownership records it watches into
+// its array, and serves a LUN as owner only while its fence allows. One
+// controller at a time is elected leader and decides failover (a member
+// whose lease is gone), failback (a preferred owner back for a while) and
+// completes or rolls back a move a previous leader left half done. The
+// rules are pkg/cluster's; this package is their wiring.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/aluad/aluad/pkg/alua"
+	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/cluster"
+	"github.com/aluad/aluad/pkg/config"
+	"github.com/aluad/aluad/pkg/daemon"
+	"github.com/aluad/aluad/pkg/interlink"
+)
+
+// Options start a controller.
+type Options struct {
+	// Config is the array's configuration with its cluster section; every
+	// controller reads the same one.
+	Config config.Config
+	// Node is the node this process runs.
+	Node string
+	// Member, if set, is an etcd member this process runs itself (one of
+	// the cluster's; Config.Cluster.Etcd lists every member's client URL).
+	Member *cluster.MemberConfig
+	// JoinTimeout bounds the wait for etcd's quorum and for a previous
+	// incarnation's lease to end (default: 30s).
+	JoinTimeout time.Duration
+	// Daemon tunes the daemon (logger, control socket, API); Local and
+	// Remote are set by the controller.
+	Daemon daemon.Options
+}
+
+// Controller is a running controller process.
+type Controller struct {
+	D *daemon.Daemon
+
+	o      Options
+	cc     cluster.Config
+	node   string
+	log    *slog.Logger
+	member *cluster.Member
+	cli    *clientv3.Client
+	store  *cluster.Store
+	ms     *cluster.Membership
+	fence  *cluster.Fence
+	arr    *array.Array
+	ln     net.Listener
+	ps     int64 // the cache's page size
+
+	mu    sync.Mutex
+	links map[string]*link // live interlink connections by peer node
+
+	kick     chan struct{} // wakes the leader
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	failOnce sync.Once
+	failed   chan struct{}
+	err      error
+	stopOnce sync.Once
+}
+
+// link is one live interlink connection.
+type link struct {
+	conn *interlink.Conn
+	nc   *interlink.Faulty
+}
+
+// Start joins the cluster and serves the node.
+func Start(o Options) (_ *Controller, err error) {
+	cfg := o.Config
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if !cfg.Cluster.On() {
+		return nil, errors.New("controller: the configuration has no cluster section (etcd, interlink)")
+	}
+	if !hasNode(cfg, o.Node) {
+		return nil, fmt.Errorf("controller: no node %q in the configuration", o.Node)
+	}
+	if o.JoinTimeout <= 0 {
+		o.JoinTimeout = 30 * time.Second
+	}
+	log := o.Daemon.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	c := &Controller{o: o, cc: cfg.Cluster, node: o.Node, log: log.With("node", o.Node), links: map[string]*link{},
+		kick: make(chan struct{}, 1), failed: make(chan struct{})}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	defer func() {
+		if err != nil {
+			c.close()
+		}
+	}()
+	if o.Member != nil {
+		if c.member, err = cluster.StartMember(*o.Member, o.JoinTimeout); err != nil {
+			return nil, err
+		}
+	}
+	c.cli, err = clientv3.New(clientv3.Config{Endpoints: c.cc.Etcd, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, fmt.Errorf("controller: etcd client: %w", err)
+	}
+	c.store = cluster.NewStore(c.cli, cfg.ArrayID, nil)
+	if err := c.join(); err != nil {
+		return nil, err
+	}
+	// A controller admits a command as owner only while its lease holds
+	// for this long after: enough for the command to reach the media.
+	c.fence = cluster.NewFence(c.ms, c.cc.LeaseTTL/4)
+	if c.ln, err = net.Listen("tcp", c.cc.Interlink[c.node]); err != nil {
+		return nil, fmt.Errorf("controller: interlink: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, o.JoinTimeout)
+	defer cancel()
+	var recs []cluster.Record
+	for _, l := range cfg.LUNs {
+		recs = append(recs, cluster.Record{LUN: l.ID, Owner: l.Preferred})
+	}
+	if err := c.store.Init(ctx, recs); err != nil {
+		return nil, err
+	}
+	owners, rev, err := c.store.Owners(ctx)
+	if err != nil {
+		return nil, err
+	}
+	members, mrev, err := c.store.Members(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Ownership.Off = true // the leader decides, through the records
+	dopt := o.Daemon
+	dopt.Local, dopt.Remote = c.node, c
+	if c.D, err = daemon.Start(cfg, dopt); err != nil {
+		return nil, err
+	}
+	c.arr = c.D.Array
+	c.ps = int64(c.arr.Local().Cache.Config().PageSize)
+	for _, n := range c.arr.Nodes {
+		if n.Remote() {
+			_, up := members[n.Name]
+			c.arr.SetRemoteUp(n.Name, up)
+		}
+	}
+	for _, l := range c.arr.LUNs {
+		if ow, ok := owners[l.ID]; ok {
+			c.apply(ow)
+		}
+	}
+	c.wg.Add(5)
+	go c.acceptLoop()
+	go c.dialLoop()
+	go c.watchOwners(rev)
+	go c.watchMembers(mrev)
+	go c.leaderLoop()
+	go func() {
+		select {
+		case <-c.ms.Lost():
+			c.fail(errors.New("controller: the lease is lost (cut off from etcd for longer than its TTL): this controller serves nothing as owner; restart it"))
+		case <-c.ctx.Done():
+		}
+	}()
+	c.log.Info("controller serving", "interlink", c.ln.Addr().String(), "lease_ttl", c.cc.LeaseTTL)
+	return c, nil
+}
+
+// join takes the node's membership; a previous incarnation's lease (a
+// process killed a moment ago) is waited out.
+func (c *Controller) join() error {
+	deadline := time.Now().Add(c.o.JoinTimeout)
+	for {
+		ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
+		ms, err := c.store.Join(ctx, cluster.Info{Node: c.node, Interlink: c.cc.Interlink[c.node]}, c.cc.LeaseTTL)
+		cancel()
+		if err == nil {
+			c.ms = ms
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("controller: joining the cluster: %w", err)
+		}
+		if errors.Is(err, cluster.ErrMember) {
+			c.log.Info("the previous incarnation's lease still holds; waiting for it to end")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// Err is closed when the controller cannot go on; Error says why.
+func (c *Controller) Err() <-chan struct{} { return c.failed }
+
+// Error is why the controller failed (nil while it runs).
+func (c *Controller) Error() error {
+	select {
+	case <-c.failed:
+		return c.err
+	default:
+		return nil
+	}
+}
+
+func (c *Controller) fail(err error) {
+	c.failOnce.Do(func() {
+		c.err = err
+		c.log.Error("controller failed", "err", err)
+		close(c.failed)
+	})
+}
+
+// Leader names the elected leader ("" when none).
+func (c *Controller) Leader(ctx context.Context) (string, error) { return c.store.Leader(ctx) }
+
+// Stop ends the controller: the daemon flushes and stops, the partner
+// receives every release, and the lease is revoked (the others take its
+// LUNs over at once).
+func (c *Controller) Stop(grace time.Duration) error {
+	var err error
+	c.stopOnce.Do(func() {
+		if c.D != nil {
+			err = c.D.Stop(grace)
+		}
+		if l := c.partnerLink(); l != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), grace)
+			l.conn.Drain(ctx)
+			cancel()
+		}
+		c.close()
+	})
+	return err
+}
+
+func (c *Controller) close() {
+	c.cancel()
+	if c.ln != nil {
+		c.ln.Close()
+	}
+	c.mu.Lock()
+	for _, l := range c.links {
+		l.conn.Close()
+	}
+	c.mu.Unlock()
+	c.wg.Wait()
+	if c.ms != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		c.ms.Leave(ctx)
+		cancel()
+	}
+	if c.cli != nil {
+		c.cli.Close()
+	}
+	if c.member != nil {
+		c.member.Close()
+	}
+}
+
+// Kill stops the controller as a crash would (tests): nothing is
+// flushed, the lease is left to expire.
+func (c *Controller) Kill() {
+	c.stopOnce.Do(func() {
+		c.arr.Local().Cache.Crash() // what it held in memory is gone
+		c.D.Target.Close()          // every host connection drops
+		c.cancel()
+		c.ln.Close()
+		c.mu.Lock()
+		for _, l := range c.links {
+			l.conn.Close()
+		}
+		c.mu.Unlock()
+		c.wg.Wait()
+		c.cli.Close()
+		if c.member != nil {
+			c.member.Close()
+		}
+	})
+}
+
+// apply installs a record read or watched: the array adopts its owner
+// (announcing the change), then the fence sees it (so this node serves
+// only once its array is ready).
+func (c *Controller) apply(o cluster.Owned) {
+	if v, ok := c.fence.View(o.LUN); ok && o.Rev <= v.Rev {
+		return
+	}
+	l := c.arr.LUN(o.LUN)
+	if l == nil || c.arr.Node(o.Owner) == nil {
+		c.log.Error("a record names what the array does not have", "lun", o.LUN, "owner", o.Owner)
+		return
+	}
+	if o.To == "" || l.Owner().Name != o.Owner {
+		cause := alua.Cause(o.Cause)
+		if cause == "" {
+			cause = alua.CauseFailover
+		}
+		ch, err := c.arr.Adopt(o.LUN, o.Owner, cause)
+		switch {
+		case errors.Is(err, array.ErrNoChange):
+		case err != nil:
+			c.log.Error("installing the owner", "lun", o.LUN, "owner", o.Owner, "err", err)
+		default:
+			c.log.Info("owner installed", "lun", o.LUN, "from", ch.From, "to", ch.To, "cause", ch.Cause,
+				"replayed", ch.Replayed, "rev", o.Rev)
+		}
+	}
+	c.fence.See(o)
+	c.wake()
+}
+
+func (c *Controller) wake() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// watchOwners follows the table from rev; a watch that ends is replaced
+// after a fresh read.
+func (c *Controller) watchOwners(rev int64) {
+	defer c.wg.Done()
+	for c.ctx.Err() == nil {
+		for ev := range c.store.WatchOwners(c.ctx, rev) {
+			if ev.Err != nil {
+				if c.ctx.Err() == nil {
+					c.log.Warn("the ownership watch ended; reading the table afresh", "err", ev.Err)
+				}
+				break
+			}
+			c.apply(ev.Owned)
+			rev = max(rev, ev.Rev)
+		}
+		for c.ctx.Err() == nil {
+			ctx, cancel := context.WithTimeout(c.ctx, 2*time.Second)
+			owners, r, err := c.store.Owners(ctx)
+			cancel()
+			if err == nil {
+				for _, l := range c.arr.LUNs {
+					if o, ok := owners[l.ID]; ok {
+						c.apply(o)
+					}
+				}
+				rev = r
+				break
+			}
+			c.sleep(200 * time.Millisecond)
+		}
+	}
+}
+
+// watchMembers marks the other nodes up and down as their leases come
+// and go.
+func (c *Controller) watchMembers(rev int64) {
+	defer c.wg.Done()
+	for c.ctx.Err() == nil {
+		for ev := range c.store.WatchMembers(c.ctx, rev) {
+			if ev.Err != nil {
+				break
+			}
+			rev = max(rev, ev.Rev)
+			if ev.Node != c.node && c.arr.Node(ev.Node) != nil {
+				c.arr.SetRemoteUp(ev.Node, ev.Up)
+				c.log.Info("member", "peer", ev.Node, "up", ev.Up)
+			}
+			c.wake()
+		}
+		for c.ctx.Err() == nil {
+			ctx, cancel := context.WithTimeout(c.ctx, 2*time.Second)
+			members, r, err := c.store.Members(ctx)
+			cancel()
+			if err == nil {
+				for _, n := range c.arr.Nodes {
+					if n.Remote() {
+						_, up := members[n.Name]
+						c.arr.SetRemoteUp(n.Name, up)
+					}
+				}
+				rev = r
+				break
+			}
+			c.sleep(200 * time.Millisecond)
+		}
+	}
+}
+
+func (c *Controller) sleep(d time.Duration) {
+	select {
+	case <-time.After(d):
+	case <-c.ctx.Done():
+	}
+}
+
+func hasNode(cfg config.Config, name string) bool {
+	for _, n := range cfg.Nodes {
+		if n.Name == name {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,245 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/aluad/aluad/pkg/cluster"
+	"github.com/aluad/aluad/pkg/config"
+	"github.com/aluad/aluad/pkg/daemon"
+	"github.com/aluad/aluad/pkg/initiator"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// lab is an etcd member and the configuration two controllers share.
+type lab struct {
+	t   *testing.T
+	cfg config.Config
+}
+
+func newLab(t *testing.T) *lab {
+	t.Helper()
+	m, err := cluster.StartMember(cluster.MemberConfig{Name: "w", Dir: filepath.Join(t.TempDir(), "etcd"),
+		ClientURL: "http://" + freeAddr(t), PeerURL: "http://" + freeAddr(t),
+		Heartbeat: 10 * time.Millisecond, Election: 100 * time.Millisecond, LogLevel: "fatal"}, 20*time.Second)
+	require.NoError(t, err)
+	t.Cleanup(m.Close)
+	cfg := config.Loopback(t.TempDir(), 4<<20)
+	cfg.LUNs = cfg.LUNs[:4]
+	cfg.ArrayID = "ctl-test"
+	cfg.Cluster = cluster.Config{Etcd: []string{m.ClientURL()},
+		Interlink: map[string]string{"a": freeAddr(t), "b": freeAddr(t)},
+		LeaseTTL:  time.Second, FailbackAfter: 300 * time.Millisecond}
+	return &lab{t: t, cfg: cfg}
+}
+
+func (l *lab) start(node string) *Controller {
+	l.t.Helper()
+	c, err := Start(Options{Config: l.cfg, Node: node, JoinTimeout: 20 * time.Second,
+		Daemon: daemon.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), StatsInterval: -1}})
+	require.NoError(l.t, err)
+	return c
+}
+
+// session logs in to the first port of node on c.
+func session(t *testing.T, c *Controller, node, name string) *initiator.Session {
+	t.Helper()
+	for _, p := range c.D.Portals() {
+		if p.Node == node {
+			s, err := initiator.Dial(context.Background(), initiator.Config{Addr: p.Addr, Target: p.Target,
+				InitiatorName: "iqn.2026-11.test.aluad:" + name, DialTimeout: 2 * time.Second})
+			require.NoError(t, err)
+			t.Cleanup(func() { s.Close() })
+			return s
+		}
+	}
+	t.Fatalf("no port of node %s", node)
+	return nil
+}
+
+func block(lun uint64, lba uint64, tag uint64) []byte {
+	b := make([]byte, 4096)
+	for i := 0; i < len(b); i += 32 {
+		binary.BigEndian.PutUint64(b[i:], lun)
+		binary.BigEndian.PutUint64(b[i+8:], lba)
+		binary.BigEndian.PutUint64(b[i+16:], tag)
+	}
+	return b
+}
+
+// retry runs f until it succeeds (hosts retry TRANSITIONING and a
+// failover's errors), for at most limit.
+func retry(limit time.Duration, f func() error) error {
+	deadline := time.Now().Add(limit)
+	for {
+		err := f()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func owners(c *Controller) string {
+	s := ""
+	for _, l := range c.arr.LUNs {
+		s += fmt.Sprintf("%d:%s ", l.ID, l.Owner().Name)
+	}
+	return s
+}
+
+// Two controllers as separate controllers of one array, on one etcd
+// member: commands on every path (a non-owner's forwarded over the
+// interlink), a crash of one (its cache lost), the survivor taking its
+// LUNs over with every acknowledged write (the mirror replayed) and
+// reporting 2A/06, then the restart and the failback, with a checker that
+// never sees two controllers serve one LUN as owner.
+func TestFailoverAndFailback(t *testing.T) {
+	lab := newLab(t)
+	a := lab.start("a")
+	b := lab.start("b")
+	defer func() { b.Stop(time.Second) }()
+	ctx := context.Background()
+	hostA, hostB := session(t, a, "a", "h1"), session(t, b, "b", "h1")
+
+	// Writes on both paths, acknowledged, each LUN with its own tags.
+	acked := map[[2]uint64]uint64{}
+	tag := uint64(0)
+	for _, l := range lab.cfg.LUNs {
+		for lba := uint64(0); lba < 64; lba += 8 {
+			for _, s := range []*initiator.Session{hostA, hostB} {
+				tag++
+				data := block(l.ID, lba, tag)
+				require.NoError(t, retry(5*time.Second, func() error { return s.Write16(ctx, l.ID, lba, data, 512, false) }))
+				acked[[2]uint64{l.ID, lba}] = tag
+			}
+		}
+	}
+	for k, tg := range acked {
+		for _, s := range []*initiator.Session{hostA, hostB} {
+			var got []byte
+			require.NoError(t, retry(5*time.Second, func() (err error) { got, err = s.Read16(ctx, k[0], k[1], 8, 512); return err }))
+			require.True(t, bytes.Equal(got, block(k[0], k[1], tg)), "LUN %d LBA %d on every path", k[0], k[1])
+		}
+	}
+	fwd := uint64(0)
+	for _, l := range b.arr.LUNs {
+		fwd += l.Stats()[1].Forwarded.Load()
+	}
+	require.Positive(t, fwd, "b forwarded commands for a's LUNs")
+	require.Positive(t, b.arr.Local().Cache.MirrorBytes(), "b holds copies of a's dirty pages")
+
+	// The checker: at no moment do both serve one LUN as owner.
+	var both atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	check := func(x, y *Controller) {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, l := range lab.cfg.LUNs {
+				if x.Serves(l.ID) && y.Serves(l.ID) {
+					both.Add(1)
+				}
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+
+	// Fresh writes just before the crash: dirty in a's cache, copies in
+	// b's mirror, not yet destaged.
+	for _, l := range lab.cfg.LUNs {
+		if l.Preferred != "a" {
+			continue
+		}
+		for lba := uint64(64); lba < 128; lba += 8 {
+			tag++
+			require.NoError(t, hostA.Write16(ctx, l.ID, lba, block(l.ID, lba, tag), 512, false))
+			acked[[2]uint64{l.ID, lba}] = tag
+		}
+	}
+	killed := time.Now()
+	a.Kill()
+	for _, l := range lab.cfg.LUNs {
+		require.NoError(t, retry(10*time.Second, func() error {
+			_, err := hostB.Read16(ctx, l.ID, 0, 8, 512)
+			return err
+		}))
+	}
+	took := time.Since(killed)
+	t.Logf("failover: every LUN served by b %v after the kill (lease TTL %v); owners %s", took, lab.cfg.Cluster.LeaseTTL, owners(b))
+	for _, l := range b.arr.LUNs {
+		require.Equal(t, "b", l.Owner().Name)
+	}
+	replayed := 0
+	evs, _ := b.D.Events.Since(0)
+	for _, e := range evs {
+		if e.Change != nil {
+			replayed += e.Change.Replayed
+		}
+	}
+	require.Positive(t, replayed, "the takeover replayed mirrored pages")
+	for k, tg := range acked {
+		var got []byte
+		require.NoError(t, retry(5*time.Second, func() (err error) { got, err = hostB.Read16(ctx, k[0], k[1], 8, 512); return err }))
+		require.True(t, bytes.Equal(got, block(k[0], k[1], tg)), "acknowledged write lost: LUN %d LBA %d", k[0], k[1])
+	}
+
+	// The restart: a rejoins (once its old lease is gone) and its LUNs
+	// fail back, announced on b's paths.
+	a2 := lab.start("a")
+	defer func() { a2.Stop(time.Second) }()
+	wg.Add(1)
+	go check(a2, b)
+	require.Eventually(t, func() bool {
+		for _, l := range a2.arr.LUNs {
+			if l.Owner().Name != l.Preferred.Name {
+				return false
+			}
+		}
+		return true
+	}, 15*time.Second, 20*time.Millisecond, "the LUNs fail back: %s", owners(a2))
+	hostA2 := session(t, a2, "a", "h2")
+	for k, tg := range acked {
+		require.NoError(t, retry(5*time.Second, func() error {
+			got, err := hostA2.Read16(ctx, k[0], k[1], 8, 512)
+			if err == nil && !bytes.Equal(got, block(k[0], k[1], tg)) {
+				return fmt.Errorf("LUN %d LBA %d reads back wrong after the failback", k[0], k[1])
+			}
+			return err
+		}))
+	}
+	close(stop)
+	wg.Wait()
+	require.Zero(t, both.Load(), "two controllers served one LUN as owner")
+	uas, err := hostB.ClearUA(ctx, lab.cfg.LUNs[0].ID, 8)
+	var ce *initiator.CheckError
+	if err != nil && !errors.As(err, &ce) {
+		require.NoError(t, err)
+	}
+	require.Contains(t, uas, [2]byte{0x2a, 0x06}, "b's nexus was told of the asymmetric access state change")
+}

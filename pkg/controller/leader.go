@@ -1,0 +1,178 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/aluad/aluad/pkg/alua"
+	"github.com/aluad/aluad/pkg/cluster"
+	"github.com/aluad/aluad/pkg/interlink"
+)
+
+// The leader's decisions, made from etcd's table and membership alone (a
+// new leader rebuilds nothing else):
+//
+//   - a LUN whose owner is no member is taken over by its preferred owner
+//     if that one is a member, else by the first member in configuration
+//     order, written under MemberGone(owner): the new owner replays the
+//     mirror copies it holds;
+//   - a LUN away from its preferred owner, which has been a member for
+//     failback_after, moves back in three steps: the record names the
+//     preferred owner as the target (the old owner stops serving), the
+//     old owner flushes and acknowledges, the record names the new owner;
+//     without the acknowledgement the move is rolled back;
+//   - a move a previous leader left half done (the target set) is retried
+//     from the flush, or taken over if its owner is gone.
+//
+// Every write is conditioned on the term (StillLeader) and the record's
+// revision, so a deposed leader changes nothing.
+
+// leaderLoop campaigns while the controller runs and leads each term won.
+func (c *Controller) leaderLoop() {
+	defer c.wg.Done()
+	for c.ctx.Err() == nil {
+		l, err := c.store.Campaign(c.ctx, c.ms)
+		if err != nil {
+			c.sleep(200 * time.Millisecond)
+			continue
+		}
+		c.log.Info("elected leader")
+		c.lead(l)
+		if c.ctx.Err() == nil {
+			c.log.Warn("the leader's term ended")
+		}
+	}
+}
+
+func (c *Controller) lead(l *cluster.Leadership) {
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		l.Resign(ctx)
+		cancel()
+	}()
+	since := map[string]time.Time{} // when the leader first saw each member, this time round
+	t := time.NewTicker(c.cc.LeaseTTL / 4)
+	defer t.Stop()
+	for {
+		if !l.Leads() {
+			return
+		}
+		c.decide(l, since)
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-l.Done():
+			return
+		case <-t.C:
+		case <-c.kick:
+		}
+	}
+}
+
+// decide makes one round of decisions.
+func (c *Controller) decide(l *cluster.Leadership, since map[string]time.Time) {
+	ctx, cancel := context.WithTimeout(c.ctx, 2*c.cc.LeaseTTL)
+	defer cancel()
+	members, _, err := c.store.Members(ctx)
+	if err != nil {
+		return
+	}
+	owners, _, err := c.store.Owners(ctx)
+	if err != nil {
+		return
+	}
+	now := time.Now()
+	for n := range since {
+		if _, ok := members[n]; !ok {
+			delete(since, n)
+		}
+	}
+	for n := range members {
+		if _, ok := since[n]; !ok {
+			since[n] = now
+		}
+	}
+	for _, lc := range c.o.Config.LUNs {
+		o, ok := owners[lc.ID]
+		if !ok || !l.Leads() {
+			continue
+		}
+		_, alive := members[o.Owner]
+		_, prefUp := members[lc.Preferred]
+		switch {
+		case !alive:
+			to := ""
+			if prefUp {
+				to = lc.Preferred
+			} else {
+				for _, n := range c.o.Config.Nodes {
+					if _, up := members[n.Name]; up {
+						to = n.Name
+						break
+					}
+				}
+			}
+			if to == "" {
+				continue // nobody to take it: it waits
+			}
+			c.change(ctx, o, cluster.Record{LUN: o.LUN, Owner: to, Cause: string(alua.CauseFailover)},
+				c.store.MemberGone(o.Owner), l.StillLeader())
+		case o.To != "":
+			if _, up := members[o.To]; !up {
+				c.change(ctx, o, cluster.Record{LUN: o.LUN, Owner: o.Owner, Cause: string(alua.CauseRollback)}, l.StillLeader())
+				continue
+			}
+			c.handOver(ctx, l, o)
+		case o.Owner != lc.Preferred && prefUp && now.Sub(since[lc.Preferred]) >= c.cc.FailbackAfter:
+			moving, err := c.change(ctx, o, cluster.Record{LUN: o.LUN, Owner: o.Owner, To: lc.Preferred,
+				Cause: string(alua.CauseFailback)}, l.StillLeader())
+			if err == nil {
+				c.handOver(ctx, l, moving)
+			}
+		}
+	}
+}
+
+// handOver asks the owner of a record with a target to flush, then
+// completes the move, or rolls it back without the acknowledgement.
+func (c *Controller) handOver(ctx context.Context, l *cluster.Leadership, o cluster.Owned) {
+	cause := o.Cause
+	if cause == "" {
+		cause = string(alua.CauseManual)
+	}
+	err := c.askFlush(ctx, o)
+	if err == nil {
+		c.change(ctx, o, cluster.Record{LUN: o.LUN, Owner: o.To, Cause: cause}, l.StillLeader())
+		return
+	}
+	c.log.Warn("the old owner did not hand the LUN over: rolled back", "lun", o.LUN, "owner", o.Owner, "to", o.To, "err", err)
+	c.change(ctx, o, cluster.Record{LUN: o.LUN, Owner: o.Owner, Cause: string(alua.CauseRollback)}, l.StillLeader())
+}
+
+// askFlush runs the old owner's hand-off step, here or over the link.
+func (c *Controller) askFlush(ctx context.Context, o cluster.Owned) error {
+	fctx, cancel := context.WithTimeout(ctx, 2*c.cc.LeaseTTL)
+	defer cancel()
+	if o.Owner == c.node {
+		return c.handOff(fctx, o.LUN, o.Rev)
+	}
+	lk := c.linkTo(o.Owner)
+	if lk == nil {
+		return errors.New("no interlink to the owner")
+	}
+	return lk.conn.Flush(fctx, uint32(o.LUN), interlink.Flush{Token: o.Rev})
+}
+
+// change writes a record and logs the outcome.
+func (c *Controller) change(ctx context.Context, prev cluster.Owned, next cluster.Record, conds ...cluster.Cond) (cluster.Owned, error) {
+	o, err := c.store.Change(ctx, prev, next, conds...)
+	if err != nil {
+		if !errors.Is(err, cluster.ErrStale) {
+			c.log.Warn("an ownership change failed", "lun", prev.LUN, "owner", next.Owner, "to", next.To, "err", err)
+		}
+		return o, err
+	}
+	c.log.Info("ownership record", "lun", o.LUN, "owner", o.Owner, "to", o.To, "cause", o.Cause, "rev", o.Rev)
+	return o, nil
+}

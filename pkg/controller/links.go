@@ -1,0 +1,319 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/cache"
+	"github.com/aluad/aluad/pkg/interlink"
+)
+
+// The interlink: one connection per pair of controllers, dialled by the
+// node whose name sorts first, accepted by the other, redialled while the
+// peer is a member.
+
+func (c *Controller) linkOptions() interlink.Options {
+	return interlink.Options{Self: interlink.Hello{Array: c.o.Config.ArrayID, Node: c.node}, Handler: handler{c},
+		Heartbeat: c.cc.LeaseTTL / 8, Timeout: c.cc.LeaseTTL / 2}
+}
+
+func (c *Controller) acceptLoop() {
+	defer c.wg.Done()
+	for {
+		nc, err := c.ln.Accept()
+		if err != nil {
+			if c.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			c.sleep(50 * time.Millisecond)
+			continue
+		}
+		go func() {
+			f := interlink.NewFaulty(nc, nil)
+			ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
+			defer cancel()
+			conn, err := interlink.Establish(ctx, f, c.linkOptions())
+			if err != nil {
+				c.log.Warn("interlink: a connection was refused", "remote", nc.RemoteAddr().String(), "err", err)
+				nc.Close()
+				return
+			}
+			c.register(conn, f)
+		}()
+	}
+}
+
+func (c *Controller) dialLoop() {
+	defer c.wg.Done()
+	for c.ctx.Err() == nil {
+		for _, n := range c.arr.Nodes {
+			if !n.Remote() || n.Name < c.node || !n.Up() || c.linkTo(n.Name) != nil {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(c.ctx, 2*time.Second)
+			var d net.Dialer
+			nc, err := d.DialContext(ctx, "tcp", c.cc.Interlink[n.Name])
+			if err == nil {
+				f := interlink.NewFaulty(nc, nil)
+				var conn *interlink.Conn
+				if conn, err = interlink.Establish(ctx, f, c.linkOptions()); err == nil {
+					c.register(conn, f)
+				} else {
+					nc.Close()
+				}
+			}
+			cancel()
+		}
+		c.sleep(100 * time.Millisecond)
+	}
+}
+
+// register makes conn the link to its peer, replacing an older one.
+func (c *Controller) register(conn *interlink.Conn, f *interlink.Faulty) {
+	peer := conn.Peer().Node
+	if n := c.arr.Node(peer); n == nil || !n.Remote() {
+		c.log.Warn("interlink: a peer that is no other node of the array", "peer", peer)
+		conn.Close()
+		return
+	}
+	c.mu.Lock()
+	if c.ctx.Err() != nil {
+		c.mu.Unlock()
+		conn.Close()
+		return
+	}
+	old := c.links[peer]
+	l := &link{conn: conn, nc: f}
+	c.links[peer] = l
+	c.mu.Unlock()
+	if old != nil {
+		old.conn.Close()
+	}
+	c.log.Info("interlink up", "peer", peer)
+	go func() {
+		<-conn.Done()
+		c.mu.Lock()
+		if c.links[peer] == l {
+			delete(c.links, peer)
+		}
+		c.mu.Unlock()
+		if c.ctx.Err() != nil {
+			return
+		}
+		c.log.Warn("interlink down", "peer", peer, "err", conn.Err())
+		// Copies the peer held may be gone with it: what is dirty here
+		// has a single copy now and goes to the media (writes go through
+		// until a partner is back).
+		go func() {
+			if err := c.arr.Local().Cache.FlushAll(); err != nil {
+				c.log.Warn("destaging single-copy data", "err", err)
+			}
+		}()
+		c.wake()
+	}()
+}
+
+func (c *Controller) linkTo(node string) *link {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.links[node]
+}
+
+// partnerLink is the link to the mirror partner: the next node up after
+// this one in configuration order that has a live link.
+func (c *Controller) partnerLink() *link {
+	local := c.arr.Local()
+	for i := 1; i < len(c.arr.Nodes); i++ {
+		n := c.arr.Nodes[(local.Index+i)%len(c.arr.Nodes)]
+		if l := c.linkTo(n.Name); l != nil && n.Up() {
+			return l
+		}
+	}
+	return nil
+}
+
+// Forward implements array.Remote: the command runs on the owner.
+func (c *Controller) Forward(owner *array.Node, l *array.LUN, op *array.Op) error {
+	lk := c.linkTo(owner.Name)
+	if lk == nil {
+		return array.ErrOwnerDown
+	}
+	bs := int64(l.BlockSize)
+	m, err := toForward(op, bs, c.fence.Token(l.ID))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, 2*c.cc.LeaseTTL)
+	defer cancel()
+	r, err := lk.conn.Forward(ctx, uint32(l.ID), m)
+	switch {
+	case errors.Is(err, interlink.ErrNotOwner), errors.Is(err, interlink.ErrFenced):
+		return array.ErrNotServing
+	case errors.Is(err, interlink.ErrClosed), ctx.Err() != nil:
+		return array.ErrOwnerDown
+	case err != nil:
+		return err
+	}
+	switch op.Kind {
+	case array.OpRead:
+		if len(r.DataIn) != len(op.Data) {
+			return fmt.Errorf("controller: the owner returned %d bytes for a %d-byte read", len(r.DataIn), len(op.Data))
+		}
+		copy(op.Data, r.DataIn)
+	case array.OpLBAStatus:
+		return readLBAStatus(op, r.DataIn, bs)
+	}
+	return nil
+}
+
+// Serves implements array.Remote.
+func (c *Controller) Serves(lun uint64) bool { return c.fence.Serves(lun) }
+
+// Holds implements array.Remote.
+func (c *Controller) Holds(lun uint64) bool { return c.fence.Holds(lun) }
+
+// Mirror implements array.Remote.
+func (c *Controller) Mirror() cache.Remote { return mirror{c} }
+
+// mirror sends the local cache's copies to the partner over the link.
+type mirror struct{ c *Controller }
+
+func (m mirror) Up() bool { return m.c.partnerLink() != nil }
+
+var errNoPartner = errors.New("controller: no mirror partner")
+
+func (m mirror) Put(id uint64, ps []cache.MirrorPage) func() error {
+	lk := m.c.partnerLink()
+	if lk == nil {
+		return func() error { return errNoPartner }
+	}
+	token := m.c.fence.Token(id)
+	pend := make([]*interlink.Pending, len(ps))
+	for i, p := range ps {
+		pend[i] = lk.conn.PostMirror(uint32(id), interlink.Mirror{Token: token, Offset: p.Idx * m.c.ps, Ver: p.Ver, Data: p.Data})
+	}
+	return func() error {
+		ctx, cancel := context.WithTimeout(m.c.ctx, m.c.cc.LeaseTTL)
+		defer cancel()
+		for _, p := range pend {
+			if err := p.Wait(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+func (m mirror) Release(id uint64, ps []cache.MirrorPage) {
+	lk := m.c.partnerLink()
+	if lk == nil {
+		return
+	}
+	token := m.c.fence.Token(id)
+	for _, p := range ps {
+		lk.conn.PostDrop(uint32(id), interlink.Drop{Token: token, Offset: p.Idx * m.c.ps, Length: m.c.ps, Ver: p.Ver})
+	}
+}
+
+// handler serves the peers' requests.
+type handler struct{ c *Controller }
+
+func (h handler) Forward(_ context.Context, lun uint32, m interlink.Forward) (interlink.ForwardReply, error) {
+	c := h.c
+	l := c.arr.LUN(uint64(lun))
+	if l == nil {
+		return interlink.ForwardReply{}, fmt.Errorf("no LUN %d", lun)
+	}
+	if err := c.fence.Check(uint64(lun), m.Token); err != nil {
+		return interlink.ForwardReply{}, fmt.Errorf("%w: %v", interlink.ErrFenced, err)
+	}
+	bs := int64(l.BlockSize)
+	op, err := fromForward(m, bs)
+	if err != nil {
+		return interlink.ForwardReply{}, err
+	}
+	if err := c.arr.ServeForwarded(uint64(lun), &op); err != nil {
+		if errors.Is(err, array.ErrNotServing) || errors.Is(err, array.ErrOwnerDown) {
+			return interlink.ForwardReply{}, fmt.Errorf("%w: %v", interlink.ErrNotOwner, err)
+		}
+		return interlink.ForwardReply{}, err
+	}
+	switch op.Kind {
+	case array.OpRead:
+		return interlink.ForwardReply{DataIn: op.Data}, nil
+	case array.OpLBAStatus:
+		return interlink.ForwardReply{DataIn: lbaStatusReply(&op, bs)}, nil
+	}
+	return interlink.ForwardReply{}, nil
+}
+
+func (h handler) Mirror(_ context.Context, lun uint32, m interlink.Mirror) error {
+	c := h.c
+	if err := c.fence.Check(uint64(lun), m.Token); err != nil {
+		return fmt.Errorf("%w: %v", interlink.ErrFenced, err)
+	}
+	if m.Offset < 0 || m.Offset%c.ps != 0 || int64(len(m.Data)) != c.ps || c.arr.LUN(uint64(lun)) == nil {
+		return fmt.Errorf("a copy of %d bytes at %d of LUN %d is no page", len(m.Data), m.Offset, lun)
+	}
+	if v, _ := c.fence.View(uint64(lun)); v.Owner == c.node {
+		return fmt.Errorf("%w: this node owns LUN %d", interlink.ErrFenced, lun)
+	}
+	c.arr.Local().Cache.Hold(uint64(lun), []cache.MirrorPage{{Idx: m.Offset / c.ps, Ver: m.Ver, Data: m.Data}})
+	return nil
+}
+
+func (h handler) Drop(_ context.Context, lun uint32, m interlink.Drop) error {
+	c := h.c
+	if m.Offset < 0 || m.Length < 0 || m.Offset%c.ps != 0 || m.Length%c.ps != 0 || m.Length > 1<<30 {
+		return fmt.Errorf("a release of %d bytes at %d is not whole pages", m.Length, m.Offset)
+	}
+	var ps []cache.MirrorPage
+	for off := m.Offset; off < m.Offset+m.Length; off += c.ps {
+		ps = append(ps, cache.MirrorPage{Idx: off / c.ps, Ver: m.Ver})
+	}
+	c.arr.Local().Cache.Release(uint64(lun), ps)
+	return nil
+}
+
+func (h handler) Flush(ctx context.Context, lun uint32, m interlink.Flush) error {
+	return h.c.handOff(ctx, uint64(lun), m.Token)
+}
+
+// handOff is the old owner's step of a planned move, asked for by the
+// leader with the token of the record that names the new owner as the
+// target: once this node's view holds that record (it no longer serves
+// the LUN as owner), it destages the LUN and waits until its partner has
+// every copy and release it sent, then acknowledges.
+func (c *Controller) handOff(ctx context.Context, lun uint64, token int64) error {
+	deadline := time.Now().Add(c.cc.LeaseTTL)
+	for c.fence.Token(lun) < token && time.Now().Before(deadline) {
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		o, err := c.store.Owner(rctx, lun)
+		cancel()
+		if err == nil && o.Rev >= token {
+			c.apply(o)
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	v, _ := c.fence.View(lun)
+	if v.Rev != token || v.Owner != c.node || v.To == "" {
+		return fmt.Errorf("%w: LUN %d: the hand-over's record is at %d, this node holds %d (owner %s, to %q)",
+			interlink.ErrFenced, lun, token, v.Rev, v.Owner, v.To)
+	}
+	if err := c.arr.Release(lun); err != nil {
+		return err
+	}
+	if lk := c.partnerLink(); lk != nil {
+		dctx, cancel := context.WithTimeout(ctx, c.cc.LeaseTTL)
+		defer cancel()
+		if err := lk.conn.Drain(dctx); err != nil {
+			return fmt.Errorf("the partner did not confirm the releases: %w", err)
+		}
+	}
+	return nil
+}
