@@ -48,6 +48,9 @@ Usage:
   aluad witness [--name N] [--data DIR] [--client-url URL] [--peer-url URL] [--cluster N=URL,...]
                                              an etcd member with no controller: the third vote two
                                              controllers of cluster mode need (docs/cluster.md)
+  aluad controller --config FILE --node N [--etcd-data DIR --etcd-client-url URL --etcd-peer-url URL --etcd-cluster N=URL,...]
+                                             one controller of the array as its own process, coordinated
+                                             through etcd with the others (docs/cluster.md)
   aluad help                                 this text
 
 The client commands reach the running daemon on its control socket
@@ -100,6 +103,8 @@ func main() {
 		err = simCmd(os.Args[2:])
 	case "witness":
 		err = witnessCmd(os.Args[2:])
+	case "controller":
+		err = controllerCmd(os.Args[2:])
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -44,13 +45,34 @@ func loopbackPort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+var (
+	buildOnce sync.Once
+	builtBin  string
+	buildErr  error
+	buildOut  []byte
+)
+
+// buildAluad builds the binary once for the tests that run it as processes.
+func buildAluad(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "aluad-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		builtBin = filepath.Join(dir, "aluad")
+		buildOut, buildErr = exec.Command("go", "build", "-o", builtBin, ".").CombinedOutput()
+	})
+	require.NoError(t, buildErr, "%s", buildOut)
+	return builtBin
+}
+
 // Three `aluad witness` processes form an etcd cluster. Killing one
 // (SIGKILL) leaves a quorum; with two gone nothing can be written; one
 // restarted from its data directory brings the quorum back.
 func TestWitnessProcesses(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "aluad")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	bin := buildAluad(t)
 	type member struct {
 		args []string
 		cmd  *exec.Cmd

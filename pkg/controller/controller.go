@@ -180,7 +180,8 @@ func Start(o Options) (_ *Controller, err error) {
 		case <-c.ctx.Done():
 		}
 	}()
-	c.log.Info("controller serving", "interlink", c.ln.Addr().String(), "lease_ttl", c.cc.LeaseTTL)
+	// etcd may grant more than asked (its floor is 1.5 election timeouts).
+	c.log.Info("controller serving", "interlink", c.ln.Addr().String(), "lease_ttl", c.ms.TTL())
 	return c, nil
 }
 

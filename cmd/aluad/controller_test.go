@@ -1,0 +1,270 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/aluad/aluad/pkg/initiator"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if builtBin != "" {
+		os.RemoveAll(filepath.Dir(builtBin))
+	}
+	os.Exit(code)
+}
+
+// proc is one aluad process of a test.
+type proc struct {
+	args   []string
+	cmd    *exec.Cmd
+	log    *syncBuffer
+	mu     sync.Mutex
+	portal map[string][2]string // port -> addr, target
+}
+
+func (p *proc) start(t *testing.T, bin string) {
+	t.Helper()
+	p.log = &syncBuffer{}
+	p.mu.Lock()
+	p.portal = map[string][2]string{}
+	p.mu.Unlock()
+	p.cmd = exec.Command(bin, p.args...)
+	p.cmd.Stderr = p.log
+	out, err := p.cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, p.cmd.Start())
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			if len(f) == 5 && f[0] == "portal" {
+				p.mu.Lock()
+				p.portal[f[2]] = [2]string{f[3], f[4]}
+				p.mu.Unlock()
+			}
+		}
+		io.Copy(io.Discard, out)
+	}()
+}
+
+func (p *proc) kill() {
+	if p.cmd != nil && p.cmd.ProcessState == nil {
+		p.cmd.Process.Signal(syscall.SIGKILL)
+		p.cmd.Wait()
+	}
+}
+
+// portalOf waits for the process to print its first portal.
+func (p *proc) portalOf(t *testing.T) (addr, target string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.portal) > 0
+	}, 90*time.Second, 50*time.Millisecond, "the controller never served: %s", p.log)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, v := range p.portal {
+		return v[0], v[1]
+	}
+	return "", ""
+}
+
+func pattern(lun, lba, tag uint64) []byte {
+	b := make([]byte, 4096)
+	for i := 0; i < len(b); i += 32 {
+		binary.BigEndian.PutUint64(b[i:], lun)
+		binary.BigEndian.PutUint64(b[i+8:], lba)
+		binary.BigEndian.PutUint64(b[i+16:], tag)
+	}
+	return b
+}
+
+// until retries f as a host does (UNIT ATTENTION, TRANSITIONING, a
+// failover's errors) for at most limit.
+func until(limit time.Duration, f func() error) error {
+	deadline := time.Now().Add(limit)
+	for {
+		err := f()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// aoGroup asks RTPG which target port group is active/optimized for lun.
+func aoGroup(ctx context.Context, s *initiator.Session, lun uint64) (uint16, error) {
+	cdb := make([]byte, 12)
+	cdb[0], cdb[1] = 0xa3, 0x0a
+	binary.BigEndian.PutUint32(cdb[6:], 1024)
+	r, err := s.Execute(ctx, lun, cdb, nil, 1024)
+	if err != nil {
+		return 0, err
+	}
+	if r.Status != 0 {
+		return 0, fmt.Errorf("RTPG: status %#x", r.Status)
+	}
+	d := r.Data
+	if len(d) < 4 {
+		return 0, errors.New("RTPG: short answer")
+	}
+	for i := 4; i+8 <= len(d); {
+		if d[i]&0x0f == 0 {
+			return binary.BigEndian.Uint16(d[i+2:]), nil
+		}
+		i += 8 + 4*int(d[i+7])
+	}
+	return 0, errors.New("RTPG: no active/optimized group")
+}
+
+// A witness and two controllers, each its own process with its own etcd
+// member, on loopback. A host writes on both controllers' ports; kill -9
+// of controller a; b serves a's LUNs with every acknowledged write and
+// reports 2A/06; a restarted rejoins and its LUNs fail back.
+func TestControllerProcesses(t *testing.T) {
+	bin := buildAluad(t)
+	dir := t.TempDir()
+	url := func() string { return fmt.Sprintf("http://127.0.0.1:%d", loopbackPort(t)) }
+	type member struct{ name, client, peer string }
+	ms := []member{{"a", url(), url()}, {"b", url(), url()}, {"w", url(), url()}}
+	var peers, clients []string
+	for _, m := range ms {
+		peers, clients = append(peers, m.name+"="+m.peer), append(clients, m.client)
+	}
+	il := map[string]string{"a": fmt.Sprintf("127.0.0.1:%d", loopbackPort(t)), "b": fmt.Sprintf("127.0.0.1:%d", loopbackPort(t))}
+	cfg := fmt.Sprintf(`array_id: proc-test
+target: iqn.2026-11.org.aluad.test:array
+data: %s
+nodes:
+  - name: a
+    ports: [{name: a0, addr: "127.0.0.1:0"}]
+  - name: b
+    ports: [{name: b0, addr: "127.0.0.1:0"}]
+luns:
+  - {id: 0, size: 4MiB, preferred: a}
+  - {id: 1, size: 4MiB, preferred: b}
+  - {id: 2, size: 4MiB, preferred: a}
+cluster:
+  etcd: [%s]
+  interlink: {a: "%s", b: "%s"}
+  lease_ttl: 1s
+  failback_after: 1s
+`, filepath.Join(dir, "data"), strings.Join(clients, ", "), il["a"], il["b"])
+	cfgPath := filepath.Join(dir, "cluster.yaml")
+	require.NoError(t, os.WriteFile(cfgPath, []byte(cfg), 0o644))
+	cluster := strings.Join(peers, ",")
+	w := &proc{args: []string{"witness", "--name", "w", "--data", filepath.Join(dir, "w"), "--client-url", ms[2].client,
+		"--peer-url", ms[2].peer, "--cluster", cluster}}
+	ctl := func(i int) *proc {
+		m := ms[i]
+		return &proc{args: []string{"controller", "--config", cfgPath, "--node", m.name, "--etcd-data", filepath.Join(dir, m.name),
+			"--etcd-client-url", m.client, "--etcd-peer-url", m.peer, "--etcd-cluster", cluster, "--nop-interval", "0"}}
+	}
+	a, b := ctl(0), ctl(1)
+	for _, p := range []*proc{w, a, b} {
+		p.start(t, bin)
+		defer p.kill()
+	}
+	ctx := context.Background()
+	login := func(p *proc, name string) *initiator.Session {
+		addr, target := p.portalOf(t)
+		s, err := initiator.Dial(ctx, initiator.Config{Addr: addr, Target: target,
+			InitiatorName: "iqn.2026-11.org.aluad.test:" + name, DialTimeout: 2 * time.Second})
+		require.NoError(t, err)
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	onA, onB := login(a, "h1"), login(b, "h1")
+	acked := map[[2]uint64]uint64{}
+	tag := uint64(0)
+	write := func(s *initiator.Session, lun, lba uint64) {
+		tag++
+		data := pattern(lun, lba, tag)
+		require.NoError(t, until(10*time.Second, func() error { return s.Write16(ctx, lun, lba, data, 512, false) }),
+			"a: %s\nb: %s", a.log, b.log)
+		acked[[2]uint64{lun, lba}] = tag
+	}
+	verify := func(s *initiator.Session, what string) {
+		for k, tg := range acked {
+			var got []byte
+			require.NoError(t, until(10*time.Second, func() (err error) { got, err = s.Read16(ctx, k[0], k[1], 8, 512); return err }))
+			require.True(t, bytes.Equal(got, pattern(k[0], k[1], tg)), "%s: LUN %d LBA %d", what, k[0], k[1])
+		}
+	}
+	for lun := uint64(0); lun < 3; lun++ {
+		for lba := uint64(0); lba < 64; lba += 8 {
+			write(onA, lun, lba)
+			write(onB, lun, lba)
+		}
+	}
+	verify(onA, "through a")
+	verify(onB, "through b")
+	for _, lun := range []uint64{0, 2} { // dirty on a, copies on b, at the kill
+		for lba := uint64(64); lba < 128; lba += 8 {
+			write(onA, lun, lba)
+		}
+	}
+
+	killed := time.Now()
+	a.kill()
+	sawUA := map[uint64]bool{}
+	for lun := uint64(0); lun < 3; lun++ {
+		require.NoError(t, until(20*time.Second, func() error {
+			seen, err := onB.ClearUA(ctx, lun, 8)
+			for _, s := range seen {
+				sawUA[lun] = sawUA[lun] || s == [2]byte{0x2a, 0x06}
+			}
+			if err != nil {
+				return err
+			}
+			_, err = onB.Read16(ctx, lun, 0, 8, 512)
+			return err
+		}), "b: %s", b.log)
+	}
+	t.Logf("kill -9 of a: b served every LUN %v later (lease TTL 1s)", time.Since(killed).Round(time.Millisecond))
+	verify(onB, "after kill -9 of a")
+	for _, lun := range []uint64{0, 2} {
+		g, err := aoGroup(ctx, onB, lun)
+		require.NoError(t, err)
+		require.Equal(t, uint16(2), g, "LUN %d is active/optimized on b's group", lun)
+	}
+	for lun := uint64(0); lun < 3; lun++ {
+		require.True(t, sawUA[lun], "the host saw 2A/06 on b for LUN %d", lun)
+	}
+	require.Regexp(t, `owner installed.*lun=0 from=a to=b cause=failover replayed=[1-9]`, b.log.String(),
+		"b took LUN 0 over, replaying mirrored pages")
+
+	a2 := ctl(0)
+	a2.start(t, bin)
+	defer a2.kill()
+	onA2 := login(a2, "h2")
+	for _, lun := range []uint64{0, 2} {
+		require.NoError(t, until(30*time.Second, func() error {
+			g, err := aoGroup(ctx, onB, lun)
+			if err == nil && g != 1 {
+				err = fmt.Errorf("LUN %d still active/optimized on group %d", lun, g)
+			}
+			return err
+		}), "a's LUNs fail back: a: %s\nb: %s", a2.log, b.log)
+	}
+	verify(onA2, "after the failback")
+	verify(onB, "through b after the failback")
+}
