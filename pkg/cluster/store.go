@@ -582,6 +582,13 @@ type Leadership struct {
 	m    *Membership
 	once sync.Once
 	done chan struct{}
+	rmu  sync.Mutex // an Election is not safe for concurrent Resigns
+}
+
+func (l *Leadership) resign(ctx context.Context) error {
+	l.rmu.Lock()
+	defer l.rmu.Unlock()
+	return l.e.Resign(ctx)
 }
 
 func (l *Leadership) watch() {
@@ -593,7 +600,7 @@ func (l *Leadership) watch() {
 		l.end()
 		for {
 			ctx, cancel := context.WithTimeout(context.Background(), l.m.ttl)
-			err := l.e.Resign(ctx)
+			err := l.resign(ctx)
 			cancel()
 			if err == nil {
 				return
@@ -628,7 +635,7 @@ func (l *Leadership) Leads() bool {
 
 // Resign ends the term (another candidate is elected).
 func (l *Leadership) Resign(ctx context.Context) error {
-	err := l.e.Resign(ctx)
+	err := l.resign(ctx)
 	l.end()
 	l.sess.Orphan()
 	return err

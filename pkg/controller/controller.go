@@ -68,6 +68,7 @@ type Controller struct {
 
 	mu    sync.Mutex
 	links map[string]*link // live interlink connections by peer node
+	cuts  map[string]bool  // peers whose link is cut (the fault)
 
 	kick     chan struct{} // wakes the leader
 	ctx      context.Context
@@ -104,7 +105,7 @@ func Start(o Options) (_ *Controller, err error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	c := &Controller{o: o, cc: cfg.Cluster, node: o.Node, log: log.With("node", o.Node), links: map[string]*link{},
+	c := &Controller{o: o, cc: cfg.Cluster, node: o.Node, log: log.With("node", o.Node), links: map[string]*link{}, cuts: map[string]bool{},
 		kick: make(chan struct{}, 1), failed: make(chan struct{})}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	defer func() {

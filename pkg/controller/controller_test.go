@@ -55,10 +55,13 @@ func newLab(t *testing.T) *lab {
 
 func (l *lab) start(node string) *Controller {
 	l.t.Helper()
-	c, err := Start(Options{Config: l.cfg, Node: node, JoinTimeout: 20 * time.Second,
-		Daemon: daemon.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), StatsInterval: -1}})
+	c, err := Start(Options{Config: l.cfg, Node: node, JoinTimeout: 20 * time.Second, Daemon: quiet()})
 	require.NoError(l.t, err)
 	return c
+}
+
+func quiet() daemon.Options {
+	return daemon.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), StatsInterval: -1}
 }
 
 // session logs in to the first port of node on c.

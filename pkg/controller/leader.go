@@ -28,6 +28,17 @@ import (
 // Every write is conditioned on the term (StillLeader) and the record's
 // revision, so a deposed leader changes nothing.
 
+// testHook, when set (tests), is called by the leader at the points of a
+// move: "target-set" once the record names the target, "flushed" once the
+// old owner acknowledged the flush.
+var testHook func(point string, c *Controller, lun uint64)
+
+func hook(point string, c *Controller, lun uint64) {
+	if testHook != nil {
+		testHook(point, c, lun)
+	}
+}
+
 // leaderLoop campaigns while the controller runs and leads each term won.
 func (c *Controller) leaderLoop() {
 	defer c.wg.Done()
@@ -128,6 +139,7 @@ func (c *Controller) decide(l *cluster.Leadership, since map[string]time.Time) {
 			moving, err := c.change(ctx, o, cluster.Record{LUN: o.LUN, Owner: o.Owner, To: lc.Preferred,
 				Cause: string(alua.CauseFailback)}, l.StillLeader())
 			if err == nil {
+				hook("target-set", c, o.LUN)
 				c.handOver(ctx, l, moving)
 			}
 		}
@@ -143,6 +155,7 @@ func (c *Controller) handOver(ctx context.Context, l *cluster.Leadership, o clus
 	}
 	err := c.askFlush(ctx, o)
 	if err == nil {
+		hook("flushed", c, o.LUN)
 		c.change(ctx, o, cluster.Record{LUN: o.LUN, Owner: o.To, Cause: cause}, l.StillLeader())
 		return
 	}

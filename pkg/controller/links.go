@@ -59,6 +59,7 @@ func (c *Controller) dialLoop() {
 			nc, err := d.DialContext(ctx, "tcp", c.cc.Interlink[n.Name])
 			if err == nil {
 				f := interlink.NewFaulty(nc, nil)
+				f.Cut(c.isCut(n.Name))
 				var conn *interlink.Conn
 				if conn, err = interlink.Establish(ctx, f, c.linkOptions()); err == nil {
 					c.register(conn, f)
@@ -88,6 +89,7 @@ func (c *Controller) register(conn *interlink.Conn, f *interlink.Faulty) {
 	}
 	old := c.links[peer]
 	l := &link{conn: conn, nc: f}
+	f.Cut(c.cuts[peer])
 	c.links[peer] = l
 	c.mu.Unlock()
 	if old != nil {
@@ -115,6 +117,30 @@ func (c *Controller) register(conn *interlink.Conn, f *interlink.Faulty) {
 		}()
 		c.wake()
 	}()
+}
+
+// CutInterlink cuts (or restores) this controller's end of its link to
+// peer, as a network fault would: what it sends is held (the peer learns
+// of the cut by its heartbeat), and a new connection cannot be made while
+// the cut lasts.
+func (c *Controller) CutInterlink(peer string, cut bool) error {
+	if n := c.arr.Node(peer); n == nil || !n.Remote() {
+		return fmt.Errorf("controller: no other node %q", peer)
+	}
+	c.mu.Lock()
+	c.cuts[peer] = cut
+	l := c.links[peer]
+	c.mu.Unlock()
+	if l != nil {
+		return l.nc.Cut(cut)
+	}
+	return nil
+}
+
+func (c *Controller) isCut(peer string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cuts[peer]
 }
 
 func (c *Controller) linkTo(node string) *link {

@@ -1,0 +1,325 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/aluad/aluad/pkg/initiator"
+)
+
+// checker watches two controllers and counts the moments both serve one
+// LUN as owner (it must stay 0).
+type checker struct {
+	both atomic.Int64
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+func watchBoth(x, y *Controller, luns []uint64) *checker {
+	ck := &checker{stop: make(chan struct{})}
+	ck.wg.Add(1)
+	go func() {
+		defer ck.wg.Done()
+		for {
+			select {
+			case <-ck.stop:
+				return
+			default:
+			}
+			for _, l := range luns {
+				if x.Serves(l) && y.Serves(l) {
+					ck.both.Add(1)
+				}
+			}
+			time.Sleep(500 * time.Microsecond)
+		}
+	}()
+	return ck
+}
+
+func (ck *checker) done() int64 {
+	close(ck.stop)
+	ck.wg.Wait()
+	return ck.both.Load()
+}
+
+// writer keeps the acknowledged writes of a test.
+type writer struct {
+	t     *testing.T
+	mu    sync.Mutex
+	tag   uint64
+	acked map[[2]uint64]uint64
+}
+
+func newWriter(t *testing.T) *writer { return &writer{t: t, acked: map[[2]uint64]uint64{}} }
+
+func (w *writer) write(s *initiator.Session, lun, lba uint64, limit time.Duration) error {
+	w.mu.Lock()
+	w.tag++
+	tag := w.tag
+	w.mu.Unlock()
+	data := block(lun, lba, tag)
+	err := retry(limit, func() error { return s.Write16(context.Background(), lun, lba, data, 512, false) })
+	if err == nil {
+		w.mu.Lock()
+		w.acked[[2]uint64{lun, lba}] = tag
+		w.mu.Unlock()
+	}
+	return err
+}
+
+func (w *writer) verify(s *initiator.Session, what string) {
+	w.t.Helper()
+	for k, tg := range w.acked {
+		var got []byte
+		require.NoError(w.t, retry(10*time.Second, func() (err error) {
+			got, err = s.Read16(context.Background(), k[0], k[1], 8, 512)
+			return err
+		}), what)
+		require.True(w.t, bytes.Equal(got, block(k[0], k[1], tg)), "%s: acknowledged write lost: LUN %d LBA %d", what, k[0], k[1])
+	}
+}
+
+func lunIDs(l *lab) []uint64 {
+	var ids []uint64
+	for _, c := range l.cfg.LUNs {
+		ids = append(ids, c.ID)
+	}
+	return ids
+}
+
+// The interlink cut while both controllers reach etcd: nothing moves, no
+// LUN is served by both, I/O on the owners' paths goes on (written
+// through: the partner holds no copy), and once the link is back the
+// copies flow again.
+func TestInterlinkCut(t *testing.T) {
+	lab := newLab(t)
+	a, b := lab.start("a"), lab.start("b")
+	defer a.Stop(time.Second)
+	defer b.Stop(time.Second)
+	onA, onB := session(t, a, "a", "h1"), session(t, b, "b", "h1")
+	w := newWriter(t)
+	owner := map[uint64]*initiator.Session{}
+	for _, l := range lab.cfg.LUNs {
+		owner[l.ID] = onA
+		if l.Preferred == "b" {
+			owner[l.ID] = onB
+		}
+		require.NoError(t, w.write(owner[l.ID], l.ID, 0, 5*time.Second))
+	}
+	ck := watchBoth(a, b, lunIDs(lab))
+	require.NoError(t, a.CutInterlink("b", true))
+	require.NoError(t, b.CutInterlink("a", true))
+	require.Eventually(t, func() bool { return a.linkTo("b") == nil && b.linkTo("a") == nil }, 5*time.Second,
+		10*time.Millisecond, "the heartbeats end the cut link")
+	for i := uint64(1); i <= 16; i++ { // a few lease TTLs of I/O on the owners' paths
+		for _, l := range lab.cfg.LUNs {
+			require.NoError(t, w.write(owner[l.ID], l.ID, i*8, 3*time.Second), "I/O on the owner during the cut")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, l := range a.arr.LUNs {
+		require.Equal(t, l.Preferred.Name, l.Owner().Name, "nothing moves while both hold their leases")
+	}
+	require.NoError(t, a.CutInterlink("b", false))
+	require.NoError(t, b.CutInterlink("a", false))
+	require.Eventually(t, func() bool { return a.linkTo("b") != nil && b.linkTo("a") != nil }, 5*time.Second,
+		10*time.Millisecond, "the link comes back")
+	before := b.arr.Local().Cache.MirrorBytes()
+	for _, l := range lab.cfg.LUNs {
+		if l.Preferred == "a" {
+			require.NoError(t, w.write(onA, l.ID, 200, 5*time.Second))
+		}
+	}
+	require.Greater(t, b.arr.Local().Cache.MirrorBytes(), before, "a mirrors to b again")
+	require.Zero(t, ck.done(), "two controllers served one LUN as owner")
+	w.verify(onA, "through a")
+	w.verify(onB, "through b")
+}
+
+// proxy forwards TCP to target until cut: then every connection it holds
+// is dropped and new ones are held open without a byte through (a
+// partition, not a refusal).
+type proxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	cut    bool
+	conns  []net.Conn
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &proxy{ln: ln, target: target}
+	t.Cleanup(func() { ln.Close(); p.setCut(true) })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c)
+			cut := p.cut
+			p.mu.Unlock()
+			if cut {
+				continue // held: nothing goes through
+			}
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, u)
+			p.mu.Unlock()
+			go func() { io.Copy(u, c); u.Close() }()
+			go func() { io.Copy(c, u); c.Close() }()
+		}
+	}()
+	return p
+}
+
+func (p *proxy) setCut(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = cut
+	if cut {
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.conns = nil
+	}
+}
+
+// A controller cut off from etcd stops serving as owner within its lease
+// TTL (before anyone can take over), the other takes its LUNs over with
+// every acknowledged write, and at no moment do both serve one LUN.
+func TestCutFromEtcd(t *testing.T) {
+	lab := newLab(t)
+	px := newProxy(t, lab.cfg.Cluster.Etcd[0][len("http://"):])
+	cfgA := lab.cfg
+	cfgA.Cluster.Etcd = []string{"http://" + px.ln.Addr().String()}
+	ca, err := Start(Options{Config: cfgA, Node: "a", JoinTimeout: 20 * time.Second, Daemon: quiet()})
+	require.NoError(t, err)
+	a := ca
+	defer a.Kill()
+	b := lab.start("b")
+	defer b.Stop(time.Second)
+	onA, onB := session(t, a, "a", "h1"), session(t, b, "b", "h1")
+	w := newWriter(t)
+	for _, l := range lab.cfg.LUNs {
+		for lba := uint64(0); lba < 32; lba += 8 {
+			require.NoError(t, w.write(onA, l.ID, lba, 5*time.Second))
+		}
+	}
+	ck := watchBoth(a, b, lunIDs(lab))
+	cut := time.Now()
+	px.setCut(true)
+	require.Eventually(t, func() bool {
+		for _, l := range lab.cfg.LUNs {
+			if a.Serves(l.ID) {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, 5*time.Millisecond, "a stops serving as owner")
+	stopped := time.Since(cut)
+	for _, l := range lab.cfg.LUNs {
+		require.NoError(t, retry(15*time.Second, func() error {
+			_, err := onB.Read16(context.Background(), l.ID, 0, 8, 512)
+			return err
+		}))
+	}
+	t.Logf("cut from etcd: a stopped serving after %v (lease %v); b served every LUN %v after the cut",
+		stopped.Round(time.Millisecond), a.ms.TTL(), time.Since(cut).Round(time.Millisecond))
+	for _, l := range b.arr.LUNs {
+		require.Equal(t, "b", l.Owner().Name)
+	}
+	require.Zero(t, ck.done(), "two controllers served one LUN as owner")
+	w.verify(onB, "after the takeover")
+}
+
+// The leader killed during a move: it was failing a LUN back from itself
+// to the restarted preferred owner. Killed once the record names the
+// target, or once it flushed, the other controller is elected, finds the
+// move half done with its owner gone, and completes it as a takeover:
+// never half done, no acknowledged write lost, never served by both.
+func TestLeaderKilledMidMove(t *testing.T) {
+	for _, point := range []string{"target-set", "flushed"} {
+		t.Run(point, func(t *testing.T) {
+			lab := newLab(t)
+			b := lab.start("b") // alone: the leader, and it takes a's LUNs over
+			defer b.Kill()
+			require.Eventually(t, func() bool {
+				for _, l := range b.arr.LUNs {
+					if l.Owner().Name != "b" {
+						return false
+					}
+				}
+				return true
+			}, 10*time.Second, 10*time.Millisecond)
+			onB := session(t, b, "b", "h1")
+			w := newWriter(t)
+			var once sync.Once
+			fired := make(chan struct{})
+			testHook = func(p string, c *Controller, lun uint64) {
+				if p != point || c != b {
+					return
+				}
+				once.Do(func() {
+					// Fresh writes to the LUN first: dirty on b (the flush, if
+					// any, is over), their copies on a.
+					for lba := uint64(300); lba < 332; lba += 8 {
+						if err := w.write(onB, lun, lba, time.Second); err != nil {
+							break // b no longer serves it (target set): fine
+						}
+					}
+					go c.Kill()
+					<-c.ctx.Done()
+					close(fired)
+				})
+			}
+			defer func() { testHook = nil }()
+			for _, l := range lab.cfg.LUNs {
+				for lba := uint64(0); lba < 32; lba += 8 {
+					require.NoError(t, w.write(onB, l.ID, lba, 5*time.Second))
+				}
+			}
+			a := lab.start("a")
+			defer a.Stop(time.Second)
+			onA := session(t, a, "a", "h2")
+			ck := watchBoth(a, b, lunIDs(lab))
+			select {
+			case <-fired:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the leader never reached the point")
+			}
+			require.Eventually(t, func() bool {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				owners, _, err := a.store.Owners(ctx)
+				if err != nil {
+					return false
+				}
+				for _, o := range owners {
+					if o.Owner != "a" || o.To != "" {
+						return false
+					}
+				}
+				return true
+			}, 15*time.Second, 20*time.Millisecond, "a takes every LUN, no move left half done")
+			require.Zero(t, ck.done(), "two controllers served one LUN as owner")
+			w.verify(onA, "after the leader died mid-move")
+		})
+	}
+}
