@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aluad/aluad/pkg/initiator"
+	"github.com/aluad/aluad/pkg/lab"
 )
 
 func TestMain(m *testing.M) {
@@ -110,31 +111,6 @@ func until(limit time.Duration, f func() error) error {
 	}
 }
 
-// aoGroup asks RTPG which target port group is active/optimized for lun.
-func aoGroup(ctx context.Context, s *initiator.Session, lun uint64) (uint16, error) {
-	cdb := make([]byte, 12)
-	cdb[0], cdb[1] = 0xa3, 0x0a
-	binary.BigEndian.PutUint32(cdb[6:], 1024)
-	r, err := s.Execute(ctx, lun, cdb, nil, 1024)
-	if err != nil {
-		return 0, err
-	}
-	if r.Status != 0 {
-		return 0, fmt.Errorf("RTPG: status %#x", r.Status)
-	}
-	d := r.Data
-	if len(d) < 4 {
-		return 0, errors.New("RTPG: short answer")
-	}
-	for i := 4; i+8 <= len(d); {
-		if d[i]&0x0f == 0 {
-			return binary.BigEndian.Uint16(d[i+2:]), nil
-		}
-		i += 8 + 4*int(d[i+7])
-	}
-	return 0, errors.New("RTPG: no active/optimized group")
-}
-
 // A witness and two controllers, each its own process with its own etcd
 // member, on loopback. A host writes on both controllers' ports; kill -9
 // of controller a; b serves a's LUNs with every acknowledged write and
@@ -165,7 +141,7 @@ luns:
 cluster:
   etcd: [%s]
   interlink: {a: "%s", b: "%s"}
-  lease_ttl: 1s
+  lease_ttl: 2s
   failback_after: 1s
 `, filepath.Join(dir, "data"), strings.Join(clients, ", "), il["a"], il["b"])
 	cfgPath := filepath.Join(dir, "cluster.yaml")
@@ -239,10 +215,10 @@ cluster:
 			return err
 		}), "b: %s", b.log)
 	}
-	t.Logf("kill -9 of a: b served every LUN %v later (lease TTL 1s)", time.Since(killed).Round(time.Millisecond))
+	t.Logf("kill -9 of a: b served every LUN %v later (lease TTL 2s)", time.Since(killed).Round(time.Millisecond))
 	verify(onB, "after kill -9 of a")
 	for _, lun := range []uint64{0, 2} {
-		g, err := aoGroup(ctx, onB, lun)
+		g, err := lab.AOGroup(ctx, onB, lun)
 		require.NoError(t, err)
 		require.Equal(t, uint16(2), g, "LUN %d is active/optimized on b's group", lun)
 	}
@@ -258,7 +234,7 @@ cluster:
 	onA2 := login(a2, "h2")
 	for _, lun := range []uint64{0, 2} {
 		require.NoError(t, until(30*time.Second, func() error {
-			g, err := aoGroup(ctx, onB, lun)
+			g, err := lab.AOGroup(ctx, onB, lun)
 			if err == nil && g != 1 {
 				err = fmt.Errorf("LUN %d still active/optimized on group %d", lun, g)
 			}
@@ -267,4 +243,48 @@ cluster:
 	}
 	verify(onA2, "after the failback")
 	verify(onB, "through b after the failback")
+
+	// One etcd member of three lost (the witness): nothing changes.
+	w.kill()
+	for lun := uint64(0); lun < 3; lun++ {
+		for lba := uint64(128); lba < 160; lba += 8 {
+			write(onA2, lun, lba)
+			write(onB, lun, lba)
+		}
+	}
+	verify(onA2, "with the witness down")
+	// Two lost (the witness, and b with its member): a cannot renew its
+	// lease, so it stops serving as owner at its deadline, and no
+	// ownership changes. It serves again once the quorum is back, and
+	// then takes b's LUNs over.
+	b.kill()
+	require.NoError(t, until(10*time.Second, func() error {
+		if _, err := onA2.Read16(ctx, 0, 0, 8, 512); err == nil {
+			return errors.New("a still serves LUN 0 without a quorum")
+		}
+		return nil
+	}), "a: %s", a2.log)
+	w.start(t, bin)
+	for lun := uint64(0); lun < 3; lun++ {
+		require.NoError(t, until(60*time.Second, func() error { _, err := onA2.Read16(ctx, lun, 0, 8, 512); return err }),
+			"a serves every LUN once the quorum is back: %s", a2.log)
+	}
+	verify(onA2, "after the quorum came back")
+}
+
+// The lab's comparison of the embedded array with controllers as
+// processes, on a short schedule: both modes fail over and back with
+// every acknowledged write read back.
+func TestClusterLab(t *testing.T) {
+	bin := buildAluad(t)
+	r, err := lab.RunCluster(context.Background(), lab.ClusterOptions{Binary: bin, LUNs: 2, Rate: 50,
+		KillAt: 2 * time.Second, RestartAt: 5 * time.Second, End: 9 * time.Second})
+	require.NoError(t, err)
+	for _, m := range []lab.ClusterMode{r.Embedded, r.Processes} {
+		require.Positive(t, m.Acked, m.Mode)
+		require.Zero(t, m.Lost, "%s: acknowledged writes lost", m.Mode)
+		require.Positive(t, m.Failover, "%s: the failed node's LUNs were served again", m.Mode)
+		require.Positive(t, m.Failback, "%s: the LUNs failed back", m.Mode)
+		require.Positive(t, m.ForwardedP50, "%s: commands on the other node's port completed", m.Mode)
+	}
 }

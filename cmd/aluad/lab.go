@@ -18,7 +18,7 @@ import (
 
 func labCmd(args []string) error {
 	fs := flag.NewFlagSet("lab", flag.ContinueOnError)
-	scenario := fs.String("scenario", "", "a built-in run: default (the lab), rolling-reboot, light-move, flapping, crash, transition or mirror")
+	scenario := fs.String("scenario", "", "a built-in run: default (the lab), rolling-reboot, light-move, flapping, crash, transition, mirror or cluster (embedded vs controllers as processes)")
 	file := fs.String("file", "", "a scenario file to run (see pkg/lab/scenarios/default.txt)")
 	repeat := fs.Int("repeat", 1, "run the scenario this many times and print the medians")
 	out := fs.String("out", "", "directory for the report files (default aluad-lab/NAME-TIME)")
@@ -57,6 +57,8 @@ func labCmd(args []string) error {
 		fmt.Printf("\n4 KiB random writes, QD %d on each of %d LUNs, 3 alternating rounds of %ds (median):\n", orDefault(*qd, 16), *luns, *secs)
 		fmt.Printf("  mirroring on:  %.1f MB/s\n  mirroring off: %.1f MB/s\n  on/off: %.2fx (every write also crosses the interlink: 50 µs + 10 Gbit/s)\n", on, off, on/off)
 		return nil
+	case "cluster":
+		return runCluster(ctx, *luns, *repeat, *seed, *verbose)
 	case "crash":
 		*qd = orDefault(*qd, 4)
 		var modes []bool
@@ -99,7 +101,7 @@ func labCmd(args []string) error {
 		}
 		return runScenario(ctx, text, *out, *seed, *repeat, *verbose)
 	}
-	return fmt.Errorf("unknown scenario %q (default, rolling-reboot, light-move, flapping, crash, transition, mirror)", *scenario)
+	return fmt.Errorf("unknown scenario %q (default, rolling-reboot, light-move, flapping, crash, transition, mirror, cluster)", *scenario)
 }
 
 func onOff(b bool) string {
