@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -88,29 +87,6 @@ func (p *proc) portalOf(t *testing.T) (addr, target string) {
 	return "", ""
 }
 
-func pattern(lun, lba, tag uint64) []byte {
-	b := make([]byte, 4096)
-	for i := 0; i < len(b); i += 32 {
-		binary.BigEndian.PutUint64(b[i:], lun)
-		binary.BigEndian.PutUint64(b[i+8:], lba)
-		binary.BigEndian.PutUint64(b[i+16:], tag)
-	}
-	return b
-}
-
-// until retries f as a host does (UNIT ATTENTION, TRANSITIONING, a
-// failover's errors) for at most limit.
-func until(limit time.Duration, f func() error) error {
-	deadline := time.Now().Add(limit)
-	for {
-		err := f()
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // A witness and two controllers, each its own process with its own etcd
 // member, on loopback. A host writes on both controllers' ports; kill -9
 // of controller a; b serves a's LUNs with every acknowledged write and
@@ -173,16 +149,16 @@ cluster:
 	tag := uint64(0)
 	write := func(s *initiator.Session, lun, lba uint64) {
 		tag++
-		data := pattern(lun, lba, tag)
-		require.NoError(t, until(10*time.Second, func() error { return s.Write16(ctx, lun, lba, data, 512, false) }),
+		data := lab.Tagged(tag)
+		require.NoError(t, lab.Retry(10*time.Second, func() error { return s.Write16(ctx, lun, lba, data, 512, false) }),
 			"a: %s\nb: %s", a.log, b.log)
 		acked[[2]uint64{lun, lba}] = tag
 	}
 	verify := func(s *initiator.Session, what string) {
 		for k, tg := range acked {
 			var got []byte
-			require.NoError(t, until(10*time.Second, func() (err error) { got, err = s.Read16(ctx, k[0], k[1], 8, 512); return err }))
-			require.True(t, bytes.Equal(got, pattern(k[0], k[1], tg)), "%s: LUN %d LBA %d", what, k[0], k[1])
+			require.NoError(t, lab.Retry(10*time.Second, func() (err error) { got, err = s.Read16(ctx, k[0], k[1], 8, 512); return err }))
+			require.True(t, bytes.Equal(got, lab.Tagged(tg)), "%s: LUN %d LBA %d", what, k[0], k[1])
 		}
 	}
 	for lun := uint64(0); lun < 3; lun++ {
@@ -203,7 +179,7 @@ cluster:
 	a.kill()
 	sawUA := map[uint64]bool{}
 	for lun := uint64(0); lun < 3; lun++ {
-		require.NoError(t, until(20*time.Second, func() error {
+		require.NoError(t, lab.Retry(20*time.Second, func() error {
 			seen, err := onB.ClearUA(ctx, lun, 8)
 			for _, s := range seen {
 				sawUA[lun] = sawUA[lun] || s == [2]byte{0x2a, 0x06}
@@ -233,7 +209,7 @@ cluster:
 	defer a2.kill()
 	onA2 := login(a2, "h2")
 	for _, lun := range []uint64{0, 2} {
-		require.NoError(t, until(30*time.Second, func() error {
+		require.NoError(t, lab.Retry(30*time.Second, func() error {
 			g, err := lab.AOGroup(ctx, onB, lun)
 			if err == nil && g != 1 {
 				err = fmt.Errorf("LUN %d still active/optimized on group %d", lun, g)
@@ -258,7 +234,7 @@ cluster:
 	// ownership changes. It serves again once the quorum is back, and
 	// then takes b's LUNs over.
 	b.kill()
-	require.NoError(t, until(10*time.Second, func() error {
+	require.NoError(t, lab.Retry(10*time.Second, func() error {
 		if _, err := onA2.Read16(ctx, 0, 0, 8, 512); err == nil {
 			return errors.New("a still serves LUN 0 without a quorum")
 		}
@@ -266,7 +242,7 @@ cluster:
 	}), "a: %s", a2.log)
 	w.start(t, bin)
 	for lun := uint64(0); lun < 3; lun++ {
-		require.NoError(t, until(60*time.Second, func() error { _, err := onA2.Read16(ctx, lun, 0, 8, 512); return err }),
+		require.NoError(t, lab.Retry(60*time.Second, func() error { _, err := onA2.Read16(ctx, lun, 0, 8, 512); return err }),
 			"a serves every LUN once the quorum is back: %s", a2.log)
 	}
 	verify(onA2, "after the quorum came back")

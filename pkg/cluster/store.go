@@ -504,15 +504,8 @@ func (f *Fence) Token(lun uint64) int64 {
 // view names it owner with no move under way, and the membership is
 // valid for the margin and not lost.
 func (f *Fence) Serves(lun uint64) bool {
-	f.mu.Lock()
-	o, ok := f.view[lun]
-	f.mu.Unlock()
-	select {
-	case <-f.m.Lost():
-		return false
-	default:
-	}
-	return ok && o.Owner == f.m.info.Node && o.To == "" && f.m.ValidFor(f.margin)
+	o, ok := f.mine(lun)
+	return ok && o.To == ""
 }
 
 // Holds reports whether the node may still write the LUN's data to the
@@ -520,15 +513,22 @@ func (f *Fence) Serves(lun uint64) bool {
 // old owner destages before it lets go) and the membership is valid for
 // the margin. A node that no longer holds a LUN never destages it again.
 func (f *Fence) Holds(lun uint64) bool {
+	_, ok := f.mine(lun)
+	return ok
+}
+
+// mine reads the view's record of the LUN and whether it names this node
+// owner under a membership valid for the margin.
+func (f *Fence) mine(lun uint64) (Owned, bool) {
 	f.mu.Lock()
 	o, ok := f.view[lun]
 	f.mu.Unlock()
 	select {
 	case <-f.m.Lost():
-		return false
+		return o, false
 	default:
 	}
-	return ok && o.Owner == f.m.info.Node && f.m.ValidFor(f.margin)
+	return o, ok && o.Owner == f.m.info.Node && f.m.ValidFor(f.margin)
 }
 
 // View is the record the view holds for the LUN.

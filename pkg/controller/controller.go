@@ -338,55 +338,35 @@ func (c *Controller) wake() {
 // after a fresh read.
 func (c *Controller) watchOwners(rev int64) {
 	defer c.wg.Done()
-	for c.ctx.Err() == nil {
-		for ev := range c.store.WatchOwners(c.ctx, rev) {
-			if ev.Err != nil {
-				if c.ctx.Err() == nil {
-					c.log.Warn("the ownership watch ended; reading the table afresh", "err", ev.Err)
-				}
-				break
-			}
-			c.apply(ev.Owned)
-			rev = max(rev, ev.Rev)
-		}
-		for c.ctx.Err() == nil {
-			ctx, cancel := context.WithTimeout(c.ctx, 2*time.Second)
+	follow(c, rev, c.store.WatchOwners, func(ev cluster.OwnerEvent) (int64, error) { return ev.Rev, ev.Err },
+		func(ev cluster.OwnerEvent) { c.apply(ev.Owned) },
+		func(ctx context.Context) (int64, error) {
 			owners, r, err := c.store.Owners(ctx)
-			cancel()
 			if err == nil {
 				for _, l := range c.arr.LUNs {
 					if o, ok := owners[l.ID]; ok {
 						c.apply(o)
 					}
 				}
-				rev = r
-				break
 			}
-			c.sleep(200 * time.Millisecond)
-		}
-	}
+			return r, err
+		})
 }
 
 // watchMembers marks the other nodes up and down as their leases come
 // and go.
 func (c *Controller) watchMembers(rev int64) {
 	defer c.wg.Done()
-	for c.ctx.Err() == nil {
-		for ev := range c.store.WatchMembers(c.ctx, rev) {
-			if ev.Err != nil {
-				break
-			}
-			rev = max(rev, ev.Rev)
+	follow(c, rev, c.store.WatchMembers, func(ev cluster.MemberEvent) (int64, error) { return ev.Rev, ev.Err },
+		func(ev cluster.MemberEvent) {
 			if ev.Node != c.node && c.arr.Node(ev.Node) != nil {
 				c.arr.SetRemoteUp(ev.Node, ev.Up)
 				c.log.Info("member", "peer", ev.Node, "up", ev.Up)
 			}
 			c.wake()
-		}
-		for c.ctx.Err() == nil {
-			ctx, cancel := context.WithTimeout(c.ctx, 2*time.Second)
+		},
+		func(ctx context.Context) (int64, error) {
 			members, r, err := c.store.Members(ctx)
-			cancel()
 			if err == nil {
 				for _, n := range c.arr.Nodes {
 					if n.Remote() {
@@ -394,6 +374,34 @@ func (c *Controller) watchMembers(rev int64) {
 						c.arr.SetRemoteUp(n.Name, up)
 					}
 				}
+				c.wake()
+			}
+			return r, err
+		})
+}
+
+// follow applies every event of a watch from rev until the controller
+// stops; when the watch ends it reads afresh (reread applies what it
+// read and returns its revision) and watches again from there.
+func follow[T any](c *Controller, rev int64, watch func(context.Context, int64) <-chan T,
+	outcome func(T) (int64, error), apply func(T), reread func(context.Context) (int64, error)) {
+	for c.ctx.Err() == nil {
+		for ev := range watch(c.ctx, rev) {
+			r, err := outcome(ev)
+			if err != nil {
+				if c.ctx.Err() == nil {
+					c.log.Warn("a watch ended; reading afresh", "err", err)
+				}
+				break
+			}
+			apply(ev)
+			rev = max(rev, r)
+		}
+		for c.ctx.Err() == nil {
+			ctx, cancel := context.WithTimeout(c.ctx, 2*time.Second)
+			r, err := reread(ctx)
+			cancel()
+			if err == nil {
 				rev = r
 				break
 			}

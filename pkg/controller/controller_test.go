@@ -3,7 +3,6 @@ package controller
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +20,7 @@ import (
 	"github.com/aluad/aluad/pkg/config"
 	"github.com/aluad/aluad/pkg/daemon"
 	"github.com/aluad/aluad/pkg/initiator"
+	hostlab "github.com/aluad/aluad/pkg/lab"
 )
 
 func freeAddr(t *testing.T) string {
@@ -80,29 +80,6 @@ func session(t *testing.T, c *Controller, node, name string) *initiator.Session 
 	return nil
 }
 
-func block(lun uint64, lba uint64, tag uint64) []byte {
-	b := make([]byte, 4096)
-	for i := 0; i < len(b); i += 32 {
-		binary.BigEndian.PutUint64(b[i:], lun)
-		binary.BigEndian.PutUint64(b[i+8:], lba)
-		binary.BigEndian.PutUint64(b[i+16:], tag)
-	}
-	return b
-}
-
-// retry runs f until it succeeds (hosts retry TRANSITIONING and a
-// failover's errors), for at most limit.
-func retry(limit time.Duration, f func() error) error {
-	deadline := time.Now().Add(limit)
-	for {
-		err := f()
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func owners(c *Controller) string {
 	s := ""
 	for _, l := range c.arr.LUNs {
@@ -132,8 +109,8 @@ func TestFailoverAndFailback(t *testing.T) {
 		for lba := uint64(0); lba < 64; lba += 8 {
 			for _, s := range []*initiator.Session{hostA, hostB} {
 				tag++
-				data := block(l.ID, lba, tag)
-				require.NoError(t, retry(5*time.Second, func() error { return s.Write16(ctx, l.ID, lba, data, 512, false) }))
+				data := hostlab.Tagged(tag)
+				require.NoError(t, hostlab.Retry(5*time.Second, func() error { return s.Write16(ctx, l.ID, lba, data, 512, false) }))
 				acked[[2]uint64{l.ID, lba}] = tag
 			}
 		}
@@ -141,8 +118,8 @@ func TestFailoverAndFailback(t *testing.T) {
 	for k, tg := range acked {
 		for _, s := range []*initiator.Session{hostA, hostB} {
 			var got []byte
-			require.NoError(t, retry(5*time.Second, func() (err error) { got, err = s.Read16(ctx, k[0], k[1], 8, 512); return err }))
-			require.True(t, bytes.Equal(got, block(k[0], k[1], tg)), "LUN %d LBA %d on every path", k[0], k[1])
+			require.NoError(t, hostlab.Retry(5*time.Second, func() (err error) { got, err = s.Read16(ctx, k[0], k[1], 8, 512); return err }))
+			require.True(t, bytes.Equal(got, hostlab.Tagged(tg)), "LUN %d LBA %d on every path", k[0], k[1])
 		}
 	}
 	fwd := uint64(0)
@@ -181,14 +158,14 @@ func TestFailoverAndFailback(t *testing.T) {
 		}
 		for lba := uint64(64); lba < 128; lba += 8 {
 			tag++
-			require.NoError(t, hostA.Write16(ctx, l.ID, lba, block(l.ID, lba, tag), 512, false))
+			require.NoError(t, hostA.Write16(ctx, l.ID, lba, hostlab.Tagged(tag), 512, false))
 			acked[[2]uint64{l.ID, lba}] = tag
 		}
 	}
 	killed := time.Now()
 	a.Kill()
 	for _, l := range lab.cfg.LUNs {
-		require.NoError(t, retry(10*time.Second, func() error {
+		require.NoError(t, hostlab.Retry(10*time.Second, func() error {
 			_, err := hostB.Read16(ctx, l.ID, 0, 8, 512)
 			return err
 		}))
@@ -208,8 +185,8 @@ func TestFailoverAndFailback(t *testing.T) {
 	require.Positive(t, replayed, "the takeover replayed mirrored pages")
 	for k, tg := range acked {
 		var got []byte
-		require.NoError(t, retry(5*time.Second, func() (err error) { got, err = hostB.Read16(ctx, k[0], k[1], 8, 512); return err }))
-		require.True(t, bytes.Equal(got, block(k[0], k[1], tg)), "acknowledged write lost: LUN %d LBA %d", k[0], k[1])
+		require.NoError(t, hostlab.Retry(5*time.Second, func() (err error) { got, err = hostB.Read16(ctx, k[0], k[1], 8, 512); return err }))
+		require.True(t, bytes.Equal(got, hostlab.Tagged(tg)), "acknowledged write lost: LUN %d LBA %d", k[0], k[1])
 	}
 
 	// The restart: a rejoins (once its old lease is gone) and its LUNs
@@ -228,9 +205,9 @@ func TestFailoverAndFailback(t *testing.T) {
 	}, 15*time.Second, 20*time.Millisecond, "the LUNs fail back: %s", owners(a2))
 	hostA2 := session(t, a2, "a", "h2")
 	for k, tg := range acked {
-		require.NoError(t, retry(5*time.Second, func() error {
+		require.NoError(t, hostlab.Retry(5*time.Second, func() error {
 			got, err := hostA2.Read16(ctx, k[0], k[1], 8, 512)
-			if err == nil && !bytes.Equal(got, block(k[0], k[1], tg)) {
+			if err == nil && !bytes.Equal(got, hostlab.Tagged(tg)) {
 				return fmt.Errorf("LUN %d LBA %d reads back wrong after the failback", k[0], k[1])
 			}
 			return err

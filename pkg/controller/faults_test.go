@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aluad/aluad/pkg/initiator"
+	hostlab "github.com/aluad/aluad/pkg/lab"
 )
 
 // checker watches two controllers and counts the moments both serve one
@@ -66,8 +67,8 @@ func (w *writer) write(s *initiator.Session, lun, lba uint64, limit time.Duratio
 	w.tag++
 	tag := w.tag
 	w.mu.Unlock()
-	data := block(lun, lba, tag)
-	err := retry(limit, func() error { return s.Write16(context.Background(), lun, lba, data, 512, false) })
+	data := hostlab.Tagged(tag)
+	err := hostlab.Retry(limit, func() error { return s.Write16(context.Background(), lun, lba, data, 512, false) })
 	if err == nil {
 		w.mu.Lock()
 		w.acked[[2]uint64{lun, lba}] = tag
@@ -80,11 +81,11 @@ func (w *writer) verify(s *initiator.Session, what string) {
 	w.t.Helper()
 	for k, tg := range w.acked {
 		var got []byte
-		require.NoError(w.t, retry(10*time.Second, func() (err error) {
+		require.NoError(w.t, hostlab.Retry(10*time.Second, func() (err error) {
 			got, err = s.Read16(context.Background(), k[0], k[1], 8, 512)
 			return err
 		}), what)
-		require.True(w.t, bytes.Equal(got, block(k[0], k[1], tg)), "%s: acknowledged write lost: LUN %d LBA %d", what, k[0], k[1])
+		require.True(w.t, bytes.Equal(got, hostlab.Tagged(tg)), "%s: acknowledged write lost: LUN %d LBA %d", what, k[0], k[1])
 	}
 }
 
@@ -235,7 +236,7 @@ func TestCutFromEtcd(t *testing.T) {
 	}, 5*time.Second, 5*time.Millisecond, "a stops serving as owner")
 	stopped := time.Since(cut)
 	for _, l := range lab.cfg.LUNs {
-		require.NoError(t, retry(15*time.Second, func() error {
+		require.NoError(t, hostlab.Retry(15*time.Second, func() error {
 			_, err := onB.Read16(context.Background(), l.ID, 0, 8, 512)
 			return err
 		}))

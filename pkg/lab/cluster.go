@@ -323,7 +323,7 @@ func runClusterMode(ctx context.Context, o ClusterOptions, mk func(context.Conte
 		for lba, tag := range st.acked {
 			res.Acked++
 			var got []byte
-			err := retryFor(5*time.Second, func() (err error) { got, err = s.Read16(ctx, st.lun, lba, 8, 512); return err })
+			err := Retry(5*time.Second, func() (err error) { got, err = s.Read16(ctx, st.lun, lba, 8, 512); return err })
 			if err != nil {
 				return res, fmt.Errorf("read-back of LUN %d LBA %d: %w", st.lun, lba, err)
 			}
@@ -344,7 +344,9 @@ func quantile(v []time.Duration, q float64) time.Duration {
 	return v[min(len(v)-1, int(q*float64(len(v))))]
 }
 
-func retryFor(limit time.Duration, f func() error) error {
+// Retry runs f until it succeeds, as a host retries (a unit attention,
+// TRANSITIONING, a failover's errors), for at most limit.
+func Retry(limit time.Duration, f func() error) error {
 	deadline := time.Now().Add(limit)
 	for {
 		err := f()

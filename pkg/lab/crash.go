@@ -43,6 +43,14 @@ type CrashResult struct {
 
 const blk4k = 4096
 
+// Tagged is a 4 KiB block filled with an 8-byte tag: what a verified
+// write writes and its read-back compares.
+func Tagged(tag uint64) []byte {
+	b := make([]byte, blk4k)
+	tagBlock(b, tag)
+	return b
+}
+
 // tagBlock fills a 4 KiB block with an 8-byte tag.
 func tagBlock(b []byte, tag uint64) {
 	for i := 0; i+8 <= len(b); i += 8 {
