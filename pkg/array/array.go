@@ -426,7 +426,7 @@ func (l *LUN) route(via uint16, n int) (*Node, error) {
 
 // cacheErr turns a crashed cache's refusal into ErrOwnerDown.
 func cacheErr(err error) error {
-	if errors.Is(err, cache.ErrDown) {
+	if errors.Is(err, cache.ErrDown) || errors.Is(err, cache.ErrNotHeld) {
 		return ErrOwnerDown
 	}
 	return err

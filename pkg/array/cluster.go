@@ -124,13 +124,15 @@ func (a *Array) ServeForwarded(lun uint64, op *Op) error {
 // Adopt installs owner as the LUN's owner, as the cluster's record now
 // says, and announces the change (cause as the record's writer gave it).
 // In-flight commands drain first. When the local node becomes the owner
-// it replays the mirror copies it holds for the LUN (none after a planned
-// move: the old owner destaged and released them before it let go) and
-// drops its stale pages; when it stops being the owner it drops what it
-// holds of the LUN, dirty pages included: it was fenced out, and a node
-// whose LUN was taken over never destages it again. A record that names
-// the owner already ends a hand-over that was rolled back.
-func (a *Array) Adopt(lun uint64, owner string, cause alua.Cause) (Change, error) {
+// it drops its stale pages and, for a takeover, replays the mirror copies
+// replay keeps of those it holds and writes them to the media before it
+// serves; after a planned hand-over (replay nil) the old owner destaged
+// everything and the copies are dropped. When the local node stops being
+// the owner it drops what it holds of the LUN, dirty pages included: it
+// was fenced out, and a node whose LUN was taken over never destages it
+// again. A record that names the owner already ends a hand-over that was
+// rolled back (ErrNoChange).
+func (a *Array) Adopt(lun uint64, owner string, cause alua.Cause, replay func([]cache.MirrorPage) []cache.MirrorPage) (Change, error) {
 	l := a.LUN(lun)
 	dst := a.Node(owner)
 	if l == nil || dst == nil || a.local == nil {
@@ -155,17 +157,21 @@ func (a *Array) Adopt(lun uint64, owner string, cause alua.Cause) (Change, error
 		l.replayMu.Lock()
 		loc.Invalidate(lun)
 		pages := loc.TakeMirror(lun)
+		if replay != nil {
+			pages = replay(pages)
+		} else {
+			pages = nil
+		}
 		err := loc.Install(lun, newest(pages))
+		if err == nil && len(pages) > 0 {
+			// On the media before it serves: no partner holds them now.
+			err = loc.Flush(lun)
+		}
 		l.replayMu.Unlock()
 		if err != nil {
 			return c, fmt.Errorf("LUN %d: replaying %d mirrored pages: %w", lun, len(pages), err)
 		}
 		c.Replayed = len(pages)
-		if len(pages) > 0 {
-			if m := a.opt.Remote.Mirror(); m == nil || !m.Up() {
-				a.destageAsync(a.local, []uint64{lun})
-			}
-		}
 	} else if from == a.local {
 		if n := loc.Invalidate(lun); n > 0 {
 			a.logf("LUN %d was taken over from this controller: %d dirty pages dropped", lun, n)

@@ -207,6 +207,20 @@ type Remote interface {
 	Up() bool
 	Put(id uint64, ps []MirrorPage) (wait func() error)
 	Release(id uint64, ps []MirrorPage)
+	// Settle returns once no copy the partner holds is older than what
+	// this cache wrote to the media so far: every release posted is
+	// answered, or the partner's copies are void. A write that is not
+	// mirrored (written through) is acknowledged only after it, so the
+	// replay of an older copy can never undo it.
+	Settle() error
+}
+
+// SeedVersions starts this process's page versions at v at least: a
+// controller restarted in a cluster numbers its writes after those of
+// its earlier incarnation (the partner compares versions).
+func SeedVersions(v uint64) {
+	for cur := verClock.Load(); cur < v && !verClock.CompareAndSwap(cur, v); cur = verClock.Load() {
+	}
 }
 
 // SetRemote makes a partner in another process this cache's mirror

@@ -177,9 +177,19 @@ func (c *Cache) WriteAt(id uint64, p []byte, off int64, fua bool) error {
 		return err
 	}
 	if fua {
-		return ls.store.Sync()
+		if err := ls.store.Sync(); err != nil {
+			return err
+		}
 	}
-	return nil
+	return c.settle()
+}
+
+// settle: see Remote.Settle (nothing to wait for in one process).
+func (c *Cache) settle() error {
+	if c.remote == nil {
+		return nil
+	}
+	return c.remote.Settle()
 }
 
 // partialMissing finds an edge page the write covers only in part and
@@ -412,7 +422,10 @@ func (c *Cache) Unmap(id uint64, off, length int64) error {
 	c.mu.Lock()
 	ls.epoch++ // a read that began before the punch must not fill
 	c.mu.Unlock()
-	return err
+	if err != nil {
+		return err
+	}
+	return c.settle()
 }
 
 // drop removes a page that is not busy. c.mu is held.

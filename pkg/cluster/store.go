@@ -41,6 +41,9 @@ type Info struct {
 	Interlink string `json:"interlink"`
 	// Since is when it joined.
 	Since time.Time `json:"since"`
+	// Joined is the revision that created the member key (its
+	// membership's start; filled by Members, not stored).
+	Joined int64 `json:"-"`
 }
 
 func (s *Store) memberKey(node string) string { return s.prefix + "members/" + node }
@@ -215,6 +218,7 @@ func (s *Store) Members(ctx context.Context) (map[string]Info, int64, error) {
 		if err := json.Unmarshal(kv.Value, &in); err != nil {
 			return nil, 0, fmt.Errorf("cluster: member record %s: %w", kv.Key, err)
 		}
+		in.Joined = kv.CreateRevision
 		out[in.Node] = in
 	}
 	return out, r.Header.Revision, nil
@@ -307,6 +311,13 @@ type Record struct {
 	// Cause is why the record's writer changed it (failover, failback,
 	// manual...): the controllers announce the change with it.
 	Cause string `json:"cause,omitempty"`
+	// Replay marks a takeover: the new owner replays the mirror copies
+	// of the old owner's dirty pages it holds. After a planned hand-over
+	// the old owner has destaged them all, and the copies are dropped.
+	Replay bool `json:"replay,omitempty"`
+	// Fresh marks a record no controller has served yet (the array's
+	// first start): its owner may serve it whenever it joined.
+	Fresh bool `json:"fresh,omitempty"`
 }
 
 // Owned is a record as read, with its revision: the fencing token.
@@ -391,6 +402,45 @@ func (s *Store) MemberAlive(m *Membership) Cond {
 func (s *Store) MemberGone(node string) Cond {
 	return Cond{cmp: clientv3.Compare(clientv3.CreateRevision(s.memberKey(node)), "=", 0),
 		what: fmt.Sprintf("node %s is a member", node)}
+}
+
+// MemberSince holds while node is a member whose membership began after
+// revision rev: a controller restarted since the record was written
+// (its cache, and what its partner mirrored of it, are of an earlier
+// incarnation).
+func (s *Store) MemberSince(node string, rev int64) Cond {
+	return Cond{cmp: clientv3.Compare(clientv3.CreateRevision(s.memberKey(node)), ">", rev),
+		what: fmt.Sprintf("node %s is not a member that joined after revision %d", node, rev)}
+}
+
+// MirrorGen is node's mirror generation: the revision at which it last
+// voided the copies its partner holds (0: never). A copy sent under an
+// older generation is never replayed.
+func (s *Store) MirrorGen(ctx context.Context, node string) (int64, error) {
+	r, err := s.cli.Get(ctx, s.prefix+"mirrorgen/"+node)
+	if err != nil {
+		return 0, err
+	}
+	if len(r.Kvs) == 0 {
+		return 0, nil
+	}
+	return r.Kvs[0].ModRevision, nil
+}
+
+// VoidMirror starts a new mirror generation for m's node (while it is a
+// member): every copy its partner holds from before is void. A controller
+// that lost its partner link while serving does this before it
+// acknowledges a write the partner did not see.
+func (s *Store) VoidMirror(ctx context.Context, m *Membership) (int64, error) {
+	r, err := s.cli.Txn(ctx).If(s.MemberAlive(m).cmp).
+		Then(clientv3.OpPut(s.prefix+"mirrorgen/"+m.info.Node, m.info.Node)).Commit()
+	if err != nil {
+		return 0, err
+	}
+	if !r.Succeeded {
+		return 0, fmt.Errorf("%w: node %s is no member", ErrStale, m.info.Node)
+	}
+	return r.Header.Revision, nil
 }
 
 // StillLeader holds while l's election key is the one it won with: a
@@ -528,7 +578,10 @@ func (f *Fence) mine(lun uint64) (Owned, bool) {
 		return o, false
 	default:
 	}
-	return o, ok && o.Owner == f.m.info.Node && f.m.ValidFor(f.margin)
+	// A record written before this membership began may name the node
+	// for an earlier incarnation (restarted before the leader took its
+	// LUNs over): only the leader's rewrite makes it this one's.
+	return o, ok && o.Owner == f.m.info.Node && o.Rev > f.m.joinRev && f.m.ValidFor(f.margin)
 }
 
 // View is the record the view holds for the LUN.

@@ -158,6 +158,15 @@ func TestOwnershipTable(t *testing.T) {
 	a, err := s.Join(ctx, Info{Node: "a"}, time.Second)
 	require.NoError(t, err)
 	watched := s.WatchOwners(ctx, rev)
+	// A record written before a's membership began is not a's to serve
+	// until the leader rewrites it (a may be a restarted controller whose
+	// earlier incarnation's copies must be replayed first).
+	pre := NewFence(a, 0)
+	pre.See(t0[0])
+	require.False(t, pre.Serves(0), "a record from before the join")
+	t0[0], err = s.Change(ctx, t0[0], Record{LUN: 0, Owner: "a"})
+	require.NoError(t, err)
+	<-watched
 
 	// Two leaders' changes from the same read: one wins.
 	moving, err := s.Change(ctx, t0[0], Record{LUN: 0, Owner: "a", To: "b"}, s.MemberAlive(a))
@@ -242,6 +251,8 @@ func TestServesUntilTheDeadline(t *testing.T) {
 	deadline := a.ValidUntil()
 	require.Equal(t, clk.Now().Add(a.TTL()), deadline, "the send time of the grant plus the TTL")
 	o, err := s.Owner(ctx, 0)
+	require.NoError(t, err)
+	o, err = s.Change(ctx, o, Record{LUN: 0, Owner: "a"}) // the leader's rewrite after the join
 	require.NoError(t, err)
 	f := NewFence(a, 200*time.Millisecond)
 	f.See(o)

@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/cache"
 	"github.com/aluad/aluad/pkg/cluster"
 	"github.com/aluad/aluad/pkg/config"
 	"github.com/aluad/aluad/pkg/daemon"
@@ -70,6 +72,17 @@ type Controller struct {
 	links map[string]*link // live interlink connections by peer node
 	cuts  map[string]bool  // peers whose link is cut (the fault)
 
+	// The mirror generation this node sends copies under, and the voids
+	// under way (a lost partner link: writes that the partner does not
+	// see are acknowledged only once its older copies are void).
+	gen      atomic.Int64
+	vmu      sync.Mutex
+	vcond    *sync.Cond
+	voids    int
+	lunMu    map[uint64]*sync.Mutex // orders a record's install against copies arriving
+	stopping atomic.Bool
+	backoff  map[uint64]time.Time // the leader's: no failback of a LUN before this (after a rollback)
+
 	kick     chan struct{} // wakes the leader
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -106,7 +119,15 @@ func Start(o Options) (_ *Controller, err error) {
 		log = slog.Default()
 	}
 	c := &Controller{o: o, cc: cfg.Cluster, node: o.Node, log: log.With("node", o.Node), links: map[string]*link{}, cuts: map[string]bool{},
-		kick: make(chan struct{}, 1), failed: make(chan struct{})}
+		kick: make(chan struct{}, 1), failed: make(chan struct{}), lunMu: map[uint64]*sync.Mutex{},
+		backoff: map[uint64]time.Time{}}
+	c.vcond = sync.NewCond(&c.vmu)
+	for _, l := range cfg.LUNs {
+		c.lunMu[l.ID] = &sync.Mutex{}
+	}
+	// Page versions after any earlier incarnation's: the partner keeps
+	// the newer of two copies of a page.
+	cache.SeedVersions(uint64(time.Now().UnixNano()))
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
@@ -123,6 +144,17 @@ func Start(o Options) (_ *Controller, err error) {
 		return nil, fmt.Errorf("controller: etcd client: %w", err)
 	}
 	c.store = cluster.NewStore(c.cli, cfg.ArrayID, nil)
+	ctx, cancel := context.WithTimeout(c.ctx, o.JoinTimeout)
+	defer cancel()
+	// The records exist before any controller joins: none serves a
+	// record from before its join until the leader has rewritten it.
+	var recs []cluster.Record
+	for _, l := range cfg.LUNs {
+		recs = append(recs, cluster.Record{LUN: l.ID, Owner: l.Preferred, Fresh: true})
+	}
+	if err := c.store.Init(ctx, recs); err != nil {
+		return nil, err
+	}
 	if err := c.join(); err != nil {
 		return nil, err
 	}
@@ -132,15 +164,6 @@ func Start(o Options) (_ *Controller, err error) {
 	if c.ln, err = net.Listen("tcp", c.cc.Interlink[c.node]); err != nil {
 		return nil, fmt.Errorf("controller: interlink: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, o.JoinTimeout)
-	defer cancel()
-	var recs []cluster.Record
-	for _, l := range cfg.LUNs {
-		recs = append(recs, cluster.Record{LUN: l.ID, Owner: l.Preferred})
-	}
-	if err := c.store.Init(ctx, recs); err != nil {
-		return nil, err
-	}
 	owners, rev, err := c.store.Owners(ctx)
 	if err != nil {
 		return nil, err
@@ -149,6 +172,11 @@ func Start(o Options) (_ *Controller, err error) {
 	if err != nil {
 		return nil, err
 	}
+	gen, err := c.store.MirrorGen(ctx, c.node)
+	if err != nil {
+		return nil, err
+	}
+	c.gen.Store(gen)
 	cfg.Ownership.Off = true // the leader decides, through the records
 	dopt := o.Daemon
 	dopt.Local, dopt.Remote = c.node, c
@@ -238,13 +266,12 @@ func (c *Controller) Leader(ctx context.Context) (string, error) { return c.stor
 func (c *Controller) Stop(grace time.Duration) error {
 	var err error
 	c.stopOnce.Do(func() {
+		c.stopping.Store(true) // serves nothing as owner from here on
 		if c.D != nil {
 			err = c.D.Stop(grace)
 		}
-		if l := c.partnerLink(); l != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), grace)
-			l.conn.Drain(ctx)
-			cancel()
+		if err := (mirror{c}).Settle(); err != nil {
+			c.log.Warn("the partner did not confirm every release", "err", err)
 		}
 		c.close()
 	})
@@ -296,24 +323,46 @@ func (c *Controller) Kill() {
 	})
 }
 
-// apply installs a record read or watched: the array adopts its owner
-// (announcing the change), then the fence sees it (so this node serves
-// only once its array is ready).
+// apply installs a record read or watched: the fence sees it, then the
+// array adopts its owner (announcing the change). Under the LUN's lock,
+// so no mirror copy is taken in between (the Mirror handler holds it too).
+// A takeover replays the copies sent under the old owner's current
+// mirror generation; older ones were voided.
 func (c *Controller) apply(o cluster.Owned) {
-	if v, ok := c.fence.View(o.LUN); ok && o.Rev <= v.Rev {
-		return
-	}
+	mu := c.lunMu[o.LUN]
 	l := c.arr.LUN(o.LUN)
-	if l == nil || c.arr.Node(o.Owner) == nil {
+	if mu == nil || l == nil || c.arr.Node(o.Owner) == nil {
 		c.log.Error("a record names what the array does not have", "lun", o.LUN, "owner", o.Owner)
 		return
 	}
+	mu.Lock()
+	defer mu.Unlock()
+	if v, ok := c.fence.View(o.LUN); ok && o.Rev <= v.Rev {
+		return
+	}
+	c.fence.See(o)
 	if o.To == "" || l.Owner().Name != o.Owner {
 		cause := alua.Cause(o.Cause)
 		if cause == "" {
 			cause = alua.CauseFailover
 		}
-		ch, err := c.arr.Adopt(o.LUN, o.Owner, cause)
+		var replay func([]cache.MirrorPage) []cache.MirrorPage
+		if o.Replay && o.Owner == c.node && l.Owner() != c.arr.Local() {
+			gen := c.mirrorGen(l.Owner().Name)
+			replay = func(ps []cache.MirrorPage) []cache.MirrorPage {
+				keep := ps[:0]
+				for _, p := range ps {
+					if p.Gen >= gen {
+						keep = append(keep, p)
+					}
+				}
+				if n := len(ps) - len(keep); n > 0 {
+					c.log.Info("void mirror copies not replayed", "lun", o.LUN, "pages", n, "gen", gen)
+				}
+				return keep
+			}
+		}
+		ch, err := c.arr.Adopt(o.LUN, o.Owner, cause, replay)
 		switch {
 		case errors.Is(err, array.ErrNoChange):
 		case err != nil:
@@ -323,8 +372,22 @@ func (c *Controller) apply(o cluster.Owned) {
 				"replayed", ch.Replayed, "rev", o.Rev)
 		}
 	}
-	c.fence.See(o)
 	c.wake()
+}
+
+// mirrorGen reads a node's mirror generation, retrying until it can (a
+// takeover cannot tell valid copies from void ones without it).
+func (c *Controller) mirrorGen(node string) int64 {
+	for {
+		ctx, cancel := context.WithTimeout(c.ctx, 2*time.Second)
+		gen, err := c.store.MirrorGen(ctx, node)
+		cancel()
+		if err == nil || c.ctx.Err() != nil {
+			return gen
+		}
+		c.log.Warn("reading the mirror generation", "node", node, "err", err)
+		c.sleep(100 * time.Millisecond)
+	}
 }
 
 func (c *Controller) wake() {

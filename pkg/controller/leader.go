@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/aluad/aluad/pkg/alua"
@@ -13,15 +14,21 @@ import (
 // The leader's decisions, made from etcd's table and membership alone (a
 // new leader rebuilds nothing else):
 //
-//   - a LUN whose owner is no member is taken over by its preferred owner
-//     if that one is a member, else by the first member in configuration
-//     order, written under MemberGone(owner): the new owner replays the
-//     mirror copies it holds;
+//   - a LUN whose owner is no member is taken over by the member that
+//     holds the owner's mirror copies (the next one after it in
+//     configuration order), written under MemberGone(owner): the new owner
+//     replays the copies of the owner's current mirror generation;
+//   - a LUN whose owner restarted since its record was written is taken
+//     over the same way (under MemberSince: the restarted owner never
+//     serves a record of its earlier incarnation), unless nobody ever
+//     served it (the array's first start: the record is rewritten);
 //   - a LUN away from its preferred owner, which has been a member for
 //     failback_after, moves back in three steps: the record names the
 //     preferred owner as the target (the old owner stops serving), the
 //     old owner flushes and acknowledges, the record names the new owner;
-//     without the acknowledgement the move is rolled back;
+//     without the acknowledgement the move is rolled back, and that LUN's
+//     failback waits four lease TTLs; it is not tried without a link to
+//     the owner;
 //   - a move a previous leader left half done (the target set) is retried
 //     from the flush, or taken over if its owner is gone.
 //
@@ -32,6 +39,10 @@ import (
 // move: "target-set" once the record names the target, "flushed" once the
 // old owner acknowledged the flush.
 var testHook func(point string, c *Controller, lun uint64)
+
+// testHold, when set (tests), makes the leader decide nothing: a leader
+// slow to act.
+var testHold atomic.Bool
 
 func hook(point string, c *Controller, lun uint64) {
 	if testHook != nil {
@@ -83,6 +94,9 @@ func (c *Controller) lead(l *cluster.Leadership) {
 
 // decide makes one round of decisions.
 func (c *Controller) decide(l *cluster.Leadership, since map[string]time.Time) {
+	if testHold.Load() {
+		return
+	}
 	ctx, cancel := context.WithTimeout(c.ctx, 2*c.cc.LeaseTTL)
 	defer cancel()
 	members, _, err := c.store.Members(ctx)
@@ -109,33 +123,41 @@ func (c *Controller) decide(l *cluster.Leadership, since map[string]time.Time) {
 		if !ok || !l.Leads() {
 			continue
 		}
-		_, alive := members[o.Owner]
+		m, alive := members[o.Owner]
 		_, prefUp := members[lc.Preferred]
 		switch {
-		case !alive:
-			to := ""
-			if prefUp {
-				to = lc.Preferred
-			} else {
-				for _, n := range c.o.Config.Nodes {
-					if _, up := members[n.Name]; up {
-						to = n.Name
-						break
-					}
-				}
+		case alive && m.Joined > o.Rev && o.Fresh:
+			// The array's first start: nobody has served it, nothing to replay.
+			c.change(ctx, o, cluster.Record{LUN: o.LUN, Owner: o.Owner, Cause: o.Cause}, l.StillLeader(),
+				c.store.MemberSince(o.Owner, o.Rev))
+		case alive && m.Joined > o.Rev:
+			// The owner restarted since the record was written: its cache
+			// is gone, its partner holds the copies. The partner takes the
+			// LUN over (and fails it back later); with no partner left the
+			// owner serves it as it is on the media.
+			to := c.holder(o.Owner, members)
+			rec := cluster.Record{LUN: o.LUN, Owner: to, Cause: string(alua.CauseFailover), Replay: true}
+			if to == "" {
+				rec = cluster.Record{LUN: o.LUN, Owner: o.Owner, Cause: string(alua.CauseFailover)}
 			}
+			c.change(ctx, o, rec, l.StillLeader(), c.store.MemberSince(o.Owner, o.Rev))
+		case !alive:
+			// Taken over by the node that holds the mirror copies: the
+			// next member after the owner, as the owner chose its partner.
+			to := c.holder(o.Owner, members)
 			if to == "" {
 				continue // nobody to take it: it waits
 			}
-			c.change(ctx, o, cluster.Record{LUN: o.LUN, Owner: to, Cause: string(alua.CauseFailover)},
+			c.change(ctx, o, cluster.Record{LUN: o.LUN, Owner: to, Cause: string(alua.CauseFailover), Replay: true},
 				c.store.MemberGone(o.Owner), l.StillLeader())
 		case o.To != "":
 			if _, up := members[o.To]; !up {
-				c.change(ctx, o, cluster.Record{LUN: o.LUN, Owner: o.Owner, Cause: string(alua.CauseRollback)}, l.StillLeader())
+				c.rollback(ctx, l, o)
 				continue
 			}
 			c.handOver(ctx, l, o)
-		case o.Owner != lc.Preferred && prefUp && now.Sub(since[lc.Preferred]) >= c.cc.FailbackAfter:
+		case o.Owner != lc.Preferred && prefUp && now.Sub(since[lc.Preferred]) >= c.cc.FailbackAfter &&
+			now.After(c.backoff[o.LUN]) && (o.Owner == c.node || c.linkTo(o.Owner) != nil):
 			moving, err := c.change(ctx, o, cluster.Record{LUN: o.LUN, Owner: o.Owner, To: lc.Preferred,
 				Cause: string(alua.CauseFailback)}, l.StillLeader())
 			if err == nil {
@@ -144,6 +166,32 @@ func (c *Controller) decide(l *cluster.Leadership, since map[string]time.Time) {
 			}
 		}
 	}
+}
+
+// holder is the member that holds owner's mirror copies: the first
+// member after it in configuration order ("" when none).
+func (c *Controller) holder(owner string, members map[string]cluster.Info) string {
+	nodes := c.o.Config.Nodes
+	at := -1
+	for i, n := range nodes {
+		if n.Name == owner {
+			at = i
+		}
+	}
+	for i := 1; i <= len(nodes); i++ {
+		n := nodes[(at+i+len(nodes))%len(nodes)].Name
+		if _, up := members[n]; up && n != owner {
+			return n
+		}
+	}
+	return ""
+}
+
+// rollback ends a move without its hand-over: the owner keeps the LUN,
+// and no failback of it is tried for a while.
+func (c *Controller) rollback(ctx context.Context, l *cluster.Leadership, o cluster.Owned) {
+	c.backoff[o.LUN] = time.Now().Add(4 * c.cc.LeaseTTL)
+	c.change(ctx, o, cluster.Record{LUN: o.LUN, Owner: o.Owner, Cause: string(alua.CauseRollback)}, l.StillLeader())
 }
 
 // handOver asks the owner of a record with a target to flush, then
@@ -160,7 +208,7 @@ func (c *Controller) handOver(ctx context.Context, l *cluster.Leadership, o clus
 		return
 	}
 	c.log.Warn("the old owner did not hand the LUN over: rolled back", "lun", o.LUN, "owner", o.Owner, "to", o.To, "err", err)
-	c.change(ctx, o, cluster.Record{LUN: o.LUN, Owner: o.Owner, Cause: string(alua.CauseRollback)}, l.StillLeader())
+	c.rollback(ctx, l, o)
 }
 
 // askFlush runs the old owner's hand-off step, here or over the link.

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/cache"
+	"github.com/aluad/aluad/pkg/cluster"
 	"github.com/aluad/aluad/pkg/interlink"
 )
 
@@ -51,15 +53,14 @@ func (c *Controller) dialLoop() {
 	defer c.wg.Done()
 	for c.ctx.Err() == nil {
 		for _, n := range c.arr.Nodes {
-			if !n.Remote() || n.Name < c.node || !n.Up() || c.linkTo(n.Name) != nil {
-				continue
+			if !n.Remote() || n.Name < c.node || !n.Up() || c.linkTo(n.Name) != nil || c.isCut(n.Name) {
+				continue // (no connection is made across a cut)
 			}
 			ctx, cancel := context.WithTimeout(c.ctx, 2*time.Second)
 			var d net.Dialer
 			nc, err := d.DialContext(ctx, "tcp", c.cc.Interlink[n.Name])
 			if err == nil {
 				f := interlink.NewFaulty(nc, nil)
-				f.Cut(c.isCut(n.Name))
 				var conn *interlink.Conn
 				if conn, err = interlink.Establish(ctx, f, c.linkOptions()); err == nil {
 					c.register(conn, f)
@@ -82,14 +83,13 @@ func (c *Controller) register(conn *interlink.Conn, f *interlink.Faulty) {
 		return
 	}
 	c.mu.Lock()
-	if c.ctx.Err() != nil {
+	if c.ctx.Err() != nil || c.cuts[peer] {
 		c.mu.Unlock()
 		conn.Close()
 		return
 	}
 	old := c.links[peer]
 	l := &link{conn: conn, nc: f}
-	f.Cut(c.cuts[peer])
 	c.links[peer] = l
 	c.mu.Unlock()
 	if old != nil {
@@ -98,23 +98,20 @@ func (c *Controller) register(conn *interlink.Conn, f *interlink.Faulty) {
 	c.log.Info("interlink up", "peer", peer)
 	go func() {
 		<-conn.Done()
+		// The void starts before the link is gone from the table: a write
+		// that finds no partner waits for it (Settle).
+		c.vmu.Lock()
+		c.voids++
+		c.vmu.Unlock()
 		c.mu.Lock()
 		if c.links[peer] == l {
 			delete(c.links, peer)
 		}
 		c.mu.Unlock()
-		if c.ctx.Err() != nil {
-			return
+		if c.ctx.Err() == nil {
+			c.log.Warn("interlink down", "peer", peer, "err", conn.Err())
 		}
-		c.log.Warn("interlink down", "peer", peer, "err", conn.Err())
-		// Copies the peer held may be gone with it: what is dirty here
-		// has a single copy now and goes to the media (writes go through
-		// until a partner is back).
-		go func() {
-			if err := c.arr.Local().Cache.FlushAll(); err != nil {
-				c.log.Warn("destaging single-copy data", "err", err)
-			}
-		}()
+		c.void()
 		c.wake()
 	}()
 }
@@ -141,6 +138,47 @@ func (c *Controller) isCut(peer string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.cuts[peer]
+}
+
+// void runs after a link is lost: the peer may still hold copies of this
+// node's dirty pages that no release will reach. What is dirty here goes
+// to the media (its copy is out of reach), then a new mirror generation
+// is written to etcd (while this node is a member): a takeover replays no
+// copy of an older one. Until then a write the peer does not see is not
+// acknowledged (Settle waits).
+func (c *Controller) void() {
+	defer func() {
+		c.vmu.Lock()
+		c.voids--
+		c.vcond.Broadcast()
+		c.vmu.Unlock()
+	}()
+	if c.ctx.Err() != nil {
+		return
+	}
+	if err := c.arr.Local().Cache.FlushAll(); err != nil {
+		c.log.Warn("destaging single-copy data", "err", err)
+	}
+	for c.ctx.Err() == nil {
+		ctx, cancel := context.WithTimeout(c.ctx, 2*time.Second)
+		gen, err := c.store.VoidMirror(ctx, c.ms)
+		cancel()
+		if err == nil {
+			c.gen.Store(gen)
+			c.log.Info("the partner's copies are void", "gen", gen)
+			return
+		}
+		if errors.Is(err, cluster.ErrStale) {
+			return // no member any more: it serves nothing as owner
+		}
+		c.sleep(100 * time.Millisecond)
+	}
+}
+
+func (c *Controller) voiding() bool {
+	c.vmu.Lock()
+	defer c.vmu.Unlock()
+	return c.voids > 0
 }
 
 func (c *Controller) linkTo(node string) *link {
@@ -197,7 +235,7 @@ func (c *Controller) Forward(owner *array.Node, l *array.LUN, op *array.Op) erro
 }
 
 // Serves implements array.Remote.
-func (c *Controller) Serves(lun uint64) bool { return c.fence.Serves(lun) }
+func (c *Controller) Serves(lun uint64) bool { return !c.stopping.Load() && c.fence.Serves(lun) }
 
 // Holds implements array.Remote.
 func (c *Controller) Holds(lun uint64) bool { return c.fence.Holds(lun) }
@@ -208,7 +246,7 @@ func (c *Controller) Mirror() cache.Remote { return mirror{c} }
 // mirror sends the local cache's copies to the partner over the link.
 type mirror struct{ c *Controller }
 
-func (m mirror) Up() bool { return m.c.partnerLink() != nil }
+func (m mirror) Up() bool { return !m.c.voiding() && m.c.partnerLink() != nil }
 
 var errNoPartner = errors.New("controller: no mirror partner")
 
@@ -217,10 +255,10 @@ func (m mirror) Put(id uint64, ps []cache.MirrorPage) func() error {
 	if lk == nil {
 		return func() error { return errNoPartner }
 	}
-	token := m.c.fence.Token(id)
+	token, gen := m.c.fence.Token(id), m.c.gen.Load()
 	pend := make([]*interlink.Pending, len(ps))
 	for i, p := range ps {
-		pend[i] = lk.conn.PostMirror(uint32(id), interlink.Mirror{Token: token, Offset: p.Idx * m.c.ps, Ver: p.Ver, Data: p.Data})
+		pend[i] = lk.conn.PostMirror(uint32(id), interlink.Mirror{Token: token, Gen: gen, Offset: p.Idx * m.c.ps, Ver: p.Ver, Data: p.Data})
 	}
 	return func() error {
 		ctx, cancel := context.WithTimeout(m.c.ctx, m.c.cc.LeaseTTL)
@@ -243,6 +281,47 @@ func (m mirror) Release(id uint64, ps []cache.MirrorPage) {
 	for _, p := range ps {
 		lk.conn.PostDrop(uint32(id), interlink.Drop{Token: token, Offset: p.Idx * m.c.ps, Length: m.c.ps, Ver: p.Ver})
 	}
+}
+
+// Settle implements cache.Remote: every release posted on the partner link
+// is answered, or the link is gone and its copies voided.
+func (m mirror) Settle() error {
+	c := m.c
+	deadline := time.Now().Add(c.cc.LeaseTTL)
+	for {
+		if !c.voiding() {
+			lk := c.partnerLink()
+			if lk == nil {
+				return nil // no link, no void under way: any copies are void
+			}
+			ctx, cancel := context.WithDeadline(c.ctx, deadline)
+			err := lk.conn.Drain(ctx)
+			cancel()
+			if err == nil {
+				return nil
+			}
+		}
+		c.vmu.Lock()
+		for c.voids > 0 && time.Now().Before(deadline) && c.ctx.Err() == nil {
+			waitCond(c.vcond, deadline)
+		}
+		c.vmu.Unlock()
+		if time.Now().After(deadline) || c.ctx.Err() != nil {
+			return fmt.Errorf("%w: the partner's copies could not be released or voided", cache.ErrNotHeld)
+		}
+	}
+}
+
+// waitCond waits on cond (its lock held) until a broadcast or, at the
+// latest, shortly after deadline.
+func waitCond(cond *sync.Cond, deadline time.Time) {
+	t := time.AfterFunc(time.Until(deadline)+time.Millisecond, func() {
+		cond.L.Lock()
+		cond.Broadcast()
+		cond.L.Unlock()
+	})
+	cond.Wait()
+	t.Stop()
 }
 
 // handler serves the peers' requests.
@@ -279,16 +358,21 @@ func (h handler) Forward(_ context.Context, lun uint32, m interlink.Forward) (in
 
 func (h handler) Mirror(_ context.Context, lun uint32, m interlink.Mirror) error {
 	c := h.c
+	mu := c.lunMu[uint64(lun)]
+	if mu == nil || m.Offset < 0 || m.Offset%c.ps != 0 || int64(len(m.Data)) != c.ps {
+		return fmt.Errorf("a copy of %d bytes at %d of LUN %d is no page", len(m.Data), m.Offset, lun)
+	}
+	// Under the LUN's lock: a copy is held before a takeover of the LUN
+	// takes the copies, or refused after it (the view names this node).
+	mu.Lock()
+	defer mu.Unlock()
 	if err := c.fence.Check(uint64(lun), m.Token); err != nil {
 		return fmt.Errorf("%w: %v", interlink.ErrFenced, err)
-	}
-	if m.Offset < 0 || m.Offset%c.ps != 0 || int64(len(m.Data)) != c.ps || c.arr.LUN(uint64(lun)) == nil {
-		return fmt.Errorf("a copy of %d bytes at %d of LUN %d is no page", len(m.Data), m.Offset, lun)
 	}
 	if v, _ := c.fence.View(uint64(lun)); v.Owner == c.node {
 		return fmt.Errorf("%w: this node owns LUN %d", interlink.ErrFenced, lun)
 	}
-	c.arr.Local().Cache.Hold(uint64(lun), []cache.MirrorPage{{Idx: m.Offset / c.ps, Ver: m.Ver, Data: m.Data}})
+	c.arr.Local().Cache.Hold(uint64(lun), []cache.MirrorPage{{Idx: m.Offset / c.ps, Ver: m.Ver, Data: m.Data, Gen: m.Gen}})
 	return nil
 }
 
@@ -334,12 +418,8 @@ func (c *Controller) handOff(ctx context.Context, lun uint64, token int64) error
 	if err := c.arr.Release(lun); err != nil {
 		return err
 	}
-	if lk := c.partnerLink(); lk != nil {
-		dctx, cancel := context.WithTimeout(ctx, c.cc.LeaseTTL)
-		defer cancel()
-		if err := lk.conn.Drain(dctx); err != nil {
-			return fmt.Errorf("the partner did not confirm the releases: %w", err)
-		}
+	if err := (mirror{c}).Settle(); err != nil {
+		return fmt.Errorf("the partner's copies are neither released nor void: %w", err)
 	}
 	return nil
 }

@@ -38,7 +38,11 @@ type ForwardReply struct {
 // LUN at a byte offset, at a version (the owner's write order: a copy
 // never replaces a newer one of the same page).
 type Mirror struct {
-	Token  int64
+	Token int64
+	// Gen is the sender's mirror generation: a copy of an older
+	// generation than the one the cluster's state holds was voided (the
+	// sender lost its link to this partner and went on without it).
+	Gen    int64
 	Offset int64
 	Ver    uint64
 	Data   []byte
@@ -250,12 +254,12 @@ func (m *ForwardReply) Unmarshal(b []byte) error {
 }
 
 // Marshal encodes the payload.
-func (m Mirror) Marshal() []byte { return enc(nil).i(m.Token).i(m.Offset).u(m.Ver).b(m.Data) }
+func (m Mirror) Marshal() []byte { return enc(nil).i(m.Token).i(m.Gen).i(m.Offset).u(m.Ver).b(m.Data) }
 
 // Unmarshal decodes it.
 func (m *Mirror) Unmarshal(b []byte) error {
 	d := dec{b: b}
-	m.Token, m.Offset, m.Ver, m.Data = d.i(), d.i(), d.u(), d.bytes()
+	m.Token, m.Gen, m.Offset, m.Ver, m.Data = d.i(), d.i(), d.i(), d.u(), d.bytes()
 	if d.err == nil && m.Offset < 0 {
 		d.fail("a negative offset")
 	}
