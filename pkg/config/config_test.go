@@ -57,6 +57,19 @@ func TestConfigErrors(t *testing.T) {
 		{"negative limit", "limits: {max_sessions: -1}\n", "limits must not be negative"},
 		{"cmd window", "limits: {cmd_window: 4096}\n", "cmd_window"},
 		{"alert delay of no condition", "ownership: {alert_delays: {node-on-fire: 1s}}\n", "not a report condition"},
+		{"cluster without array id", clusterYAML(""), "set array_id"},
+		{"cluster node without interlink", "array_id: x1\ncluster: {etcd: [http://127.0.0.1:2379], interlink: {a: 127.0.0.1:7101}}\n",
+			"node b has no interlink address"},
+		{"cluster interlink of no node", "array_id: x1\ncluster: {etcd: [http://127.0.0.1:2379], interlink: {a: 127.0.0.1:1, b: 127.0.0.1:2, c: 127.0.0.1:3}}\n",
+			`no node "c"`},
+		{"cluster bad interlink", "array_id: x1\ncluster: {etcd: [http://127.0.0.1:2379], interlink: {a: 127.0.0.1, b: 127.0.0.1:2}}\n",
+			"not host:port"},
+		{"cluster no etcd", "array_id: x1\ncluster: {interlink: {a: 127.0.0.1:1, b: 127.0.0.1:2}}\n", "no etcd client URL"},
+		{"cluster bad etcd", "array_id: x1\ncluster: {etcd: [127.0.0.1:2379], interlink: {a: 127.0.0.1:1, b: 127.0.0.1:2}}\n",
+			"http(s)://host:port"},
+		{"cluster lease fraction", "array_id: x1\ncluster: {etcd: [http://h:1], interlink: {a: 127.0.0.1:1, b: 127.0.0.1:2}, lease_ttl: 1500ms}\n",
+			"whole number of seconds"},
+		{"cluster on tcmu", "array_id: x1\nfabric: {kind: tcmu}\n" + clusterYAML(""), "fabric kind iscsi"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -154,4 +167,26 @@ func TestSecureExample(t *testing.T) {
 	require.False(t, m.Admit("iqn.2026-11.org.example:other"))
 	require.Equal(t, 256, c.Limits.MaxSessionsPerInitiator)
 	require.Equal(t, "aluad-array", c.Auth.CHAP.TargetUser)
+}
+
+// clusterYAML is a valid cluster section (after the array id line when id
+// is given).
+func clusterYAML(id string) string {
+	out := ""
+	if id != "" {
+		out = "array_id: " + id + "\n"
+	}
+	return out + "cluster: {etcd: [http://127.0.0.1:2379], interlink: {a: 127.0.0.1:7101, b: 127.0.0.1:7102}}\n"
+}
+
+// A valid cluster section gets its defaults.
+func TestClusterSection(t *testing.T) {
+	c, err := Parse([]byte(clusterYAML("x1")), "c.yaml")
+	require.NoError(t, err)
+	require.True(t, c.Cluster.On())
+	require.Equal(t, 2*time.Second, c.Cluster.LeaseTTL)
+	require.Equal(t, 2*time.Second, c.Cluster.FailbackAfter)
+	c, err = Parse([]byte("array_id: x1\n"), "c.yaml")
+	require.NoError(t, err)
+	require.False(t, c.Cluster.On(), "no section: the embedded array")
 }
