@@ -167,6 +167,11 @@ func (a *Array) Adopt(lun uint64, owner string, cause alua.Cause, replay func([]
 			// On the media before it serves: no partner holds them now.
 			err = loc.Flush(lun)
 		}
+		if err != nil {
+			// The copies go back to the mirror for the next attempt.
+			loc.Invalidate(lun)
+			loc.Hold(lun, pages)
+		}
 		l.replayMu.Unlock()
 		if err != nil {
 			return c, fmt.Errorf("LUN %d: replaying %d mirrored pages: %w", lun, len(pages), err)

@@ -11,9 +11,9 @@ type MirrorPage struct {
 	Idx  int64
 	Ver  uint64
 	Data []byte
-	// Gen is the owner's mirror generation the copy was sent under
-	// (cluster mode; 0 in one process).
-	Gen int64
+	// Inc and Gen are the owner's incarnation and mirror generation the
+	// copy was sent under (cluster mode; 0 in one process).
+	Inc, Gen int64
 }
 
 // mirrorStore holds copies of other nodes' dirty pages, newest version

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -413,27 +414,36 @@ func (s *Store) MemberSince(node string, rev int64) Cond {
 		what: fmt.Sprintf("node %s is not a member that joined after revision %d", node, rev)}
 }
 
-// MirrorGen is node's mirror generation: the revision at which it last
-// voided the copies its partner holds (0: never). A copy sent under an
-// older generation is never replayed.
-func (s *Store) MirrorGen(ctx context.Context, node string) (int64, error) {
-	r, err := s.cli.Get(ctx, s.prefix+"mirrorgen/"+node)
+// MirrorGens are node's mirror generations, one per incarnation (by the
+// revision its membership began at): the revision at which that
+// incarnation last voided the copies its partner holds. A copy sent by an
+// incarnation under an older generation than its own latest is never
+// replayed; the copies of an earlier incarnation are not voided by a
+// later one (they may be the only copies of its acknowledged writes).
+func (s *Store) MirrorGens(ctx context.Context, node string) (map[int64]int64, error) {
+	prefix := s.prefix + "mirrorgen/" + node + "/"
+	r, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix())
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	if len(r.Kvs) == 0 {
-		return 0, nil
+	out := map[int64]int64{}
+	for _, kv := range r.Kvs {
+		inc, err := strconv.ParseInt(strings.TrimPrefix(string(kv.Key), prefix), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: mirror generation key %s: %w", kv.Key, err)
+		}
+		out[inc] = kv.ModRevision
 	}
-	return r.Kvs[0].ModRevision, nil
+	return out, nil
 }
 
-// VoidMirror starts a new mirror generation for m's node (while it is a
-// member): every copy its partner holds from before is void. A controller
-// that lost its partner link while serving does this before it
-// acknowledges a write the partner did not see.
+// VoidMirror starts a new mirror generation for m's incarnation (while
+// it is a member): every copy its partner holds from it before is void.
+// A controller that lost its partner link while serving does this before
+// it acknowledges a write the partner did not see.
 func (s *Store) VoidMirror(ctx context.Context, m *Membership) (int64, error) {
-	r, err := s.cli.Txn(ctx).If(s.MemberAlive(m).cmp).
-		Then(clientv3.OpPut(s.prefix+"mirrorgen/"+m.info.Node, m.info.Node)).Commit()
+	key := fmt.Sprintf("%smirrorgen/%s/%d", s.prefix, m.info.Node, m.joinRev)
+	r, err := s.cli.Txn(ctx).If(s.MemberAlive(m).cmp).Then(clientv3.OpPut(key, m.info.Node)).Commit()
 	if err != nil {
 		return 0, err
 	}

@@ -75,13 +75,16 @@ type Controller struct {
 	// The mirror generation this node sends copies under, and the voids
 	// under way (a lost partner link: writes that the partner does not
 	// see are acknowledged only once its older copies are void).
-	gen      atomic.Int64
-	vmu      sync.Mutex
-	vcond    *sync.Cond
-	voids    int
-	lunMu    map[uint64]*sync.Mutex // orders a record's install against copies arriving
-	stopping atomic.Bool
-	backoff  map[uint64]time.Time // the leader's: no failback of a LUN before this (after a rollback)
+	gen         atomic.Int64
+	vmu         sync.Mutex
+	vcond       *sync.Cond
+	lossSeq     int64 // links lost (or replaced, or a partner changed)
+	voidedSeq   int64 // the losses a void covers
+	voidRunning bool
+	lastPartner string                 // the partner copies last went to (under mu)
+	lunMu       map[uint64]*sync.Mutex // orders a record's install against copies arriving
+	stopping    atomic.Bool
+	backoff     map[uint64]time.Time // the leader's: no failback of a LUN before this (after a rollback)
 
 	kick     chan struct{} // wakes the leader
 	ctx      context.Context
@@ -172,11 +175,6 @@ func Start(o Options) (_ *Controller, err error) {
 	if err != nil {
 		return nil, err
 	}
-	gen, err := c.store.MirrorGen(ctx, c.node)
-	if err != nil {
-		return nil, err
-	}
-	c.gen.Store(gen)
 	cfg.Ownership.Off = true // the leader decides, through the records
 	dopt := o.Daemon
 	dopt.Local, dopt.Remote = c.node, c
@@ -348,21 +346,28 @@ func (c *Controller) apply(o cluster.Owned) {
 		}
 		var replay func([]cache.MirrorPage) []cache.MirrorPage
 		if o.Replay && o.Owner == c.node && l.Owner() != c.arr.Local() {
-			gen := c.mirrorGen(l.Owner().Name)
+			gens := c.mirrorGens(l.Owner().Name)
 			replay = func(ps []cache.MirrorPage) []cache.MirrorPage {
-				keep := ps[:0]
+				keep := make([]cache.MirrorPage, 0, len(ps))
 				for _, p := range ps {
-					if p.Gen >= gen {
+					if p.Gen >= gens[p.Inc] {
 						keep = append(keep, p)
 					}
 				}
 				if n := len(ps) - len(keep); n > 0 {
-					c.log.Info("void mirror copies not replayed", "lun", o.LUN, "pages", n, "gen", gen)
+					c.log.Info("void mirror copies not replayed", "lun", o.LUN, "pages", n)
 				}
 				return keep
 			}
 		}
 		ch, err := c.arr.Adopt(o.LUN, o.Owner, cause, replay)
+		for err != nil && !errors.Is(err, array.ErrNoChange) && c.ctx.Err() == nil {
+			// The fence has seen the record: the array must follow it (the
+			// copies went back to the mirror).
+			c.log.Error("installing the owner; retrying", "lun", o.LUN, "owner", o.Owner, "err", err)
+			c.sleep(100 * time.Millisecond)
+			ch, err = c.arr.Adopt(o.LUN, o.Owner, cause, replay)
+		}
 		switch {
 		case errors.Is(err, array.ErrNoChange):
 		case err != nil:
@@ -375,17 +380,17 @@ func (c *Controller) apply(o cluster.Owned) {
 	c.wake()
 }
 
-// mirrorGen reads a node's mirror generation, retrying until it can (a
-// takeover cannot tell valid copies from void ones without it).
-func (c *Controller) mirrorGen(node string) int64 {
+// mirrorGens reads a node's mirror generations, retrying until it can (a
+// takeover cannot tell valid copies from void ones without them).
+func (c *Controller) mirrorGens(node string) map[int64]int64 {
 	for {
 		ctx, cancel := context.WithTimeout(c.ctx, 2*time.Second)
-		gen, err := c.store.MirrorGen(ctx, node)
+		gens, err := c.store.MirrorGens(ctx, node)
 		cancel()
 		if err == nil || c.ctx.Err() != nil {
-			return gen
+			return gens
 		}
-		c.log.Warn("reading the mirror generation", "node", node, "err", err)
+		c.log.Warn("reading the mirror generations", "node", node, "err", err)
 		c.sleep(100 * time.Millisecond)
 	}
 }

@@ -39,9 +39,17 @@ type lab struct {
 
 func newLab(t *testing.T) *lab {
 	t.Helper()
-	m, err := cluster.StartMember(cluster.MemberConfig{Name: "w", Dir: filepath.Join(t.TempDir(), "etcd"),
-		ClientURL: "http://" + freeAddr(t), PeerURL: "http://" + freeAddr(t),
-		Heartbeat: 10 * time.Millisecond, Election: 100 * time.Millisecond, LogLevel: "fatal"}, 20*time.Second)
+	var m *cluster.Member
+	var err error
+	for try := 0; try < 3; try++ { // a port picked free may be taken by the time etcd binds it
+		m, err = cluster.StartMember(cluster.MemberConfig{Name: "w", Dir: filepath.Join(t.TempDir(), "etcd"),
+			ClientURL: "http://" + freeAddr(t), PeerURL: "http://" + freeAddr(t),
+			Heartbeat: 10 * time.Millisecond, Election: 100 * time.Millisecond, LogLevel: "fatal"}, 20*time.Second)
+		if err == nil {
+			break
+		}
+		t.Logf("etcd member: %v; again with other ports", err)
+	}
 	require.NoError(t, err)
 	t.Cleanup(m.Close)
 	cfg := config.Loopback(t.TempDir(), 4<<20)

@@ -94,7 +94,7 @@ func (c *Controller) lead(l *cluster.Leadership) {
 
 // decide makes one round of decisions.
 func (c *Controller) decide(l *cluster.Leadership, since map[string]time.Time) {
-	if testHold.Load() {
+	if testHold.Load() || c.stopping.Load() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, 2*c.cc.LeaseTTL)

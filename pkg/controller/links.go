@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/cache"
-	"github.com/aluad/aluad/pkg/cluster"
 	"github.com/aluad/aluad/pkg/interlink"
 )
 
@@ -90,6 +88,11 @@ func (c *Controller) register(conn *interlink.Conn, f *interlink.Faulty) {
 	}
 	old := c.links[peer]
 	l := &link{conn: conn, nc: f}
+	if old != nil {
+		// What was posted on the old link may never be answered: a loss,
+		// marked before the new link can be used.
+		c.lostLinkLocked()
+	}
 	c.links[peer] = l
 	c.mu.Unlock()
 	if old != nil {
@@ -98,20 +101,18 @@ func (c *Controller) register(conn *interlink.Conn, f *interlink.Faulty) {
 	c.log.Info("interlink up", "peer", peer)
 	go func() {
 		<-conn.Done()
-		// The void starts before the link is gone from the table: a write
-		// that finds no partner waits for it (Settle).
-		c.vmu.Lock()
-		c.voids++
-		c.vmu.Unlock()
 		c.mu.Lock()
-		if c.links[peer] == l {
+		current := c.links[peer] == l
+		if current {
+			// The loss is marked before the link leaves the table: a write
+			// that finds no partner waits for the void (Settle).
+			c.lostLinkLocked()
 			delete(c.links, peer)
 		}
 		c.mu.Unlock()
-		if c.ctx.Err() == nil {
+		if current && c.ctx.Err() == nil {
 			c.log.Warn("interlink down", "peer", peer, "err", conn.Err())
 		}
-		c.void()
 		c.wake()
 	}()
 }
@@ -140,64 +141,32 @@ func (c *Controller) isCut(peer string) bool {
 	return c.cuts[peer]
 }
 
-// void runs after a link is lost: the peer may still hold copies of this
-// node's dirty pages that no release will reach. What is dirty here goes
-// to the media (its copy is out of reach), then a new mirror generation
-// is written to etcd (while this node is a member): a takeover replays no
-// copy of an older one. Until then a write the peer does not see is not
-// acknowledged (Settle waits).
-func (c *Controller) void() {
-	defer func() {
-		c.vmu.Lock()
-		c.voids--
-		c.vcond.Broadcast()
-		c.vmu.Unlock()
-	}()
-	if c.ctx.Err() != nil {
-		return
-	}
-	if err := c.arr.Local().Cache.FlushAll(); err != nil {
-		c.log.Warn("destaging single-copy data", "err", err)
-	}
-	for c.ctx.Err() == nil {
-		ctx, cancel := context.WithTimeout(c.ctx, 2*time.Second)
-		gen, err := c.store.VoidMirror(ctx, c.ms)
-		cancel()
-		if err == nil {
-			c.gen.Store(gen)
-			c.log.Info("the partner's copies are void", "gen", gen)
-			return
-		}
-		if errors.Is(err, cluster.ErrStale) {
-			return // no member any more: it serves nothing as owner
-		}
-		c.sleep(100 * time.Millisecond)
-	}
-}
-
-func (c *Controller) voiding() bool {
-	c.vmu.Lock()
-	defer c.vmu.Unlock()
-	return c.voids > 0
-}
-
 func (c *Controller) linkTo(node string) *link {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.links[node]
 }
 
-// partnerLink is the link to the mirror partner: the next node up after
-// this one in configuration order that has a live link.
-func (c *Controller) partnerLink() *link {
+// partnerName is the mirror partner: the next node up after this one in
+// configuration order (the leader takes this node's LUNs over to the
+// same one).
+func (c *Controller) partnerName() string {
 	local := c.arr.Local()
 	for i := 1; i < len(c.arr.Nodes); i++ {
-		n := c.arr.Nodes[(local.Index+i)%len(c.arr.Nodes)]
-		if l := c.linkTo(n.Name); l != nil && n.Up() {
-			return l
+		if n := c.arr.Nodes[(local.Index+i)%len(c.arr.Nodes)]; n.Up() {
+			return n.Name
 		}
 	}
-	return nil
+	return ""
+}
+
+// partnerLink is the link to the mirror partner, if it is up.
+func (c *Controller) partnerLink() *link {
+	name := c.partnerName()
+	if name == "" {
+		return nil
+	}
+	return c.linkTo(name)
 }
 
 // Forward implements array.Remote: the command runs on the owner.
@@ -239,90 +208,6 @@ func (c *Controller) Serves(lun uint64) bool { return !c.stopping.Load() && c.fe
 
 // Holds implements array.Remote.
 func (c *Controller) Holds(lun uint64) bool { return c.fence.Holds(lun) }
-
-// Mirror implements array.Remote.
-func (c *Controller) Mirror() cache.Remote { return mirror{c} }
-
-// mirror sends the local cache's copies to the partner over the link.
-type mirror struct{ c *Controller }
-
-func (m mirror) Up() bool { return !m.c.voiding() && m.c.partnerLink() != nil }
-
-var errNoPartner = errors.New("controller: no mirror partner")
-
-func (m mirror) Put(id uint64, ps []cache.MirrorPage) func() error {
-	lk := m.c.partnerLink()
-	if lk == nil {
-		return func() error { return errNoPartner }
-	}
-	token, gen := m.c.fence.Token(id), m.c.gen.Load()
-	pend := make([]*interlink.Pending, len(ps))
-	for i, p := range ps {
-		pend[i] = lk.conn.PostMirror(uint32(id), interlink.Mirror{Token: token, Gen: gen, Offset: p.Idx * m.c.ps, Ver: p.Ver, Data: p.Data})
-	}
-	return func() error {
-		ctx, cancel := context.WithTimeout(m.c.ctx, m.c.cc.LeaseTTL)
-		defer cancel()
-		for _, p := range pend {
-			if err := p.Wait(ctx); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-}
-
-func (m mirror) Release(id uint64, ps []cache.MirrorPage) {
-	lk := m.c.partnerLink()
-	if lk == nil {
-		return
-	}
-	token := m.c.fence.Token(id)
-	for _, p := range ps {
-		lk.conn.PostDrop(uint32(id), interlink.Drop{Token: token, Offset: p.Idx * m.c.ps, Length: m.c.ps, Ver: p.Ver})
-	}
-}
-
-// Settle implements cache.Remote: every release posted on the partner link
-// is answered, or the link is gone and its copies voided.
-func (m mirror) Settle() error {
-	c := m.c
-	deadline := time.Now().Add(c.cc.LeaseTTL)
-	for {
-		if !c.voiding() {
-			lk := c.partnerLink()
-			if lk == nil {
-				return nil // no link, no void under way: any copies are void
-			}
-			ctx, cancel := context.WithDeadline(c.ctx, deadline)
-			err := lk.conn.Drain(ctx)
-			cancel()
-			if err == nil {
-				return nil
-			}
-		}
-		c.vmu.Lock()
-		for c.voids > 0 && time.Now().Before(deadline) && c.ctx.Err() == nil {
-			waitCond(c.vcond, deadline)
-		}
-		c.vmu.Unlock()
-		if time.Now().After(deadline) || c.ctx.Err() != nil {
-			return fmt.Errorf("%w: the partner's copies could not be released or voided", cache.ErrNotHeld)
-		}
-	}
-}
-
-// waitCond waits on cond (its lock held) until a broadcast or, at the
-// latest, shortly after deadline.
-func waitCond(cond *sync.Cond, deadline time.Time) {
-	t := time.AfterFunc(time.Until(deadline)+time.Millisecond, func() {
-		cond.L.Lock()
-		cond.Broadcast()
-		cond.L.Unlock()
-	})
-	cond.Wait()
-	t.Stop()
-}
 
 // handler serves the peers' requests.
 type handler struct{ c *Controller }
@@ -372,7 +257,7 @@ func (h handler) Mirror(_ context.Context, lun uint32, m interlink.Mirror) error
 	if v, _ := c.fence.View(uint64(lun)); v.Owner == c.node {
 		return fmt.Errorf("%w: this node owns LUN %d", interlink.ErrFenced, lun)
 	}
-	c.arr.Local().Cache.Hold(uint64(lun), []cache.MirrorPage{{Idx: m.Offset / c.ps, Ver: m.Ver, Data: m.Data, Gen: m.Gen}})
+	c.arr.Local().Cache.Hold(uint64(lun), []cache.MirrorPage{{Idx: m.Offset / c.ps, Ver: m.Ver, Data: m.Data, Inc: m.Inc, Gen: m.Gen}})
 	return nil
 }
 

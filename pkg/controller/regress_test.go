@@ -195,3 +195,96 @@ func TestNoFailbackFlapOverACutLink(t *testing.T) {
 	require.Equal(t, o1.Rev, o2.Rev, "the record is left alone while the link is cut")
 	require.Equal(t, samples, serving, "the owner serves throughout")
 }
+
+// A restarted controller whose link flaps before the leader took its
+// earlier incarnation's LUNs over voids its own copies only: the mirror
+// generation is per incarnation, so the holder still replays the earlier
+// incarnation's. (Found by a second adversarial review.)
+func TestRestartVoidsOnlyItsOwnCopies(t *testing.T) {
+	lab := newLab(t)
+	ctx := context.Background()
+	a, b := lab.start("a"), lab.start("b")
+	defer b.Kill()
+	require.Eventually(t, func() bool { return a.linkTo("b") != nil && b.linkTo("a") != nil }, 5*time.Second, 10*time.Millisecond)
+	var lun uint64
+	for _, l := range lab.cfg.LUNs {
+		if l.Preferred == "a" {
+			lun = l.ID
+			break
+		}
+	}
+	onA := session(t, a, "a", "h1")
+	data := hostlab.Tagged(7)
+	require.NoError(t, hostlab.Retry(5*time.Second, func() error { return onA.Write16(ctx, lun, 0, data, 512, false) }))
+	require.Positive(t, b.arr.Local().Cache.MirrorBytes(), "b holds the copy")
+	testHold.Store(true)
+	defer testHold.Store(false)
+	a.Kill()
+	a2 := lab.start("a")
+	defer a2.Kill()
+	require.Eventually(t, func() bool { return a2.linkTo("b") != nil && b.linkTo("a") != nil }, 5*time.Second, 10*time.Millisecond)
+	g0 := a2.gen.Load()
+	// A link flap on the restarted controller (it serves nothing yet).
+	require.NoError(t, a2.CutInterlink("b", true))
+	require.NoError(t, b.CutInterlink("a", true))
+	require.Eventually(t, func() bool { return a2.gen.Load() > g0 }, 5*time.Second, 10*time.Millisecond, "a2 voided")
+	t.Logf("a2 voided the mirror generation of node a: %d -> %d; b still holds %d bytes", g0, a2.gen.Load(), b.arr.Local().Cache.MirrorBytes())
+	require.NoError(t, a2.CutInterlink("b", false))
+	require.NoError(t, b.CutInterlink("a", false))
+	testHold.Store(false) // b takes the LUN over "with the copies", then fails it back
+	onB := session(t, b, "b", "h2")
+	var got []byte
+	require.NoError(t, hostlab.Retry(20*time.Second, func() (err error) {
+		got, err = onB.Read16(ctx, lun, 0, 8, 512)
+		return err
+	}))
+	require.True(t, bytes.Equal(got, data), "acknowledged write lost: read tag %v", got[16:24])
+}
+
+// Three controllers: the link a-b is cut while both are members. a's
+// partner stays b (the next member, where the leader takes a's LUNs
+// over), so a writes through instead of mirroring to c, and the takeover
+// by b loses nothing. (Found by a second adversarial review: the copies
+// went to c and the takeover to b.)
+func TestThreeNodesTakeoverByTheHolder(t *testing.T) {
+	lab := newLab(t)
+	nc := lab.cfg.Nodes[1]
+	nc.Name = "c"
+	nc.Ports = nil
+	for _, p := range lab.cfg.Nodes[1].Ports {
+		p.Name = "c" + p.Name[1:]
+		nc.Ports = append(nc.Ports, p)
+	}
+	lab.cfg.Nodes = append(lab.cfg.Nodes, nc)
+	lab.cfg.Cluster.Interlink["c"] = freeAddr(t)
+	ctx := context.Background()
+	a, b, c := lab.start("a"), lab.start("b"), lab.start("c")
+	defer b.Kill()
+	defer c.Kill()
+	require.Eventually(t, func() bool { return a.linkTo("b") != nil && a.linkTo("c") != nil }, 5*time.Second, 10*time.Millisecond)
+	var lun uint64
+	for _, l := range lab.cfg.LUNs {
+		if l.Preferred == "a" {
+			lun = l.ID
+			break
+		}
+	}
+	onA := session(t, a, "a", "h1")
+	require.NoError(t, hostlab.Retry(5*time.Second, func() error { return onA.Write16(ctx, lun, 0, hostlab.Tagged(1), 512, false) }))
+	g0 := a.gen.Load()
+	require.NoError(t, a.CutInterlink("b", true))
+	require.NoError(t, b.CutInterlink("a", true))
+	require.Eventually(t, func() bool { return a.gen.Load() > g0 && !a.unvoided() }, 5*time.Second, 10*time.Millisecond, "a voided")
+	data := hostlab.Tagged(7)
+	require.NoError(t, hostlab.Retry(5*time.Second, func() error { return onA.Write16(ctx, lun, 0, data, 512, false) }))
+	t.Logf("mirror bytes: b %d, c %d", b.arr.Local().Cache.MirrorBytes(), c.arr.Local().Cache.MirrorBytes())
+	a.Kill()
+	onC := session(t, c, "c", "h2")
+	var got []byte
+	require.NoError(t, hostlab.Retry(20*time.Second, func() (err error) {
+		got, err = onC.Read16(ctx, lun, 0, 8, 512)
+		return err
+	}))
+	t.Logf("owner after takeover (c's view): %s", owners(c))
+	require.True(t, bytes.Equal(got, data), "acknowledged write lost: read tag %v", got[16:24])
+}

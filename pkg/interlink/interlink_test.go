@@ -18,7 +18,7 @@ import (
 
 func TestFrameRoundTrip(t *testing.T) {
 	f := Frame{Header: Header{Type: TMirror, Flags: 0, ID: 1 << 40, LUN: 7},
-		Payload: Mirror{Token: 42, Gen: 7, Offset: 4096, Data: []byte("page")}.Marshal()}
+		Payload: Mirror{Token: 42, Inc: 3, Gen: 7, Offset: 4096, Data: []byte("page")}.Marshal()}
 	b := AppendFrame(nil, f)
 	got, err := ReadFrame(bytes.NewReader(b))
 	require.NoError(t, err)
@@ -27,7 +27,7 @@ func TestFrameRoundTrip(t *testing.T) {
 	require.Equal(t, f.LUN, got.LUN)
 	var m Mirror
 	require.NoError(t, m.Unmarshal(got.Payload))
-	require.Equal(t, Mirror{Token: 42, Gen: 7, Offset: 4096, Data: []byte("page")}, m)
+	require.Equal(t, Mirror{Token: 42, Inc: 3, Gen: 7, Offset: 4096, Data: []byte("page")}, m)
 
 	for _, tt := range []struct {
 		name string

@@ -39,13 +39,14 @@ type ForwardReply struct {
 // never replaces a newer one of the same page).
 type Mirror struct {
 	Token int64
-	// Gen is the sender's mirror generation: a copy of an older
-	// generation than the one the cluster's state holds was voided (the
-	// sender lost its link to this partner and went on without it).
-	Gen    int64
-	Offset int64
-	Ver    uint64
-	Data   []byte
+	// Inc and Gen are the sender's incarnation and its mirror generation
+	// in it: a copy of an older generation than the one the cluster's
+	// state holds for that incarnation was voided (the sender lost its
+	// link to this partner and went on without it).
+	Inc, Gen int64
+	Offset   int64
+	Ver      uint64
+	Data     []byte
 }
 
 // Drop releases the mirror copies of a range that the owner has destaged
@@ -254,12 +255,14 @@ func (m *ForwardReply) Unmarshal(b []byte) error {
 }
 
 // Marshal encodes the payload.
-func (m Mirror) Marshal() []byte { return enc(nil).i(m.Token).i(m.Gen).i(m.Offset).u(m.Ver).b(m.Data) }
+func (m Mirror) Marshal() []byte {
+	return enc(nil).i(m.Token).i(m.Inc).i(m.Gen).i(m.Offset).u(m.Ver).b(m.Data)
+}
 
 // Unmarshal decodes it.
 func (m *Mirror) Unmarshal(b []byte) error {
 	d := dec{b: b}
-	m.Token, m.Gen, m.Offset, m.Ver, m.Data = d.i(), d.i(), d.i(), d.u(), d.bytes()
+	m.Token, m.Inc, m.Gen, m.Offset, m.Ver, m.Data = d.i(), d.i(), d.i(), d.i(), d.u(), d.bytes()
 	if d.err == nil && m.Offset < 0 {
 		d.fail("a negative offset")
 	}

@@ -1,0 +1,204 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/aluad/aluad/pkg/cache"
+	"github.com/aluad/aluad/pkg/cluster"
+	"github.com/aluad/aluad/pkg/interlink"
+)
+
+// The write-cache mirror across processes. Copies go to the partner over
+// the interlink, tagged with this incarnation (its join revision) and its
+// mirror generation. A link that is lost (or replaced, or a partner that
+// changes) may leave copies at the partner that no release will reach:
+// every held LUN is destaged, then a new generation is written to etcd,
+// and until then no write the partner does not see is acknowledged
+// (Settle). A takeover replays only copies of the incarnation's latest
+// generation.
+
+// Mirror implements array.Remote.
+func (c *Controller) Mirror() cache.Remote { return mirror{c} }
+
+// mirror sends the local cache's copies to the partner over the link.
+type mirror struct{ c *Controller }
+
+// Up implements cache.Remote: a partner with a live link, and no loss
+// waiting for its void. A partner that changed is a loss.
+func (m mirror) Up() bool {
+	c := m.c
+	name := c.partnerName()
+	c.mu.Lock()
+	if c.lastPartner != "" && name != c.lastPartner {
+		c.lastPartner = ""
+		c.lostLinkLocked()
+	}
+	l := c.links[name]
+	if l != nil {
+		c.lastPartner = name
+	}
+	c.mu.Unlock()
+	return l != nil && !c.unvoided()
+}
+
+var errNoPartner = errors.New("controller: no mirror partner")
+
+// Put implements cache.Remote.
+func (m mirror) Put(id uint64, ps []cache.MirrorPage) func() error {
+	lk := m.c.partnerLink()
+	if lk == nil {
+		return func() error { return errNoPartner }
+	}
+	token, inc, gen := m.c.fence.Token(id), m.c.ms.JoinRevision(), m.c.gen.Load()
+	pend := make([]*interlink.Pending, len(ps))
+	for i, p := range ps {
+		pend[i] = lk.conn.PostMirror(uint32(id), interlink.Mirror{Token: token, Inc: inc, Gen: gen, Offset: p.Idx * m.c.ps,
+			Ver: p.Ver, Data: p.Data})
+	}
+	return func() error {
+		ctx, cancel := context.WithTimeout(m.c.ctx, m.c.cc.LeaseTTL)
+		defer cancel()
+		for _, p := range pend {
+			if err := p.Wait(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// Release implements cache.Remote.
+func (m mirror) Release(id uint64, ps []cache.MirrorPage) {
+	lk := m.c.partnerLink()
+	if lk == nil {
+		return
+	}
+	token := m.c.fence.Token(id)
+	for _, p := range ps {
+		lk.conn.PostDrop(uint32(id), interlink.Drop{Token: token, Offset: p.Idx * m.c.ps, Length: m.c.ps, Ver: p.Ver})
+	}
+}
+
+// Settle implements cache.Remote: every release posted on the partner link
+// is answered, or every loss has been voided.
+func (m mirror) Settle() error {
+	c := m.c
+	deadline := time.Now().Add(c.cc.LeaseTTL)
+	for {
+		if !c.unvoided() {
+			lk := c.partnerLink()
+			if lk == nil {
+				return nil // no link and every loss voided
+			}
+			ctx, cancel := context.WithDeadline(c.ctx, deadline)
+			err := lk.conn.Drain(ctx)
+			cancel()
+			if err == nil {
+				return nil
+			}
+			time.Sleep(5 * time.Millisecond) // the link's end is being recorded
+		}
+		c.vmu.Lock()
+		for c.voidedSeq < c.lossSeq && time.Now().Before(deadline) && c.ctx.Err() == nil {
+			waitCond(c.vcond, deadline)
+		}
+		c.vmu.Unlock()
+		if !time.Now().Before(deadline) || c.ctx.Err() != nil {
+			return fmt.Errorf("%w: the partner's copies are neither released nor void", cache.ErrNotHeld)
+		}
+	}
+}
+
+// lostLinkLocked records a loss and starts the voids if they do not run;
+// c.mu is held (the lock order is c.mu, then c.vmu).
+func (c *Controller) lostLinkLocked() {
+	c.vmu.Lock()
+	defer c.vmu.Unlock()
+	c.lossSeq++
+	if !c.voidRunning {
+		c.voidRunning = true
+		go c.runVoids()
+	}
+}
+
+// unvoided reports a loss not voided yet.
+func (c *Controller) unvoided() bool {
+	c.vmu.Lock()
+	defer c.vmu.Unlock()
+	return c.voidedSeq < c.lossSeq
+}
+
+// runVoids voids until every loss recorded is covered: every held LUN
+// destaged (its copies are out of reach), then a new generation in etcd.
+// A controller that is no member any more stops: it serves nothing, and
+// Settle refuses what waits.
+func (c *Controller) runVoids() {
+	for {
+		c.vmu.Lock()
+		if c.voidedSeq >= c.lossSeq || c.ctx.Err() != nil {
+			c.voidRunning = false
+			c.vcond.Broadcast()
+			c.vmu.Unlock()
+			return
+		}
+		target := c.lossSeq
+		c.vmu.Unlock()
+		if err := c.flushHeld(); err != nil {
+			c.log.Warn("destaging single-copy data before the void", "err", err)
+			c.sleep(100 * time.Millisecond)
+			continue
+		}
+		ctx, cancel := context.WithTimeout(c.ctx, 2*time.Second)
+		gen, err := c.store.VoidMirror(ctx, c.ms)
+		cancel()
+		switch {
+		case err == nil:
+			for cur := c.gen.Load(); cur < gen && !c.gen.CompareAndSwap(cur, gen); cur = c.gen.Load() {
+			}
+			c.log.Info("the partner's copies are void", "gen", gen)
+			c.vmu.Lock()
+			c.voidedSeq = max(c.voidedSeq, target)
+			c.vcond.Broadcast()
+			c.vmu.Unlock()
+		case errors.Is(err, cluster.ErrStale):
+			c.log.Warn("no member: the partner's copies cannot be voided", "err", err)
+			c.vmu.Lock()
+			c.voidRunning = false
+			c.vcond.Broadcast()
+			c.vmu.Unlock()
+			return
+		default:
+			c.sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+// flushHeld destages every LUN this controller holds.
+func (c *Controller) flushHeld() error {
+	var errs []error
+	for _, l := range c.arr.LUNs {
+		if !c.fence.Holds(l.ID) {
+			continue // not its to write: its pages go when the record is installed
+		}
+		if err := c.arr.Local().Cache.Flush(l.ID); err != nil && !errors.Is(err, cache.ErrNotHeld) {
+			errs = append(errs, fmt.Errorf("LUN %d: %w", l.ID, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// waitCond waits on cond (its lock held) until a broadcast or, at the
+// latest, shortly after deadline.
+func waitCond(cond *sync.Cond, deadline time.Time) {
+	t := time.AfterFunc(time.Until(deadline)+time.Millisecond, func() {
+		cond.L.Lock()
+		cond.Broadcast()
+		cond.L.Unlock()
+	})
+	cond.Wait()
+	t.Stop()
+}
