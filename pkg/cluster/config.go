@@ -61,6 +61,12 @@ func (c *Config) Validate(nodes []string) error {
 			return fmt.Errorf("cluster.etcd: %q is not an http(s)://host:port URL", e)
 		}
 	}
+	if len(nodes) != 2 {
+		// The holder of a controller's mirror copies is its one partner;
+		// with three or more, which node holds them must be recorded
+		// before the leader can pick the takeover's target.
+		return fmt.Errorf("cluster: %d nodes; controllers as processes run two (a witness is the third etcd member)", len(nodes))
+	}
 	known := map[string]bool{}
 	for _, n := range nodes {
 		known[n] = true

@@ -69,6 +69,8 @@ func TestConfigErrors(t *testing.T) {
 			"http(s)://host:port"},
 		{"cluster lease fraction", "array_id: x1\ncluster: {etcd: [http://h:1], interlink: {a: 127.0.0.1:1, b: 127.0.0.1:2}, lease_ttl: 1500ms}\n",
 			"whole number of seconds"},
+		{"cluster of three", "array_id: x1\nnodes: [{name: a, ports: [{name: a0, addr: 127.0.0.1:0}]}, {name: b, ports: [{name: b0, addr: 127.0.0.1:0}]}, {name: c, ports: [{name: c0, addr: 127.0.0.1:0}]}]\n" +
+			"cluster: {etcd: [http://h:1], interlink: {a: 127.0.0.1:1, b: 127.0.0.1:2, c: 127.0.0.1:3}}\n", "run two"},
 		{"cluster on tcmu", "array_id: x1\nfabric: {kind: tcmu}\n" + clusterYAML(""), "fabric kind iscsi"},
 	}
 	for _, tc := range tests {

@@ -361,12 +361,14 @@ func (c *Controller) apply(o cluster.Owned) {
 			}
 		}
 		ch, err := c.arr.Adopt(o.LUN, o.Owner, cause, replay)
-		for err != nil && !errors.Is(err, array.ErrNoChange) && c.ctx.Err() == nil {
+		if err != nil && !errors.Is(err, array.ErrNoChange) {
 			// The fence has seen the record: the array must follow it (the
-			// copies went back to the mirror).
+			// copies went back to the mirror). Retried for this LUN alone,
+			// while the record is the latest.
 			c.log.Error("installing the owner; retrying", "lun", o.LUN, "owner", o.Owner, "err", err)
-			c.sleep(100 * time.Millisecond)
-			ch, err = c.arr.Adopt(o.LUN, o.Owner, cause, replay)
+			c.wg.Add(1)
+			go c.retryAdopt(o, cause, replay)
+			return
 		}
 		switch {
 		case errors.Is(err, array.ErrNoChange):
@@ -378,6 +380,27 @@ func (c *Controller) apply(o cluster.Owned) {
 		}
 	}
 	c.wake()
+}
+
+// retryAdopt installs a record whose install failed, until it succeeds or
+// a newer record of the LUN has been seen (its install supersedes it).
+func (c *Controller) retryAdopt(o cluster.Owned, cause alua.Cause, replay func([]cache.MirrorPage) []cache.MirrorPage) {
+	defer c.wg.Done()
+	for c.ctx.Err() == nil {
+		c.sleep(100 * time.Millisecond)
+		mu := c.lunMu[o.LUN]
+		mu.Lock()
+		if v, _ := c.fence.View(o.LUN); v.Rev != o.Rev {
+			mu.Unlock()
+			return
+		}
+		_, err := c.arr.Adopt(o.LUN, o.Owner, cause, replay)
+		mu.Unlock()
+		if err == nil || errors.Is(err, array.ErrNoChange) {
+			c.log.Info("owner installed after a retry", "lun", o.LUN, "owner", o.Owner, "rev", o.Rev)
+			return
+		}
+	}
 }
 
 // mirrorGens reads a node's mirror generations, retrying until it can (a

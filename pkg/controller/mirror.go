@@ -89,7 +89,10 @@ func (m mirror) Settle() error {
 	c := m.c
 	deadline := time.Now().Add(c.cc.LeaseTTL)
 	for {
-		if !c.unvoided() {
+		c.vmu.Lock()
+		seq, voided := c.lossSeq, c.voidedSeq >= c.lossSeq
+		c.vmu.Unlock()
+		if voided {
 			lk := c.partnerLink()
 			if lk == nil {
 				return nil // no link and every loss voided
@@ -97,10 +100,15 @@ func (m mirror) Settle() error {
 			ctx, cancel := context.WithDeadline(c.ctx, deadline)
 			err := lk.conn.Drain(ctx)
 			cancel()
-			if err == nil {
-				return nil
+			c.vmu.Lock()
+			same := c.lossSeq == seq
+			c.vmu.Unlock()
+			if err == nil && same {
+				return nil // (a link lost and replaced meanwhile must be voided first)
 			}
-			time.Sleep(5 * time.Millisecond) // the link's end is being recorded
+			if err != nil {
+				time.Sleep(5 * time.Millisecond) // the link's end is being recorded
+			}
 		}
 		c.vmu.Lock()
 		for c.voidedSeq < c.lossSeq && time.Now().Before(deadline) && c.ctx.Err() == nil {
@@ -177,14 +185,18 @@ func (c *Controller) runVoids() {
 	}
 }
 
-// flushHeld destages every LUN this controller holds.
+// flushHeld destages every LUN this controller has dirty pages of. One it
+// cannot write now (the lease near its deadline, or a record naming
+// another owner not installed yet, whose install drops the pages) fails
+// the round: no copy is voided while its page is dirty here.
 func (c *Controller) flushHeld() error {
 	var errs []error
+	loc := c.arr.Local().Cache
 	for _, l := range c.arr.LUNs {
-		if !c.fence.Holds(l.ID) {
-			continue // not its to write: its pages go when the record is installed
+		if loc.DirtyBytes(l.ID) == 0 {
+			continue // (a LUN taken over from it has none: installing the record dropped them)
 		}
-		if err := c.arr.Local().Cache.Flush(l.ID); err != nil && !errors.Is(err, cache.ErrNotHeld) {
+		if err := loc.Flush(l.ID); err != nil {
 			errs = append(errs, fmt.Errorf("LUN %d: %w", l.ID, err))
 		}
 	}
