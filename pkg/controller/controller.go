@@ -276,7 +276,12 @@ func (c *Controller) Stop(grace time.Duration) error {
 	return err
 }
 
-func (c *Controller) close() {
+func (c *Controller) close() { c.shut(true) }
+
+// shut ends the loops and the links, then leaves the cluster (revoking
+// the lease) or not (a crash leaves it to expire), and closes the client
+// and the etcd member.
+func (c *Controller) shut(leave bool) {
 	c.cancel()
 	if c.ln != nil {
 		c.ln.Close()
@@ -287,7 +292,7 @@ func (c *Controller) close() {
 	}
 	c.mu.Unlock()
 	c.wg.Wait()
-	if c.ms != nil {
+	if leave && c.ms != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		c.ms.Leave(ctx)
 		cancel()
@@ -306,18 +311,7 @@ func (c *Controller) Kill() {
 	c.stopOnce.Do(func() {
 		c.arr.Local().Cache.Crash() // what it held in memory is gone
 		c.D.Target.Close()          // every host connection drops
-		c.cancel()
-		c.ln.Close()
-		c.mu.Lock()
-		for _, l := range c.links {
-			l.conn.Close()
-		}
-		c.mu.Unlock()
-		c.wg.Wait()
-		c.cli.Close()
-		if c.member != nil {
-			c.member.Close()
-		}
+		c.shut(false)
 	})
 }
 

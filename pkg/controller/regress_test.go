@@ -105,20 +105,8 @@ func TestFailbackOverACutLinkReplaysNothing(t *testing.T) {
 func TestQuickRestartReplaysTheCopies(t *testing.T) {
 	lab := newLab(t)
 	ctx := context.Background()
-	a, b := lab.start("a"), lab.start("b")
+	a, b, lun, data := mirroredWrite(t, lab)
 	defer b.Kill()
-	require.Eventually(t, func() bool { return a.linkTo("b") != nil && b.linkTo("a") != nil }, 5*time.Second, 10*time.Millisecond)
-	var lun uint64
-	for _, l := range lab.cfg.LUNs {
-		if l.Preferred == "a" {
-			lun = l.ID
-			break
-		}
-	}
-	onA := session(t, a, "a", "h1")
-	data := hostlab.Tagged(7)
-	require.NoError(t, hostlab.Retry(5*time.Second, func() error { return onA.Write16(ctx, lun, 0, data, 512, false) }))
-	require.Positive(t, b.arr.Local().Cache.MirrorBytes(), "b holds the copy")
 	testHold.Store(true) // the leader is slow from here on
 	defer testHold.Store(false)
 	a.Kill()
@@ -203,20 +191,8 @@ func TestNoFailbackFlapOverACutLink(t *testing.T) {
 func TestRestartVoidsOnlyItsOwnCopies(t *testing.T) {
 	lab := newLab(t)
 	ctx := context.Background()
-	a, b := lab.start("a"), lab.start("b")
+	a, b, lun, data := mirroredWrite(t, lab)
 	defer b.Kill()
-	require.Eventually(t, func() bool { return a.linkTo("b") != nil && b.linkTo("a") != nil }, 5*time.Second, 10*time.Millisecond)
-	var lun uint64
-	for _, l := range lab.cfg.LUNs {
-		if l.Preferred == "a" {
-			lun = l.ID
-			break
-		}
-	}
-	onA := session(t, a, "a", "h1")
-	data := hostlab.Tagged(7)
-	require.NoError(t, hostlab.Retry(5*time.Second, func() error { return onA.Write16(ctx, lun, 0, data, 512, false) }))
-	require.Positive(t, b.arr.Local().Cache.MirrorBytes(), "b holds the copy")
 	testHold.Store(true)
 	defer testHold.Store(false)
 	a.Kill()
@@ -239,4 +215,25 @@ func TestRestartVoidsOnlyItsOwnCopies(t *testing.T) {
 		return err
 	}))
 	require.True(t, bytes.Equal(got, data), "acknowledged write lost: read tag %v", got[16:24])
+}
+
+// mirroredWrite starts both controllers, waits for their link, and has a
+// host write a block to a LUN a owns: dirty on a, its copy on b.
+func mirroredWrite(t *testing.T, lab *lab) (a, b *Controller, lun uint64, data []byte) {
+	t.Helper()
+	a, b = lab.start("a"), lab.start("b")
+	require.Eventually(t, func() bool { return a.linkTo("b") != nil && b.linkTo("a") != nil }, 5*time.Second, 10*time.Millisecond)
+	for _, l := range lab.cfg.LUNs {
+		if l.Preferred == "a" {
+			lun = l.ID
+			break
+		}
+	}
+	onA := session(t, a, "a", "h1")
+	data = hostlab.Tagged(7)
+	require.NoError(t, hostlab.Retry(5*time.Second, func() error {
+		return onA.Write16(context.Background(), lun, 0, data, 512, false)
+	}))
+	require.Positive(t, b.arr.Local().Cache.MirrorBytes(), "b holds the copy")
+	return a, b, lun, data
 }
