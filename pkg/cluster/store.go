@@ -414,6 +414,14 @@ func (s *Store) MemberSince(node string, rev int64) Cond {
 		what: fmt.Sprintf("node %s is not a member that joined after revision %d", node, rev)}
 }
 
+// MemberIs holds while node's membership is the one that began at
+// revision joined: a decision about a member's LUNs made from a read of
+// the membership is void if it restarted since.
+func (s *Store) MemberIs(node string, joined int64) Cond {
+	return Cond{cmp: clientv3.Compare(clientv3.CreateRevision(s.memberKey(node)), "=", joined),
+		what: fmt.Sprintf("node %s is not the member that joined at revision %d", node, joined)}
+}
+
 // MirrorGens are node's mirror generations, one per incarnation (by the
 // revision its membership began at): the revision at which that
 // incarnation last voided the copies its partner holds. A copy sent by an

@@ -329,7 +329,8 @@ func (c *Controller) apply(o cluster.Owned) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if v, ok := c.fence.View(o.LUN); ok && o.Rev <= v.Rev {
+	prev, ok := c.fence.View(o.LUN)
+	if ok && o.Rev <= prev.Rev {
 		return
 	}
 	c.fence.See(o)
@@ -339,7 +340,12 @@ func (c *Controller) apply(o cluster.Owned) {
 			cause = alua.CauseFailover
 		}
 		var replay func([]cache.MirrorPage) []cache.MirrorPage
-		if o.Replay && o.Owner == c.node && l.Owner() != c.arr.Local() {
+		// Becoming the owner replays the copies unless this node saw the
+		// planned hand-over's record ({owner: the old owner, to: this
+		// node}): whatever the new record says, and however many records
+		// came between (a takeover whose install failed, then a move).
+		planned := prev.Owner == l.Owner().Name && prev.To == c.node
+		if o.Owner == c.node && l.Owner() != c.arr.Local() && !planned {
 			gens := c.mirrorGens(l.Owner().Name)
 			replay = func(ps []cache.MirrorPage) []cache.MirrorPage {
 				keep := make([]cache.MirrorPage, 0, len(ps))

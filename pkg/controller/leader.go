@@ -152,17 +152,17 @@ func (c *Controller) decide(l *cluster.Leadership, since map[string]time.Time) {
 				c.store.MemberGone(o.Owner), l.StillLeader())
 		case o.To != "":
 			if _, up := members[o.To]; !up {
-				c.rollback(ctx, l, o)
+				c.rollback(ctx, l, o, m.Joined)
 				continue
 			}
-			c.handOver(ctx, l, o)
+			c.handOver(ctx, l, o, m.Joined)
 		case o.Owner != lc.Preferred && prefUp && now.Sub(since[lc.Preferred]) >= c.cc.FailbackAfter &&
 			now.After(c.backoff[o.LUN]) && (o.Owner == c.node || c.linkTo(o.Owner) != nil):
 			moving, err := c.change(ctx, o, cluster.Record{LUN: o.LUN, Owner: o.Owner, To: lc.Preferred,
 				Cause: string(alua.CauseFailback)}, l.StillLeader())
 			if err == nil {
 				hook("target-set", c, o.LUN)
-				c.handOver(ctx, l, moving)
+				c.handOver(ctx, l, moving, m.Joined)
 			}
 		}
 	}
@@ -189,14 +189,17 @@ func (c *Controller) holder(owner string, members map[string]cluster.Info) strin
 
 // rollback ends a move without its hand-over: the owner keeps the LUN,
 // and no failback of it is tried for a while.
-func (c *Controller) rollback(ctx context.Context, l *cluster.Leadership, o cluster.Owned) {
+func (c *Controller) rollback(ctx context.Context, l *cluster.Leadership, o cluster.Owned, joined int64) {
 	c.backoff[o.LUN] = time.Now().Add(4 * c.cc.LeaseTTL)
-	c.change(ctx, o, cluster.Record{LUN: o.LUN, Owner: o.Owner, Cause: string(alua.CauseRollback)}, l.StillLeader())
+	c.change(ctx, o, cluster.Record{LUN: o.LUN, Owner: o.Owner, Cause: string(alua.CauseRollback)}, l.StillLeader(),
+		c.store.MemberIs(o.Owner, joined))
 }
 
 // handOver asks the owner of a record with a target to flush, then
-// completes the move, or rolls it back without the acknowledgement.
-func (c *Controller) handOver(ctx context.Context, l *cluster.Leadership, o cluster.Owned) {
+// completes the move, or rolls it back without the acknowledgement. Both
+// writes hold only while the owner is the member the leader read (joined):
+// a restarted owner's record is the takeover's.
+func (c *Controller) handOver(ctx context.Context, l *cluster.Leadership, o cluster.Owned, joined int64) {
 	cause := o.Cause
 	if cause == "" {
 		cause = string(alua.CauseManual)
@@ -204,11 +207,11 @@ func (c *Controller) handOver(ctx context.Context, l *cluster.Leadership, o clus
 	err := c.askFlush(ctx, o)
 	if err == nil {
 		hook("flushed", c, o.LUN)
-		c.change(ctx, o, cluster.Record{LUN: o.LUN, Owner: o.To, Cause: cause}, l.StillLeader())
+		c.change(ctx, o, cluster.Record{LUN: o.LUN, Owner: o.To, Cause: cause}, l.StillLeader(), c.store.MemberIs(o.Owner, joined))
 		return
 	}
 	c.log.Warn("the old owner did not hand the LUN over: rolled back", "lun", o.LUN, "owner", o.Owner, "to", o.To, "err", err)
-	c.rollback(ctx, l, o)
+	c.rollback(ctx, l, o, joined)
 }
 
 // askFlush runs the old owner's hand-off step, here or over the link.

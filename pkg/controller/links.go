@@ -263,8 +263,16 @@ func (h handler) Mirror(_ context.Context, lun uint32, m interlink.Mirror) error
 
 func (h handler) Drop(_ context.Context, lun uint32, m interlink.Drop) error {
 	c := h.c
-	if m.Offset < 0 || m.Length < 0 || m.Offset%c.ps != 0 || m.Length%c.ps != 0 || m.Length > 1<<30 {
+	mu := c.lunMu[uint64(lun)]
+	if mu == nil || m.Offset < 0 || m.Length < 0 || m.Offset%c.ps != 0 || m.Length%c.ps != 0 || m.Length > 1<<30 {
 		return fmt.Errorf("a release of %d bytes at %d is not whole pages", m.Length, m.Offset)
+	}
+	// A release of a LUN this node took over comes from an owner that was
+	// fenced out: refused, so the owner does not acknowledge what it wrote.
+	mu.Lock()
+	defer mu.Unlock()
+	if v, _ := c.fence.View(uint64(lun)); v.Owner == c.node {
+		return fmt.Errorf("%w: this node owns LUN %d", interlink.ErrFenced, lun)
 	}
 	var ps []cache.MirrorPage
 	for off := m.Offset; off < m.Offset+m.Length; off += c.ps {
@@ -296,7 +304,7 @@ func (c *Controller) handOff(ctx context.Context, lun uint64, token int64) error
 		time.Sleep(20 * time.Millisecond)
 	}
 	v, _ := c.fence.View(lun)
-	if v.Rev != token || v.Owner != c.node || v.To == "" {
+	if v.Rev != token || v.Owner != c.node || v.To == "" || v.Rev <= c.ms.JoinRevision() {
 		return fmt.Errorf("%w: LUN %d: the hand-over's record is at %d, this node holds %d (owner %s, to %q)",
 			interlink.ErrFenced, lun, token, v.Rev, v.Owner, v.To)
 	}

@@ -103,10 +103,14 @@ func (m mirror) Settle() error {
 			c.vmu.Lock()
 			same := c.lossSeq == seq
 			c.vmu.Unlock()
-			if err == nil && same {
+			switch {
+			case err == nil && same && c.ms.Valid():
 				return nil // (a link lost and replaced meanwhile must be voided first)
-			}
-			if err != nil {
+			case err == nil && same:
+				return fmt.Errorf("%w: the lease ran out", cache.ErrNotHeld)
+			case errors.Is(err, interlink.ErrFenced), errors.Is(err, interlink.ErrNotOwner):
+				return fmt.Errorf("%w: the partner refused a release (it owns the LUN now): %v", cache.ErrNotHeld, err)
+			case err != nil:
 				time.Sleep(5 * time.Millisecond) // the link's end is being recorded
 			}
 		}

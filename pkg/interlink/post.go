@@ -79,9 +79,10 @@ func (c *Conn) post(t Type, lun uint32, payload []byte) *Pending {
 	return p
 }
 
-// Drain waits until every request posted before it has been answered:
-// a node acknowledges a hand-over only once its partner has every copy
-// and release it sent.
+// Drain waits until every request posted before it has been answered,
+// and returns the first refusal among them: a node acknowledges a
+// hand-over, or a write its partner did not see, only once its partner
+// has every copy and release it sent.
 func (c *Conn) Drain(ctx context.Context) error {
 	c.out.mu.Lock()
 	ps := make([]*Pending, 0, len(c.out.waiting))
@@ -89,17 +90,23 @@ func (c *Conn) Drain(ctx context.Context) error {
 		ps = append(ps, p)
 	}
 	c.out.mu.Unlock()
+	var refused error
 	for _, p := range ps {
-		if err := p.Wait(ctx); err != nil && ctx.Err() != nil {
-			return err
+		if err := p.Wait(ctx); err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			if refused == nil {
+				refused = err
+			}
 		}
 	}
-	// An answer that is an error (a fenced copy) is still an answer; a
-	// connection that ended did not deliver what waited.
+	// A connection that ended did not deliver what waited; a request the
+	// peer refused (a fenced release) did not do what it asked.
 	if err := c.Err(); err != nil {
 		return fmt.Errorf("%w (%v)", ErrClosed, err)
 	}
-	return nil
+	return refused
 }
 
 // poster sends the posted requests in order.
