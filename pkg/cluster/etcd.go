@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -118,4 +119,26 @@ func parseURL(what, s string) (url.URL, error) {
 		return url.URL{}, fmt.Errorf("cluster: %s URL %q: want http://host:port", what, s)
 	}
 	return *u, nil
+}
+
+// HandOffLeadership moves the Raft leadership of the etcd cluster away
+// from this member, to a member keep accepts (a witness), if this member
+// leads. A controller's member should not lead: when the leader's process
+// is killed, etcd elects a new leader and renews every lease a full TTL,
+// the dead controller's too, so its failover waits an election and a
+// second TTL. It reports whether it moved the leadership.
+func (m *Member) HandOffLeadership(ctx context.Context, keep func(name string) bool) (bool, error) {
+	srv := m.etcd.Server
+	if srv.Leader() != srv.MemberID() {
+		return false, nil
+	}
+	for _, mb := range srv.Cluster().Members() {
+		if mb.ID != srv.MemberID() && !mb.IsLearner && keep(mb.Name) {
+			if err := srv.MoveLeader(ctx, uint64(srv.MemberID()), uint64(mb.ID)); err != nil {
+				return false, err
+			}
+			return true, nil
+		}
+	}
+	return false, nil
 }

@@ -194,6 +194,10 @@ func Start(o Options) (_ *Controller, err error) {
 			c.apply(ow)
 		}
 	}
+	if c.member != nil {
+		c.wg.Add(1)
+		go c.keepEtcdLeaderOff()
+	}
 	c.wg.Add(5)
 	go c.acceptLoop()
 	go c.dialLoop()
@@ -210,6 +214,30 @@ func Start(o Options) (_ *Controller, err error) {
 	// etcd may grant more than asked (its floor is 1.5 election timeouts).
 	c.log.Info("controller serving", "interlink", c.ln.Addr().String(), "lease_ttl", c.ms.TTL())
 	return c, nil
+}
+
+// keepEtcdLeaderOff moves the etcd leadership from this controller's
+// member to a witness whenever it finds it here (every 2 s): a killed
+// controller must not take the etcd leader with it, or its failover
+// waits for an election and a second lease TTL (etcd renews every lease
+// when a new leader is elected).
+func (c *Controller) keepEtcdLeaderOff() {
+	defer c.wg.Done()
+	controllers := map[string]bool{c.o.Member.Name: true}
+	for _, n := range c.o.Config.Nodes {
+		controllers[n.Name] = true
+	}
+	for c.ctx.Err() == nil {
+		ctx, cancel := context.WithTimeout(c.ctx, 2*time.Second)
+		moved, err := c.member.HandOffLeadership(ctx, func(name string) bool { return !controllers[name] })
+		cancel()
+		if moved {
+			c.log.Info("etcd leadership moved to a witness")
+		} else if err != nil && c.ctx.Err() == nil {
+			c.log.Warn("moving the etcd leadership to a witness", "err", err)
+		}
+		c.sleep(2 * time.Second)
+	}
 }
 
 // join takes the node's membership; a previous incarnation's lease (a
