@@ -207,6 +207,23 @@ func runClusterMode(ctx context.Context, o ClusterOptions, mk func(context.Conte
 		smu.Unlock()
 	}()
 	other := map[string]string{"a": "b", "b": "a"}
+	// The schedule starts once every LUN answers on its preferred owner's
+	// port (the controllers' start-up, etcd's elections included, is not
+	// the measurement).
+	for i := 0; i < o.LUNs; i++ {
+		pref := []string{"a", "b"}[i%2]
+		err := Retry(60*time.Second, func() error {
+			s := get(pref)
+			if s == nil {
+				return fmt.Errorf("no session to node %s", pref)
+			}
+			_, err := s.Read16(ctx, uint64(i), 0, 8, 512)
+			return err
+		})
+		if err != nil {
+			return res, fmt.Errorf("LUN %d never answered on node %s: %w", i, pref, err)
+		}
+	}
 	var streams []*stream
 	for i := 0; i < o.LUNs; i++ {
 		pref := "a"
