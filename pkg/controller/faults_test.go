@@ -117,10 +117,7 @@ func TestInterlinkCut(t *testing.T) {
 		require.NoError(t, w.write(owner[l.ID], l.ID, 0, 5*time.Second))
 	}
 	ck := watchBoth(a, b, lunIDs(lab))
-	require.NoError(t, a.CutInterlink("b", true))
-	require.NoError(t, b.CutInterlink("a", true))
-	require.Eventually(t, func() bool { return a.linkTo("b") == nil && b.linkTo("a") == nil }, 5*time.Second,
-		10*time.Millisecond, "the heartbeats end the cut link")
+	cutLink(t, a, b)
 	for i := uint64(1); i <= 16; i++ { // a few lease TTLs of I/O on the owners' paths
 		for _, l := range lab.cfg.LUNs {
 			require.NoError(t, w.write(owner[l.ID], l.ID, i*8, 3*time.Second), "I/O on the owner during the cut")
@@ -323,4 +320,14 @@ func TestLeaderKilledMidMove(t *testing.T) {
 			w.verify(onA, "after the leader died mid-move")
 		})
 	}
+}
+
+// cutLink cuts both ends of the a-b interlink and waits until the
+// heartbeats have ended it on both sides.
+func cutLink(t *testing.T, a, b *Controller) {
+	t.Helper()
+	require.NoError(t, a.CutInterlink("b", true))
+	require.NoError(t, b.CutInterlink("a", true))
+	require.Eventually(t, func() bool { return a.linkTo("b") == nil && b.linkTo("a") == nil }, 5*time.Second,
+		10*time.Millisecond, "the heartbeats end the cut link")
 }
