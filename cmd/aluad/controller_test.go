@@ -119,6 +119,7 @@ cluster:
   interlink: {a: "%s", b: "%s"}
   lease_ttl: 2s
   failback_after: 1s
+ownership: {tick: 100ms, failback_window: 1s, failback_cooldown: 1s, discovery_window: 1s, plan_interval: 1h}
 `, filepath.Join(dir, "data"), strings.Join(clients, ", "), il["a"], il["b"])
 	cfgPath := filepath.Join(dir, "cluster.yaml")
 	require.NoError(t, os.WriteFile(cfgPath, []byte(cfg), 0o644))
@@ -204,12 +205,30 @@ cluster:
 	require.Regexp(t, `owner installed.*lun=0 from=a to=b cause=failover replayed=[1-9]`, b.log.String(),
 		"b took LUN 0 over, replaying mirrored pages")
 
+	// a restarts. The leader's core fails its LUNs back only once the
+	// host reaches a again: not while it has no path there (a partial
+	// recovery), then once it logs in and discovers the path.
 	a2 := ctl(0)
 	a2.start(t, bin)
 	defer a2.kill()
-	onA2 := login(a2, "h2")
+	require.Eventually(t, func() bool {
+		return strings.Contains(b.log.String(), "interlink up") &&
+			strings.Count(b.log.String(), "interlink up") >= 2
+	}, 30*time.Second, 20*time.Millisecond, "b: %s", b.log)
+	time.Sleep(3 * time.Second) // three failback windows
+	for _, lun := range []uint64{0, 2} {
+		var g uint16
+		require.NoError(t, lab.Retry(5*time.Second, func() (err error) {
+			onB.ClearUA(ctx, lun, 8)
+			g, err = lab.AOGroup(ctx, onB, lun)
+			return err
+		}))
+		require.Equal(t, uint16(2), g, "LUN %d failed back while the host had no path to a", lun)
+	}
+	onA2 := login(a2, "h1")
 	for _, lun := range []uint64{0, 2} {
 		require.NoError(t, lab.Retry(30*time.Second, func() error {
+			lab.AOGroup(ctx, onA2, lun) // the host discovers the path (RTPG)
 			g, err := lab.AOGroup(ctx, onB, lun)
 			if err == nil && g != 1 {
 				err = fmt.Errorf("LUN %d still active/optimized on group %d", lun, g)

@@ -47,7 +47,20 @@ type Options struct {
 	// starts), and Metrics takes the folded intervals (FoldStats).
 	FrontEnd func() Stats
 	Metrics  Metrics
+	// Observed, when set, takes every observation of the hosts (logins,
+	// logouts, RTPGs, I/O and exchange intervals) in place of the local
+	// core: a controller of a cluster sends them to the elected leader,
+	// whose core is fed them with Post. Folding the intervals is then the
+	// caller's (FoldStats), and Tick (the core's) converts I/O intervals
+	// to ticks.
+	Observed func(ownership.Event)
+	Tick     time.Duration
 }
+
+// Mover carries a batch out elsewhere than in the local array (a
+// cluster's leader, through the ownership records): it returns where
+// each LUN is after it, and an error if the move did not happen.
+type Mover func(ids []uint64, to string, cause alua.Cause) (map[uint64]string, error)
 
 // Path is the control path. It observes from the start (New); the core
 // runs once Start is called (the config may leave it off).
@@ -111,9 +124,9 @@ func (p *Path) Fabric(e fabric.Event) {
 	p.publish(ev)
 	switch e.Kind {
 	case api.EventLogin:
-		p.Post(ownership.Login{Nexus: p.Nexus(e.Nexus)})
+		p.observe(ownership.Login{Nexus: p.Nexus(e.Nexus)})
 	case api.EventLogout:
-		p.Post(ownership.Logout{Nexus: p.Nexus(e.Nexus), Orderly: e.Reason == fabric.ReasonLogout})
+		p.observe(ownership.Logout{Nexus: p.Nexus(e.Nexus), Orderly: e.Reason == fabric.ReasonLogout})
 	}
 }
 
@@ -127,7 +140,7 @@ func (p *Path) RTPG(n scsi.Nexus, lun uint64, extended bool) {
 	e := p.Event(api.EventRTPG, n)
 	e.LUN, e.Extended = &lun, extended
 	p.publish(e)
-	p.Post(ownership.RTPG{Nexus: p.Nexus(n), LUN: lun, Extended: extended})
+	p.observe(ownership.RTPG{Nexus: p.Nexus(n), LUN: lun, Extended: extended})
 }
 
 // UnitAttention implements scsi.Observer: the moment a host learns of a
@@ -148,19 +161,32 @@ func (p *Path) IO(n scsi.Nexus, lun uint64, iv *api.IOInterval) {
 	e := p.Event(api.EventIO, n)
 	e.LUN, e.IO = &lun, iv
 	p.publish(e)
-	r := p.core.Load()
-	if r == nil {
-		return
+	tick := p.o.Tick
+	if p.o.Observed == nil {
+		r := p.core.Load()
+		if r == nil {
+			return
+		}
+		tick = r.tick
 	}
 	ops := iv.Reads + iv.Writes + iv.Other
 	var rt float64
 	if ops > 0 {
 		rt = float64(iv.Busy) / float64(ops) / float64(time.Microsecond)
 	}
-	r.post(ownership.IO{Host: e.Host, Node: e.Node, LUN: lun, Ops: float64(ops),
+	p.observe(ownership.IO{Host: e.Host, Node: e.Node, LUN: lun, Ops: float64(ops),
 		Media: float64(min(ops, iv.Reads+iv.Writes+iv.Syncs)),
 		Bytes: float64(iv.BytesRead + iv.BytesWritten), RespTime: rt,
-		Ticks: max(1, int(math.Round(float64(iv.Interval)/float64(r.tick))))})
+		Ticks: max(1, int(math.Round(float64(iv.Interval)/float64(max(tick, time.Millisecond)))))})
+}
+
+// observe takes an observation: to Observed when set, else to the core.
+func (p *Path) observe(e ownership.Event) {
+	if p.o.Observed != nil {
+		p.o.Observed(e)
+		return
+	}
+	p.Post(e)
 }
 
 // Exchanges takes one interval of a nexus's exchanges as the front end
@@ -173,7 +199,7 @@ func (p *Path) Exchanges(n scsi.Nexus, pi *api.PathInterval) {
 		return
 	}
 	ops := float64(pi.Exchanges)
-	p.Post(ownership.PathLatency{Nexus: p.Nexus(n), Ops: ops,
+	p.observe(ownership.PathLatency{Nexus: p.Nexus(n), Ops: ops,
 		Exchange: float64(pi.Exchange) / ops / float64(time.Microsecond)})
 }
 
@@ -273,10 +299,18 @@ func (p *Path) Rebalance() (*ownership.RebalanceResult, []ownership.Batch, error
 // Start runs the ownership core with the ownership section's tunables until Stop.
 // decls are stepped before its first tick (the capacities the state kept).
 func (p *Path) Start(cfg Config, decls ...ownership.Event) error {
+	return p.StartWith(cfg, nil, decls...)
+}
+
+// StartWith runs the core as Start does, its batches carried out by mover
+// (nil: by the local array). A core stopped with Stop may be started
+// again (a controller elected leader once more).
+func (p *Path) StartWith(cfg Config, mover Mover, decls ...ownership.Event) error {
 	r, err := newRunner(p, cfg)
 	if err != nil {
 		return err
 	}
+	r.mover = mover
 	r.post(decls...)
 	p.core.Store(r)
 	r.start()
@@ -293,11 +327,12 @@ func (p *Path) Halt() {
 }
 
 // Stop stops the core and waits for its goroutines (the batch under way
-// finishes).
+// finishes); the core is gone after it (Running is false).
 func (p *Path) Stop() {
 	p.Halt()
 	if r := p.core.Load(); r != nil {
 		r.wg.Wait()
+		p.core.CompareAndSwap(r, nil)
 	}
 }
 
@@ -307,9 +342,10 @@ func (p *Path) Stop() {
 // array.Move, one batch at a time, so a long flush never stalls the core;
 // a batch that could not be carried out is reported back as a rollback.
 type runner struct {
-	p    *Path
-	core *ownership.Core
-	tick time.Duration
+	p     *Path
+	core  *ownership.Core
+	mover Mover
+	tick  time.Duration
 	// started: when tick 0 was (the core's ticks as times).
 	started time.Time
 
@@ -398,7 +434,9 @@ func (r *runner) loop() {
 		case <-r.wake:
 		case q = <-r.queries:
 		case <-t.C():
-			r.p.FoldStats() // this tick's I/O, then the tick
+			if r.p.o.Observed == nil {
+				r.p.FoldStats() // this tick's I/O, then the tick
+			}
 			r.post(ownership.Tick{})
 		}
 		r.drain()
@@ -494,6 +532,10 @@ func (r *runner) executor() {
 		// Not while a fault is being injected (Inject).
 		r.p.faultMu.RLock()
 		r.p.faultMu.RUnlock()
+		if r.mover != nil {
+			r.moveElsewhere(batch)
+			continue
+		}
 		for _, ids := range arr.ByOwner(batch.LUNs) {
 			_, err := arr.Move(ids, batch.To, batch.Cause)
 			// Tell the core where they are now: a rollback if the move
@@ -511,6 +553,28 @@ func (r *runner) executor() {
 			r.post(evs...)
 		}
 	}
+}
+
+// moveElsewhere carries a batch out with the mover and tells the core
+// where its LUNs are after it.
+func (r *runner) moveElsewhere(batch ownership.Batch) {
+	owners, err := r.mover(batch.LUNs, batch.To, batch.Cause)
+	if err != nil {
+		r.p.o.Log.Warn("ownership move failed", "luns", batch.LUNs, "to", batch.To, "cause", batch.Cause, "err", err)
+	}
+	evs := make([]ownership.Event, 0, len(batch.LUNs))
+	for _, id := range batch.LUNs {
+		owner, ok := owners[id]
+		if !ok {
+			continue
+		}
+		cause := batch.Cause
+		if owner != batch.To {
+			cause = alua.CauseRollback
+		}
+		evs = append(evs, ownership.OwnerChanged{LUN: id, Owner: owner, Cause: cause})
+	}
+	r.post(evs...)
 }
 
 // raised returns the conditions raised now.

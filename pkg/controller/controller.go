@@ -29,6 +29,7 @@ import (
 	"github.com/aluad/aluad/pkg/cache"
 	"github.com/aluad/aluad/pkg/cluster"
 	"github.com/aluad/aluad/pkg/config"
+	"github.com/aluad/aluad/pkg/control"
 	"github.com/aluad/aluad/pkg/daemon"
 	"github.com/aluad/aluad/pkg/interlink"
 )
@@ -84,7 +85,20 @@ type Controller struct {
 	lastPartner string                 // the partner copies last went to (under mu)
 	lunMu       map[uint64]*sync.Mutex // orders a record's install against copies arriving
 	stopping    atomic.Bool
+	hmu         sync.RWMutex         // the peers' requests in service (enter)
+	closing     bool                 // under hmu: no more are admitted
 	backoff     map[uint64]time.Time // the leader's: no failback of a LUN before this (after a rollback)
+
+	// The ownership core (plane.go): what each node's hosts are known to
+	// reach, the leader's core while it leads and its term, the LUNs its
+	// batches are moving, and the members told to the core.
+	obsMu  sync.Mutex
+	obs    map[string]*nodeObs
+	core   atomic.Pointer[control.Path]
+	term   atomic.Pointer[cluster.Leadership]
+	busyMu sync.Mutex
+	busy   map[uint64]bool
+	told   map[string]int64
 
 	kick     chan struct{} // wakes the leader
 	ctx      context.Context
@@ -123,8 +137,11 @@ func Start(o Options) (_ *Controller, err error) {
 	}
 	c := &Controller{o: o, cc: cfg.Cluster, node: o.Node, log: log.With("node", o.Node), links: map[string]*link{}, cuts: map[string]bool{},
 		kick: make(chan struct{}, 1), failed: make(chan struct{}), lunMu: map[uint64]*sync.Mutex{},
-		backoff: map[uint64]time.Time{}}
+		backoff: map[uint64]time.Time{}, obs: map[string]*nodeObs{}, busy: map[uint64]bool{}}
 	c.vcond = sync.NewCond(&c.vmu)
+	for _, n := range cfg.Nodes {
+		c.obs[n.Name] = newNodeObs()
+	}
 	for _, l := range cfg.LUNs {
 		c.lunMu[l.ID] = &sync.Mutex{}
 	}
@@ -175,9 +192,13 @@ func Start(o Options) (_ *Controller, err error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.Ownership.Off = true // the leader decides, through the records
+	coreOff := cfg.Ownership.Off
+	cfg.Ownership.Off = true // the leader runs the core (plane.go), or membership's rules alone
 	dopt := o.Daemon
-	dopt.Local, dopt.Remote = c.node, c
+	dopt.Local, dopt.Remote, dopt.Mover = c.node, c, c.operatorMove
+	if !coreOff {
+		dopt.Observed = c.observed
+	}
 	if c.D, err = daemon.Start(cfg, dopt); err != nil {
 		return nil, err
 	}
@@ -293,6 +314,9 @@ func (c *Controller) Stop(grace time.Duration) error {
 	var err error
 	c.stopOnce.Do(func() {
 		c.stopping.Store(true) // serves nothing as owner from here on
+		c.hmu.Lock()           // the peers' requests under way end first
+		c.closing = true
+		c.hmu.Unlock()
 		if c.D != nil {
 			err = c.D.Stop(grace)
 		}
@@ -362,6 +386,7 @@ func (c *Controller) apply(o cluster.Owned) {
 		return
 	}
 	c.fence.See(o)
+	c.tellCore(o)
 	if o.To == "" || l.Owner().Name != o.Owner {
 		cause := alua.Cause(o.Cause)
 		if cause == "" {

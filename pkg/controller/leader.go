@@ -73,6 +73,15 @@ func (c *Controller) lead(l *cluster.Leadership) {
 		l.Resign(ctx)
 		cancel()
 	}()
+	c.term.Store(l)
+	defer c.term.CompareAndSwap(l, nil)
+	if c.coreOn() {
+		if err := c.startCore(l); err != nil {
+			c.log.Error("the ownership core did not start: membership's rules alone this term", "err", err)
+		} else {
+			defer c.stopCore()
+		}
+	}
 	since := map[string]time.Time{} // when the leader first saw each member, this time round
 	t := time.NewTicker(c.cc.LeaseTTL / 4)
 	defer t.Stop()
@@ -118,9 +127,11 @@ func (c *Controller) decide(l *cluster.Leadership, since map[string]time.Time) {
 			since[n] = now
 		}
 	}
+	c.nodeStates(members)
+	core := c.core.Load() != nil
 	for _, lc := range c.o.Config.LUNs {
 		o, ok := owners[lc.ID]
-		if !ok || !l.Leads() {
+		if !ok || !l.Leads() || c.moving(lc.ID) {
 			continue
 		}
 		m, alive := members[o.Owner]
@@ -156,7 +167,8 @@ func (c *Controller) decide(l *cluster.Leadership, since map[string]time.Time) {
 				continue
 			}
 			c.handOver(ctx, l, o, m.Joined)
-		case o.Owner != lc.Preferred && prefUp && now.Sub(since[lc.Preferred]) >= c.cc.FailbackAfter &&
+		case !core && o.Cause != string(alua.CauseManual) && o.Owner != lc.Preferred && prefUp &&
+			now.Sub(since[lc.Preferred]) >= c.cc.FailbackAfter &&
 			now.After(c.backoff[o.LUN]) && (o.Owner == c.node || c.linkTo(o.Owner) != nil):
 			moving, err := c.change(ctx, o, cluster.Record{LUN: o.LUN, Owner: o.Owner, To: lc.Preferred,
 				Cause: string(alua.CauseFailback)}, l.StillLeader())

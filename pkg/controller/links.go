@@ -99,6 +99,7 @@ func (c *Controller) register(conn *interlink.Conn, f *interlink.Faulty) {
 		old.conn.Close()
 	}
 	c.log.Info("interlink up", "peer", peer)
+	c.sendSnapshot(l)
 	go func() {
 		<-conn.Done()
 		c.mu.Lock()
@@ -212,8 +213,24 @@ func (c *Controller) Holds(lun uint64) bool { return c.fence.Holds(lun) }
 // handler serves the peers' requests.
 type handler struct{ c *Controller }
 
+// enter admits a peer's request while the controller is not stopping;
+// Stop waits for those admitted before it closes the array.
+func (c *Controller) enter() (func(), error) {
+	c.hmu.RLock()
+	if c.closing {
+		c.hmu.RUnlock()
+		return nil, fmt.Errorf("%w: node %s is stopping", interlink.ErrNotOwner, c.node)
+	}
+	return c.hmu.RUnlock, nil
+}
+
 func (h handler) Forward(_ context.Context, lun uint32, m interlink.Forward) (interlink.ForwardReply, error) {
 	c := h.c
+	leave, err := c.enter()
+	if err != nil {
+		return interlink.ForwardReply{}, err
+	}
+	defer leave()
 	l := c.arr.LUN(uint64(lun))
 	if l == nil {
 		return interlink.ForwardReply{}, fmt.Errorf("no LUN %d", lun)
@@ -243,6 +260,11 @@ func (h handler) Forward(_ context.Context, lun uint32, m interlink.Forward) (in
 
 func (h handler) Mirror(_ context.Context, lun uint32, m interlink.Mirror) error {
 	c := h.c
+	leave, err := c.enter()
+	if err != nil {
+		return err
+	}
+	defer leave()
 	mu := c.lunMu[uint64(lun)]
 	if mu == nil || m.Offset < 0 || m.Offset%c.ps != 0 || int64(len(m.Data)) != c.ps {
 		return fmt.Errorf("a copy of %d bytes at %d of LUN %d is no page", len(m.Data), m.Offset, lun)
@@ -263,6 +285,11 @@ func (h handler) Mirror(_ context.Context, lun uint32, m interlink.Mirror) error
 
 func (h handler) Drop(_ context.Context, lun uint32, m interlink.Drop) error {
 	c := h.c
+	leave, err := c.enter()
+	if err != nil {
+		return err
+	}
+	defer leave()
 	mu := c.lunMu[uint64(lun)]
 	if mu == nil || m.Offset < 0 || m.Length < 0 || m.Offset%c.ps != 0 || m.Length%c.ps != 0 || m.Length > 1<<30 {
 		return fmt.Errorf("a release of %d bytes at %d is not whole pages", m.Length, m.Offset)
@@ -283,6 +310,11 @@ func (h handler) Drop(_ context.Context, lun uint32, m interlink.Drop) error {
 }
 
 func (h handler) Flush(ctx context.Context, lun uint32, m interlink.Flush) error {
+	leave, err := h.c.enter()
+	if err != nil {
+		return err
+	}
+	defer leave()
 	return h.c.handOff(ctx, uint64(lun), m.Token)
 }
 

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/aluad/aluad/ownership"
+	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/arrayview"
@@ -61,7 +62,8 @@ type Daemon struct {
 
 	// ctl is the control path: the observers, the ownership core (once
 	// started, unless the config turns it off) and the UAs of changes.
-	ctl *control.Path
+	ctl   *control.Path
+	mover func(ids []uint64, to string, cause alua.Cause) (array.Change, error)
 	// state saves what survives a restart (nil: no state directory).
 	state *state.Store
 	// audit records state-changing management calls.
@@ -110,6 +112,11 @@ type Options struct {
 	// others through Remote; the target listens on Local's ports only.
 	Local  string
 	Remote array.Remote
+	// Observed and Mover make the ownership core a cluster's: every
+	// observation of the hosts goes to Observed (the elected leader's core
+	// gets them; Ctl starts it there), and an operator's move to Mover.
+	Observed func(ownership.Event)
+	Mover    func(ids []uint64, to string, cause alua.Cause) (array.Change, error)
 	// StateDir keeps the state that survives a restart (owners, LUN map,
 	// report history) and the audit log; empty keeps none.
 	StateDir string
@@ -159,7 +166,8 @@ func New(cfg config.Config, opt Options) (*Daemon, error) {
 			return nil, err
 		}
 	}
-	d := &Daemon{Array: arr, SCSI: srv, fabricCfg: cfg.Fabric, log: opt.Logger, clock: opt.Clock, now: now, done: make(chan struct{})}
+	d := &Daemon{Array: arr, SCSI: srv, fabricCfg: cfg.Fabric, log: opt.Logger, clock: opt.Clock, now: now, done: make(chan struct{}),
+		mover: opt.Mover}
 	d.Events = api.NewEventLog(opt.EventCapacity, now, opt.OnEvent)
 	d.View = &mgmt.View{Array: arr, SCSI: srv, Now: now, Events: d.Events.Since, Portals: d.Portals,
 		FrontEnd: func() mgmt.FrontEnd {
@@ -181,8 +189,9 @@ func New(cfg config.Config, opt Options) (*Daemon, error) {
 	// what the host was told is saved.
 	srv.SetOnPersist(func(uint64) { d.SaveState() })
 	srv.SetLUNMapper(lunMapper{arr})
+	_, tick := cfg.Ownership.Core(cfg.ALUA == "explicit")
 	d.ctl = control.New(control.Options{Array: arr, SCSI: srv, Log: opt.Logger, Clock: opt.Clock,
-		Publish: d.Events.Add, OnUA: d.metrics.UnitAttention,
+		Observed: opt.Observed, Tick: tick, Publish: d.Events.Add, OnUA: d.metrics.UnitAttention,
 		OnReport: func(ri api.ReportInfo) {
 			d.recordReport(ri)
 			if ri.Raised {
@@ -311,7 +320,14 @@ func (d *Daemon) startServices(cfg config.Config, opt Options) error {
 		}()
 		d.stateDirty()
 	}
-	if opt.StatsInterval >= 0 && !d.ctl.Running() { // the core emits them on its ticks
+	switch {
+	case opt.Observed != nil:
+		// A cluster's controller: its intervals feed the leader's core, at
+		// the core's tick, whether or not it emits statistics.
+		_, tick := cfg.Ownership.Core(cfg.ALUA == "explicit")
+		d.wg.Add(1)
+		go d.statsLoop(tick)
+	case opt.StatsInterval >= 0 && !d.ctl.Running(): // the core emits them on its ticks
 		iv := opt.StatsInterval
 		if iv == 0 {
 			iv = time.Second

@@ -8,6 +8,7 @@ import (
 	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/control"
 	"github.com/aluad/aluad/pkg/mgmt"
 )
 
@@ -29,8 +30,16 @@ func (d *Daemon) Move(lun uint64, to string) (array.Change, error) {
 	if d.Array.Node(to) == nil {
 		return array.Change{}, mgmt.NotFound(fmt.Sprintf("no node %q", to))
 	}
+	if d.mover != nil {
+		return d.mover([]uint64{lun}, to, alua.CauseManual)
+	}
 	return d.Array.Move([]uint64{lun}, to, alua.CauseManual)
 }
+
+// Ctl is the control path: a cluster's controller starts the ownership
+// core on it while it leads, and feeds it every controller's
+// observations.
+func (d *Daemon) Ctl() *control.Path { return d.ctl }
 
 // Mappings is the LUN map.
 func (d *Daemon) Mappings() []array.MappingConfig { return d.Array.Mappings() }

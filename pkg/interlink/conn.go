@@ -21,6 +21,8 @@ type Handler interface {
 	Mirror(ctx context.Context, lun uint32, m Mirror) error
 	Drop(ctx context.Context, lun uint32, m Drop) error
 	Flush(ctx context.Context, lun uint32, m Flush) error
+	Report(ctx context.Context, m Report) error
+	Move(ctx context.Context, m Move) error
 }
 
 // Options configure a connection.
@@ -344,9 +346,9 @@ func (c *Conn) readLoop(br *bufio.Reader) {
 		switch f.Type {
 		case TPing:
 			go c.send(Frame{Header: Header{Type: TPing | TReply, ID: f.ID}})
-		case TForward:
+		case TForward, TMove:
 			go c.serve(f)
-		case TMirror, TDrop, TFlush:
+		case TMirror, TDrop, TFlush, TReport:
 			c.lane(f.LUN) <- f
 		default: // a newer peer's request: refused, the connection goes on
 			go c.send(Frame{Header: Header{Type: f.Type | TReply, ID: f.ID, LUN: f.LUN},
@@ -436,6 +438,16 @@ func (c *Conn) handle(ctx context.Context, f Frame, reply *Frame) (err error) {
 		var m Flush
 		if err = m.Unmarshal(f.Payload); err == nil {
 			err = h.Flush(ctx, f.LUN, m)
+		}
+	case f.Type == TReport:
+		var m Report
+		if err = m.Unmarshal(f.Payload); err == nil {
+			err = h.Report(ctx, m)
+		}
+	case f.Type == TMove:
+		var m Move
+		if err = m.Unmarshal(f.Payload); err == nil {
+			err = h.Move(ctx, m)
 		}
 	}
 	return err

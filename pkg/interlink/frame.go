@@ -46,12 +46,14 @@ const (
 	TMirror  Type = 4 // a write-back copy for the partner's mirror
 	TDrop    Type = 5 // mirror copies no longer needed (destaged)
 	TFlush   Type = 6 // a move's step: flush the LUN's cache to media
+	TReport  Type = 7 // a controller's observations of the hosts, for the leader
+	TMove    Type = 8 // an operator's move, for the leader
 	TReply   Type = 0x80
 )
 
 func (t Type) String() string {
 	name := map[Type]string{THello: "hello", TPing: "ping", TForward: "forward", TMirror: "mirror", TDrop: "drop",
-		TFlush: "flush"}[t&^TReply]
+		TFlush: "flush", TReport: "report", TMove: "move"}[t&^TReply]
 	if name == "" {
 		name = fmt.Sprintf("type-%d", byte(t&^TReply))
 	}

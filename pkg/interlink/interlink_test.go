@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"sync"
 	"testing"
@@ -92,8 +93,11 @@ func FuzzMessages(f *testing.F) {
 	f.Add(byte(2), Ack{Code: Failed, Msg: "m"}.Marshal())
 	f.Add(byte(3), ForwardReply{Status: 2, Sense: []byte{0x70}}.Marshal())
 	f.Add(byte(4), AppendFrame(nil, Frame{Header: Header{Type: TPing, ID: 9}}))
+	f.Add(byte(8), Report{Node: "a", Snapshot: true, Obs: []Obs{{Kind: ObsIO, Host: "h", LUN: 3, Ops: 10, Time: 12.5,
+		Interval: 1e9}}}.Marshal())
+	f.Add(byte(9), Move{LUNs: []uint64{1, 2}, To: "b", Cause: "manual"}.Marshal())
 	f.Fuzz(func(t *testing.T, kind byte, b []byte) {
-		switch kind % 8 {
+		switch kind % 10 {
 		case 0:
 			var m Forward
 			if m.Unmarshal(b) == nil {
@@ -133,6 +137,16 @@ func FuzzMessages(f *testing.F) {
 			if m.Unmarshal(b) == nil {
 				require.Equal(t, b, m.Marshal())
 			}
+		case 8:
+			var m Report
+			if m.Unmarshal(b) == nil {
+				require.Equal(t, b, m.Marshal())
+			}
+		case 9:
+			var m Move
+			if m.Unmarshal(b) == nil {
+				require.Equal(t, b, m.Marshal())
+			}
 		}
 	})
 }
@@ -143,6 +157,7 @@ type owner struct {
 	mu      sync.Mutex
 	mirror  map[int64][]byte
 	release chan struct{}
+	reports []Report
 }
 
 func (o *owner) Forward(ctx context.Context, lun uint32, m Forward) (ForwardReply, error) {
@@ -172,6 +187,20 @@ func (o *owner) Mirror(_ context.Context, lun uint32, m Mirror) error {
 func (o *owner) Drop(context.Context, uint32, Drop) error { return errors.New("no such range") }
 
 func (o *owner) Flush(context.Context, uint32, Flush) error { return nil }
+
+func (o *owner) Report(_ context.Context, m Report) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.reports = append(o.reports, m)
+	return nil
+}
+
+func (o *owner) Move(_ context.Context, m Move) error {
+	if m.To != "b" {
+		return fmt.Errorf("no node %q", m.To)
+	}
+	return nil
+}
 
 // pair connects a and b over an in-memory network, each end wrapped so
 // the test can cut it.
@@ -510,4 +539,51 @@ func TestPostedInOrder(t *testing.T) {
 		require.ErrorIs(t, p.Wait(context.Background()), ErrClosed)
 		require.ErrorIs(t, a.PostMirror(0, Mirror{Token: 5, Ver: 22}).Wait(context.Background()), ErrClosed)
 	})
+}
+
+// Reports reach the peer in the order posted, whole; a move is answered
+// with the handler's outcome; a malformed one is refused, not served.
+func TestReportsAndMoves(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		o := &owner{mirror: map[int64][]byte{}, release: make(chan struct{})}
+		a, b, _, _ := pair(t, o, 0, 0)
+		defer a.Close()
+		defer b.Close()
+		var sent []Report
+		for i := range 30 {
+			r := Report{Node: "a", Snapshot: i == 0, Obs: []Obs{
+				{Kind: ObsLogin, Host: "h", Initiator: "iqn.x", ISID: "23d000000001", Port: 3},
+				{Kind: ObsIO, Host: "h", LUN: uint64(i), Ops: float64(i), Media: 1, Bytes: 4096, Time: 0.5, Interval: 1e9}}}
+			sent = append(sent, r)
+			a.PostReport(r)
+		}
+		require.NoError(t, a.Drain(context.Background()))
+		o.mu.Lock()
+		require.Equal(t, sent, o.reports)
+		o.mu.Unlock()
+
+		require.NoError(t, a.Move(context.Background(), Move{LUNs: []uint64{1}, To: "b", Cause: "manual"}))
+		err := a.Move(context.Background(), Move{LUNs: []uint64{1}, To: "c", Cause: "manual"})
+		require.ErrorIs(t, err, ErrFailed)
+		require.ErrorContains(t, err, `no node "c"`)
+		f, err := a.call(context.Background(), TMove, ControlLane, Move{To: "b"}.Marshal())
+		require.NoError(t, err)
+		require.ErrorContains(t, ack(f), "a move of no LUN")
+	})
+}
+
+func TestReportDecoding(t *testing.T) {
+	ok := Report{Node: "a", Obs: []Obs{{Kind: ObsPath, Ops: 2, Time: 3}}}.Marshal()
+	var r Report
+	require.NoError(t, r.Unmarshal(ok))
+	for name, b := range map[string][]byte{
+		"no node":   Report{Obs: []Obs{{Kind: ObsLogin}}}.Marshal(),
+		"bad kind":  Report{Node: "a", Obs: []Obs{{Kind: 9}}}.Marshal(),
+		"negative":  Report{Node: "a", Obs: []Obs{{Kind: ObsIO, Ops: -1}}}.Marshal(),
+		"NaN":       Report{Node: "a", Obs: []Obs{{Kind: ObsIO, Time: math.NaN()}}}.Marshal(),
+		"truncated": ok[:len(ok)-1],
+		"count":     append(enc(nil).s("a").bo(false).u(1000), ok[4:]...),
+	} {
+		require.ErrorIs(t, r.Unmarshal(b), ErrFrame, name)
+	}
 }

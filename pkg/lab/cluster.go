@@ -472,19 +472,20 @@ func clusterArrayConfig(dir string, luns int) config.Config {
 	for i := range cfg.LUNs {
 		cfg.LUNs[i].Preferred = []string{"a", "b"}[i%2]
 	}
-	return cfg
-}
-
-func newEmbedded(_ context.Context, o ClusterOptions, dir string) (clusterArray, error) {
-	cfg := clusterArrayConfig(dir, o.LUNs)
-	// The core's timings set to what the controllers use: a failover on
-	// the next tick, a failback once the node has been back 2 s.
+	// The core's timings, in both modes (the controllers' leader runs the
+	// same core): a failover on the next tick, a failback once the hosts
+	// have reached the node again for 2 s.
 	cfg.Ownership.Tick = 250 * time.Millisecond
 	cfg.Ownership.FailbackWindow = 2 * time.Second
 	cfg.Ownership.DiscoveryWindow = time.Second
 	cfg.Ownership.FailbackCooldown = 2 * time.Second
 	cfg.Ownership.Cooldown = 2 * time.Second
 	cfg.Ownership.PlanInterval = time.Hour
+	return cfg
+}
+
+func newEmbedded(_ context.Context, o ClusterOptions, dir string) (clusterArray, error) {
+	cfg := clusterArrayConfig(dir, o.LUNs)
 	d, err := daemon.Start(cfg, daemon.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), StatsInterval: -1})
 	if err != nil {
 		return nil, err
@@ -609,6 +610,9 @@ func newProcesses(ctx context.Context, o ClusterOptions, dir string) (clusterArr
 	for _, l := range cfg.LUNs {
 		fmt.Fprintf(&yaml, "  - {id: %d, size: 16MiB, preferred: %s}\n", l.ID, l.Preferred)
 	}
+	oc := cfg.Ownership
+	fmt.Fprintf(&yaml, "ownership: {tick: %s, failback_window: %s, discovery_window: %s, failback_cooldown: %s, cooldown: %s, plan_interval: %s}\n",
+		oc.Tick, oc.FailbackWindow, oc.DiscoveryWindow, oc.FailbackCooldown, oc.Cooldown, oc.PlanInterval)
 	fmt.Fprintf(&yaml, "cluster:\n  etcd: [http://%s, http://%s, http://%s]\n  interlink: {a: \"%s\", b: \"%s\"}\n  lease_ttl: %s\n  failback_after: 2s\n",
 		addrs["a.c"], addrs["b.c"], addrs["w.c"], addrs["a.i"], addrs["b.i"], o.LeaseTTL)
 	path := filepath.Join(dir, "cluster.yaml")

@@ -1,0 +1,452 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aluad/aluad/ownership"
+	"github.com/aluad/aluad/pkg/alua"
+	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/cluster"
+	"github.com/aluad/aluad/pkg/interlink"
+)
+
+// The ownership core runs on the elected leader (unless the ownership
+// section turns it off: then the leader's rules are membership's alone).
+// Every controller observes its own hosts (logins, logouts, RTPGs, I/O and
+// exchange intervals) and reports them over the interlink to every peer,
+// and keeps what it knows of each node's nexuses: on each new link it
+// sends its own as a snapshot, and a newly elected leader seeds its core
+// with all of them, so a leader elected later, or a restarted controller,
+// knows which host reaches which node. The leader feeds its core those
+// observations, the members as node states and every record as the
+// owner; the core's batches become records (target set, the old owner's
+// flush, the new owner), its reports are the leader's.
+//
+// Membership stays the leader's own rule for a takeover (a dead or
+// restarted owner: the copies must be replayed, under MemberGone), and
+// the core's failover batch waits for that record; failback, balance and
+// the operator's moves are the core's (a failback needs every host of the
+// LUN back on its preferred owner, not only the member).
+
+// nodeObs is what is known of one node's nexuses.
+type nodeObs struct {
+	nexus map[ownership.Nexus]bool
+	rtpg  map[rtpgKey]bool // value: the extended header was asked for
+}
+
+type rtpgKey struct {
+	n   ownership.Nexus
+	lun uint64
+}
+
+func newNodeObs() *nodeObs {
+	return &nodeObs{nexus: map[ownership.Nexus]bool{}, rtpg: map[rtpgKey]bool{}}
+}
+
+// note updates the table with an observation.
+func (t *nodeObs) note(e ownership.Event) {
+	switch e := e.(type) {
+	case ownership.Login:
+		t.nexus[e.Nexus] = true
+	case ownership.Logout:
+		delete(t.nexus, e.Nexus)
+		for k := range t.rtpg {
+			if k.n == e.Nexus {
+				delete(t.rtpg, k)
+			}
+		}
+	case ownership.RTPG:
+		t.rtpg[rtpgKey{e.Nexus, e.LUN}] = t.rtpg[rtpgKey{e.Nexus, e.LUN}] || e.Extended
+	}
+}
+
+// events are the table as events for a core that knows none of it.
+func (t *nodeObs) events() []ownership.Event {
+	var evs []ownership.Event
+	for n := range t.nexus {
+		evs = append(evs, ownership.Login{Nexus: n})
+	}
+	for k, ext := range t.rtpg {
+		evs = append(evs, ownership.RTPG{Nexus: k.n, LUN: k.lun, Extended: ext})
+	}
+	return evs
+}
+
+// toObs is an observation for the wire.
+func toObs(e ownership.Event) (interlink.Obs, bool) {
+	nx := func(k interlink.ObsKind, n ownership.Nexus) interlink.Obs {
+		return interlink.Obs{Kind: k, Host: n.Host, Initiator: n.Initiator, ISID: n.ISID, Port: n.Port}
+	}
+	switch e := e.(type) {
+	case ownership.Login:
+		return nx(interlink.ObsLogin, e.Nexus), true
+	case ownership.Logout:
+		o := nx(interlink.ObsLogout, e.Nexus)
+		o.Flag = e.Orderly
+		return o, true
+	case ownership.RTPG:
+		o := nx(interlink.ObsRTPG, e.Nexus)
+		o.LUN, o.Flag = e.LUN, e.Extended
+		return o, true
+	case ownership.IO:
+		return interlink.Obs{Kind: interlink.ObsIO, Host: e.Host, LUN: e.LUN, Ops: e.Ops, Media: e.Media,
+			Bytes: e.Bytes, Time: e.RespTime, Interval: int64(e.Ticks)}, true
+	case ownership.PathLatency:
+		o := nx(interlink.ObsPath, e.Nexus)
+		o.Ops, o.Time = e.Ops, e.Exchange
+		return o, true
+	}
+	return interlink.Obs{}, false
+}
+
+// fromObs is a peer's observation as the core's event (node: the peer).
+func fromObs(node string, o interlink.Obs) ownership.Event {
+	n := ownership.Nexus{Host: o.Host, Initiator: o.Initiator, ISID: o.ISID, Port: o.Port, Node: node}
+	switch o.Kind {
+	case interlink.ObsLogin:
+		return ownership.Login{Nexus: n}
+	case interlink.ObsLogout:
+		return ownership.Logout{Nexus: n, Orderly: o.Flag}
+	case interlink.ObsRTPG:
+		return ownership.RTPG{Nexus: n, LUN: o.LUN, Extended: o.Flag}
+	case interlink.ObsIO:
+		return ownership.IO{Host: o.Host, Node: node, LUN: o.LUN, Ops: o.Ops, Media: o.Media, Bytes: o.Bytes,
+			RespTime: o.Time, Ticks: int(max(1, min(o.Interval, 1<<20)))}
+	default:
+		return ownership.PathLatency{Nexus: n, Ops: o.Ops, Exchange: o.Time}
+	}
+}
+
+// observed takes one of this node's observations (the daemon's control
+// path calls it): noted, sent to every peer, and fed to the core here if
+// this controller leads.
+func (c *Controller) observed(e ownership.Event) {
+	o, ok := toObs(e)
+	if !ok {
+		return
+	}
+	c.obsMu.Lock()
+	defer c.obsMu.Unlock()
+	c.obs[c.node].note(e)
+	for _, lk := range c.liveLinks() {
+		lk.conn.PostReport(interlink.Report{Node: c.node, Obs: []interlink.Obs{o}})
+	}
+	if p := c.core.Load(); p != nil {
+		p.Post(e)
+	}
+}
+
+// sendSnapshot sends this node's nexuses to a new link's peer.
+func (c *Controller) sendSnapshot(lk *link) {
+	c.obsMu.Lock()
+	defer c.obsMu.Unlock()
+	r := interlink.Report{Node: c.node, Snapshot: true}
+	for _, e := range c.obs[c.node].events() {
+		if o, ok := toObs(e); ok {
+			r.Obs = append(r.Obs, o)
+		}
+	}
+	lk.conn.PostReport(r)
+}
+
+// report takes a peer's observations.
+func (c *Controller) report(m interlink.Report) error {
+	if n := c.arr.Node(m.Node); n == nil || !n.Remote() {
+		return fmt.Errorf("a report from %q, no other node of the array", m.Node)
+	}
+	c.obsMu.Lock()
+	defer c.obsMu.Unlock()
+	t := c.obs[m.Node]
+	var evs []ownership.Event
+	if m.Snapshot {
+		fresh := newNodeObs()
+		for _, o := range m.Obs {
+			fresh.note(fromObs(m.Node, o))
+		}
+		for n := range t.nexus {
+			if !fresh.nexus[n] {
+				evs = append(evs, ownership.Logout{Nexus: n}) // gone while the link was down
+			}
+		}
+		evs = append(evs, fresh.events()...)
+		c.obs[m.Node] = fresh
+	} else {
+		for _, o := range m.Obs {
+			e := fromObs(m.Node, o)
+			t.note(e)
+			evs = append(evs, e)
+		}
+	}
+	if p := c.core.Load(); p != nil {
+		p.Post(evs...)
+	}
+	return nil
+}
+
+func (c *Controller) liveLinks() []*link {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*link, 0, len(c.links))
+	for _, l := range c.links {
+		out = append(out, l)
+	}
+	return out
+}
+
+// coreOn says whether the leader runs the ownership core.
+func (c *Controller) coreOn() bool { return !c.o.Config.Ownership.Off }
+
+// startCore runs the core on this controller for a term: seeded with
+// every node's known nexuses, its batches carried out through the
+// records. The members' states come from decide.
+func (c *Controller) startCore(l *cluster.Leadership) error {
+	p := c.D.Ctl()
+	c.obsMu.Lock()
+	defer c.obsMu.Unlock()
+	var seed []ownership.Event
+	for _, n := range c.o.Config.Nodes {
+		seed = append(seed, c.obs[n.Name].events()...)
+	}
+	if err := p.StartWith(c.o.Config.Ownership, func(ids []uint64, to string, cause alua.Cause) (map[uint64]string, error) {
+		return c.moveLUNs(l, ids, to, cause)
+	}, seed...); err != nil {
+		return err
+	}
+	c.told = map[string]int64{}
+	c.core.Store(p)
+	return nil
+}
+
+func (c *Controller) stopCore() {
+	c.obsMu.Lock()
+	p := c.core.Swap(nil)
+	c.obsMu.Unlock()
+	if p != nil {
+		p.Stop()
+	}
+}
+
+// tellCore feeds the leader's core a record it did not decide (a
+// takeover, a move completed): the owner as etcd says.
+func (c *Controller) tellCore(o cluster.Owned) {
+	p := c.core.Load()
+	if p == nil || o.To != "" || o.Cause == string(alua.CauseRollback) {
+		return
+	}
+	cause := alua.Cause(o.Cause)
+	if cause == "" {
+		cause = alua.CauseFailover
+	}
+	p.Post(ownership.OwnerChanged{LUN: o.LUN, Owner: o.Owner, Cause: cause})
+}
+
+// nodeStates feeds the core the members as node states: a node that
+// left, or came back as a new incarnation, is down (then up again).
+func (c *Controller) nodeStates(members map[string]cluster.Info) {
+	p := c.core.Load()
+	if p == nil {
+		return
+	}
+	var evs []ownership.Event
+	for _, n := range c.o.Config.Nodes {
+		m, up := members[n.Name]
+		was, told := c.told[n.Name] // the incarnation told up, -1 down
+		switch {
+		case up && told && was == m.Joined:
+		case up:
+			if told && was >= 0 {
+				evs = append(evs, ownership.NodeState{Node: n.Name, Up: false}) // a new incarnation
+			}
+			evs = append(evs, ownership.NodeState{Node: n.Name, Up: true})
+			c.told[n.Name] = m.Joined
+		case !told || was >= 0:
+			evs = append(evs, ownership.NodeState{Node: n.Name, Up: false})
+			c.told[n.Name] = -1
+		}
+	}
+	p.Post(evs...)
+}
+
+// moveLUNs carries out a batch of the core's (or an operator's move)
+// through the records, one LUN at a time, and returns where each is
+// after it.
+func (c *Controller) moveLUNs(l *cluster.Leadership, ids []uint64, to string, cause alua.Cause) (map[uint64]string, error) {
+	out := map[uint64]string{}
+	var errs []error
+	for _, id := range ids {
+		owner, err := c.moveLUN(l, id, to, cause)
+		if owner != "" {
+			out[id] = owner
+		}
+		if err != nil && !errors.Is(err, array.ErrNoChange) {
+			errs = append(errs, fmt.Errorf("LUN %d: %w", id, err))
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// errMoveRefused: the move cannot start now.
+var errMoveRefused = errors.New("the move cannot start")
+
+func (c *Controller) moveLUN(l *cluster.Leadership, id uint64, to string, cause alua.Cause) (string, error) {
+	ctx, cancel := context.WithTimeout(c.ctx, 4*c.cc.LeaseTTL)
+	defer cancel()
+	owners, _, err := c.store.Owners(ctx)
+	if err != nil {
+		return "", err
+	}
+	members, _, err := c.store.Members(ctx)
+	if err != nil {
+		return "", err
+	}
+	o := owners[id]
+	m, alive := members[o.Owner]
+	_, toUp := members[to]
+	switch {
+	case o.Owner == to && o.To == "":
+		return to, array.ErrNoChange
+	case !alive || m.Joined > o.Rev || o.To != "":
+		// A takeover (or a move a previous term left) is membership's: the
+		// move is where that record leaves the LUN.
+		return c.awaitRecord(ctx, o), nil
+	case !toUp:
+		return o.Owner, fmt.Errorf("%w: node %s is not a member", errMoveRefused, to)
+	case !l.Leads():
+		return o.Owner, fmt.Errorf("%w: this controller no longer leads", errMoveRefused)
+	case o.Owner != c.node && c.linkTo(o.Owner) == nil:
+		return o.Owner, fmt.Errorf("%w: no interlink to the owner %s", errMoveRefused, o.Owner)
+	}
+	if !c.claim(id) {
+		return o.Owner, fmt.Errorf("%w: the LUN is moving", errMoveRefused)
+	}
+	defer c.unclaim(id)
+	moving, err := c.change(ctx, o, cluster.Record{LUN: id, Owner: o.Owner, To: to, Cause: string(cause)}, l.StillLeader())
+	if err != nil {
+		return o.Owner, err
+	}
+	hook("target-set", c, id)
+	c.handOver(ctx, l, moving, m.Joined)
+	owners, _, err = c.store.Owners(ctx)
+	if err != nil {
+		return "", err
+	}
+	if owners[id].Owner != to {
+		return owners[id].Owner, fmt.Errorf("the old owner %s did not hand it over: rolled back", o.Owner)
+	}
+	return to, nil
+}
+
+// claim marks a LUN as moving under the core's batch: decide leaves its
+// record alone meanwhile.
+func (c *Controller) claim(id uint64) bool {
+	c.busyMu.Lock()
+	defer c.busyMu.Unlock()
+	if c.busy[id] {
+		return false
+	}
+	c.busy[id] = true
+	return true
+}
+
+func (c *Controller) unclaim(id uint64) {
+	c.busyMu.Lock()
+	delete(c.busy, id)
+	c.busyMu.Unlock()
+	c.wake()
+}
+
+func (c *Controller) moving(id uint64) bool {
+	c.busyMu.Lock()
+	defer c.busyMu.Unlock()
+	return c.busy[id]
+}
+
+// awaitRecord waits (bounded by ctx) for the LUN's record to change from
+// o and complete, and returns its owner then.
+func (c *Controller) awaitRecord(ctx context.Context, o cluster.Owned) string {
+	c.wake()
+	for {
+		owners, _, err := c.store.Owners(ctx)
+		if err == nil {
+			if n := owners[o.LUN]; n.Rev != o.Rev && n.To == "" {
+				return n.Owner
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return o.Owner
+		case <-time.After(c.cc.LeaseTTL / 8):
+		}
+	}
+}
+
+// operatorMove is an operator's move asked of this controller: carried
+// out here if it leads, else by the leader over the interlink; it returns
+// once this controller's array shows the new owner.
+func (c *Controller) operatorMove(ids []uint64, to string, cause alua.Cause) (array.Change, error) {
+	from := ""
+	if l := c.arr.LUN(ids[0]); l != nil {
+		from = l.Owner().Name
+		if from == to && len(ids) == 1 {
+			return array.Change{}, array.ErrNoChange
+		}
+	}
+	if err := c.moveAtLeader(ids, to, cause); err != nil {
+		return array.Change{}, err
+	}
+	deadline := time.Now().Add(2 * c.cc.LeaseTTL)
+	for _, id := range ids {
+		for c.arr.LUN(id).Owner().Name != to && time.Now().Before(deadline) {
+			c.sleep(5 * time.Millisecond)
+		}
+	}
+	return array.Change{LUNs: ids, From: from, To: to, Cause: cause}, nil
+}
+
+func (c *Controller) moveAtLeader(ids []uint64, to string, cause alua.Cause) error {
+	if l := c.term.Load(); l != nil && l.Leads() {
+		_, err := c.moveLUNs(l, ids, to, cause)
+		return err
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, 4*c.cc.LeaseTTL)
+	defer cancel()
+	leader, err := c.store.Leader(ctx)
+	if err != nil {
+		return fmt.Errorf("finding the leader: %w", err)
+	}
+	lk := c.linkTo(leader)
+	if leader == "" || lk == nil {
+		return fmt.Errorf("%w: no leader is reachable over the interlink (leader %q)", errMoveRefused, leader)
+	}
+	return lk.conn.Move(ctx, interlink.Move{LUNs: ids, To: to, Cause: string(cause)})
+}
+
+// move serves a peer's operator move: only the leader carries it out.
+func (c *Controller) move(m interlink.Move) error {
+	l := c.term.Load()
+	if l == nil || !l.Leads() {
+		return fmt.Errorf("%w: node %s does not lead", errMoveRefused, c.node)
+	}
+	for _, id := range m.LUNs {
+		if c.arr.LUN(id) == nil {
+			return fmt.Errorf("no LUN %d", id)
+		}
+	}
+	if c.arr.Node(m.To) == nil {
+		return fmt.Errorf("no node %q", m.To)
+	}
+	_, err := c.moveLUNs(l, m.LUNs, m.To, alua.Cause(m.Cause))
+	return err
+}
+
+func (h handler) Report(_ context.Context, m interlink.Report) error {
+	if err := h.c.report(m); err != nil {
+		h.c.log.Warn("interlink: a report refused", "err", err)
+	}
+	return nil // (a refusal would fail the sender's next hand-over drain)
+}
+
+func (h handler) Move(_ context.Context, m interlink.Move) error { return h.c.move(m) }
