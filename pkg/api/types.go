@@ -317,11 +317,20 @@ const (
 	FaultPathUp    = "path-up"
 	FaultDelay     = "delay" // latency added on a port (or one initiator's path to it)
 	FaultClear     = "clear" // every port, path and delay restored (nodes stay as they are)
+	// FaultInterlinkCut: a controller process's link to the node named is
+	// cut at its end, as a network fault would (what it sends is held; the
+	// peer learns of it by the heartbeats). FaultInterlinkRestore repairs
+	// it (and ends a delay); FaultInterlinkDelay adds latency to what this
+	// end sends. Controllers as processes only (aluad controller).
+	FaultInterlinkCut     = "interlink-cut"
+	FaultInterlinkRestore = "interlink-restore"
+	FaultInterlinkDelay   = "interlink-delay"
 )
 
 // FaultKinds lists the kinds in the order the CLI shows them.
 var FaultKinds = []string{FaultPowerLoss, FaultPanic, FaultCrash, FaultRestart, FaultPortDown, FaultPortUp,
-	FaultCablePull, FaultCablePlug, FaultPathDown, FaultPathUp, FaultDelay, FaultClear}
+	FaultCablePull, FaultCablePlug, FaultPathDown, FaultPathUp, FaultDelay, FaultClear,
+	FaultInterlinkCut, FaultInterlinkRestore, FaultInterlinkDelay}
 
 // LUNInfo is one LUN as the control API reports it.
 type LUNInfo struct {

@@ -59,8 +59,16 @@ type Options struct {
 
 // Mover carries a batch out elsewhere than in the local array (a
 // cluster's leader, through the ownership records): it returns where
-// each LUN is after it, and an error if the move did not happen.
-type Mover func(ids []uint64, to string, cause alua.Cause) (map[uint64]string, error)
+// each LUN is after it, and an error if the move did not happen. at is
+// when the core decided the batch (it may have waited behind others: a
+// batch the world has overtaken since is the mover's to refuse).
+type Mover func(b ownership.Batch, at time.Time) (map[uint64]string, error)
+
+// decided is a batch and when the core decided it.
+type decided struct {
+	ownership.Batch
+	At time.Time
+}
 
 // Path is the control path. It observes from the start (New); the core
 // runs once Start is called (the config may leave it off).
@@ -352,7 +360,7 @@ type runner struct {
 	mu    sync.Mutex
 	inbox []ownership.Event
 	wake  chan struct{}
-	exec  chan ownership.Batch
+	exec  chan decided
 	// queries run inside the loop, so readers see the core between steps.
 	queries  chan func()
 	stop     chan struct{}
@@ -397,7 +405,7 @@ func newRunner(p *Path, cfg Config) (*runner, error) {
 	}
 	core.Advance()
 	return &runner{p: p, core: core, tick: tick, started: p.o.Clock.Now(), wake: make(chan struct{}, 1),
-		exec: make(chan ownership.Batch, 1024), queries: make(chan func()), stop: make(chan struct{}),
+		exec: make(chan decided, 1024), queries: make(chan func()), stop: make(chan struct{}),
 		reports: map[reportKey]ownership.ReportChange{}}, nil
 }
 
@@ -502,7 +510,7 @@ func (r *runner) rebalance() (*ownership.RebalanceResult, []ownership.Batch, err
 // apply hands batches to the executor and publishes report changes.
 func (r *runner) apply(rd ownership.Ready) {
 	for _, batch := range rd.Batches {
-		r.exec <- batch
+		r.exec <- decided{batch, r.p.o.Clock.Now()}
 	}
 	for _, rc := range rd.Reports {
 		k := reportKey{rc.Condition, rc.Host, rc.Node, rc.LUN, rc.Port}
@@ -528,12 +536,13 @@ func (r *runner) apply(rd ownership.Ready) {
 func (r *runner) executor() {
 	defer r.wg.Done()
 	arr := r.p.arr
-	for batch := range r.exec {
+	for d := range r.exec {
+		batch := d.Batch
 		// Not while a fault is being injected (Inject).
 		r.p.faultMu.RLock()
 		r.p.faultMu.RUnlock()
 		if r.mover != nil {
-			r.moveElsewhere(batch)
+			r.moveElsewhere(d)
 			continue
 		}
 		for _, ids := range arr.ByOwner(batch.LUNs) {
@@ -557,8 +566,9 @@ func (r *runner) executor() {
 
 // moveElsewhere carries a batch out with the mover and tells the core
 // where its LUNs are after it.
-func (r *runner) moveElsewhere(batch ownership.Batch) {
-	owners, err := r.mover(batch.LUNs, batch.To, batch.Cause)
+func (r *runner) moveElsewhere(d decided) {
+	batch := d.Batch
+	owners, err := r.mover(d.Batch, d.At)
 	if err != nil {
 		r.p.o.Log.Warn("ownership move failed", "luns", batch.LUNs, "to", batch.To, "cause", batch.Cause, "err", err)
 	}

@@ -69,9 +69,10 @@ type Controller struct {
 	ln     net.Listener
 	ps     int64 // the cache's page size
 
-	mu    sync.Mutex
-	links map[string]*link // live interlink connections by peer node
-	cuts  map[string]bool  // peers whose link is cut (the fault)
+	mu     sync.Mutex
+	links  map[string]*link         // live interlink connections by peer node
+	cuts   map[string]bool          // peers whose link is cut (the fault)
+	delays map[string]time.Duration // latency added to what goes to a peer (the fault)
 
 	// The mirror generation this node sends copies under, and the voids
 	// under way (a lost partner link: writes that the partner does not
@@ -92,13 +93,17 @@ type Controller struct {
 	// The ownership core (plane.go): what each node's hosts are known to
 	// reach, the leader's core while it leads and its term, the LUNs its
 	// batches are moving, and the members told to the core.
-	obsMu  sync.Mutex
-	obs    map[string]*nodeObs
-	core   atomic.Pointer[control.Path]
-	term   atomic.Pointer[cluster.Leadership]
-	busyMu sync.Mutex
-	busy   map[uint64]bool
-	told   map[string]int64
+	obsMu   sync.Mutex
+	obs     map[string]*nodeObs
+	core    atomic.Pointer[control.Path]
+	term    atomic.Pointer[cluster.Leadership]
+	busyMu  sync.Mutex
+	busy    map[uint64]bool
+	told    map[string]int64
+	upMu    sync.Mutex
+	upSince map[string]time.Time // when the core was told each node is up
+	// termStart: when this controller's current term as leader began.
+	termStart time.Time
 
 	kick     chan struct{} // wakes the leader
 	ctx      context.Context
@@ -136,7 +141,8 @@ func Start(o Options) (_ *Controller, err error) {
 		log = slog.Default()
 	}
 	c := &Controller{o: o, cc: cfg.Cluster, node: o.Node, log: log.With("node", o.Node), links: map[string]*link{}, cuts: map[string]bool{},
-		kick: make(chan struct{}, 1), failed: make(chan struct{}), lunMu: map[uint64]*sync.Mutex{},
+		delays: map[string]time.Duration{},
+		kick:   make(chan struct{}, 1), failed: make(chan struct{}), lunMu: map[uint64]*sync.Mutex{},
 		backoff: map[uint64]time.Time{}, obs: map[string]*nodeObs{}, busy: map[uint64]bool{}}
 	c.vcond = sync.NewCond(&c.vmu)
 	for _, n := range cfg.Nodes {
@@ -195,7 +201,7 @@ func Start(o Options) (_ *Controller, err error) {
 	coreOff := cfg.Ownership.Off
 	cfg.Ownership.Off = true // the leader runs the core (plane.go), or membership's rules alone
 	dopt := o.Daemon
-	dopt.Local, dopt.Remote, dopt.Mover = c.node, c, c.operatorMove
+	dopt.Local, dopt.Remote, dopt.Mover, dopt.Faults = c.node, c, c.operatorMove, c.inject
 	if !coreOff {
 		dopt.Observed = c.observed
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -71,8 +72,14 @@ func (l *lab) start(node string) *Controller {
 	return c
 }
 
+// quiet keeps the controllers' logs out of the test's output, unless
+// ALUAD_TEST_LOG is set.
 func quiet() daemon.Options {
-	return daemon.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), StatsInterval: -1}
+	var w io.Writer = io.Discard
+	if os.Getenv("ALUAD_TEST_LOG") != "" {
+		w = os.Stderr
+	}
+	return daemon.Options{Logger: slog.New(slog.NewTextHandler(w, nil)), StatsInterval: -1}
 }
 
 // session logs in to the first port of node on c.

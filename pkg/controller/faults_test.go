@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/initiator"
 	hostlab "github.com/aluad/aluad/pkg/lab"
 )
@@ -102,7 +103,16 @@ func lunIDs(l *lab) []uint64 {
 // through: the partner holds no copy), and once the link is back the
 // copies flow again.
 func TestInterlinkCut(t *testing.T) {
-	lab := newLab(t)
+	for _, core := range []bool{false, true} {
+		t.Run(map[bool]string{false: "membership", true: "core"}[core], func(t *testing.T) {
+			lab := newLab(t)
+			lab.cfg.Ownership.Off = !core // the core with its defaults, as a user starts it
+			interlinkCut(t, lab)
+		})
+	}
+}
+
+func interlinkCut(t *testing.T, lab *lab) {
 	a, b := lab.start("a"), lab.start("b")
 	defer a.Stop(time.Second)
 	defer b.Stop(time.Second)
@@ -117,7 +127,16 @@ func TestInterlinkCut(t *testing.T) {
 		require.NoError(t, w.write(owner[l.ID], l.ID, 0, 5*time.Second))
 	}
 	ck := watchBoth(a, b, lunIDs(lab))
-	cutLink(t, a, b)
+	// Cut through the fault API, as `aluad fault interlink-cut` does.
+	for _, x := range []struct {
+		c    *Controller
+		peer string
+	}{{a, "b"}, {b, "a"}} {
+		_, err := x.c.D.Inject(api.Fault{Kind: api.FaultInterlinkCut, Node: x.peer})
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return a.linkTo("b") == nil && b.linkTo("a") == nil }, 5*time.Second,
+		10*time.Millisecond, "the heartbeats end the cut link")
 	for i := uint64(1); i <= 16; i++ { // a few lease TTLs of I/O on the owners' paths
 		for _, l := range lab.cfg.LUNs {
 			require.NoError(t, w.write(owner[l.ID], l.ID, i*8, 3*time.Second), "I/O on the owner during the cut")
@@ -127,8 +146,13 @@ func TestInterlinkCut(t *testing.T) {
 	for _, l := range a.arr.LUNs {
 		require.Equal(t, l.Preferred.Name, l.Owner().Name, "nothing moves while both hold their leases")
 	}
-	require.NoError(t, a.CutInterlink("b", false))
-	require.NoError(t, b.CutInterlink("a", false))
+	for _, x := range []struct {
+		c    *Controller
+		peer string
+	}{{a, "b"}, {b, "a"}} {
+		_, err := x.c.D.Inject(api.Fault{Kind: api.FaultInterlinkRestore, Node: x.peer})
+		require.NoError(t, err)
+	}
 	require.Eventually(t, func() bool { return a.linkTo("b") != nil && b.linkTo("a") != nil }, 5*time.Second,
 		10*time.Millisecond, "the link comes back")
 	before := b.arr.Local().Cache.MirrorBytes()
@@ -330,4 +354,40 @@ func cutLink(t *testing.T, a, b *Controller) {
 	require.NoError(t, b.CutInterlink("a", true))
 	require.Eventually(t, func() bool { return a.linkTo("b") == nil && b.linkTo("a") == nil }, 5*time.Second,
 		10*time.Millisecond, "the heartbeats end the cut link")
+}
+
+// The fault API of a controller process: its interlink's faults, and a
+// clear refusal of what it cannot do.
+func TestControllerFaults(t *testing.T) {
+	lab := newLab(t)
+	a := lab.start("a")
+	defer a.Stop(time.Second)
+	_, err := a.D.Inject(api.Fault{Kind: api.FaultInterlinkDelay, Node: "b", Delay: 5 * time.Millisecond})
+	require.NoError(t, err)
+	require.Equal(t, 5*time.Millisecond, a.delays["b"])
+	for _, tc := range []struct {
+		f    api.Fault
+		want string
+	}{
+		{api.Fault{Kind: api.FaultInterlinkCut, Node: "a"}, `no other node "a"`},
+		{api.Fault{Kind: api.FaultInterlinkCut, Node: "z"}, `no other node "z"`},
+		{api.Fault{Kind: api.FaultInterlinkDelay, Node: "b", Delay: -time.Second}, "from 0 (none) to 1m"},
+		{api.Fault{Kind: api.FaultInterlinkDelay, Node: "b", Delay: time.Hour}, "from 0 (none) to 1m"},
+		{api.Fault{Kind: api.FaultPowerLoss, Node: "a"}, "kill it"},
+		{api.Fault{Kind: api.FaultRestart, Node: "b"}, "kill it"},
+	} {
+		_, err := a.D.Inject(tc.f)
+		require.ErrorContains(t, err, tc.want, "%+v", tc.f)
+	}
+	_, err = a.D.Inject(api.Fault{Kind: api.FaultInterlinkRestore, Node: "b"})
+	require.NoError(t, err)
+	require.Zero(t, a.delays["b"], "a restore ends the delay")
+	evs, _ := a.D.Events.Since(0)
+	n := 0
+	for _, e := range evs {
+		if e.Kind == api.EventFault {
+			n++
+		}
+	}
+	require.Equal(t, 2, n, "the faults done are in the feed, the refused are not")
 }

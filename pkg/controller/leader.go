@@ -11,19 +11,23 @@ import (
 	"github.com/aluad/aluad/pkg/interlink"
 )
 
-// The leader's decisions, made from etcd's table and membership alone (a
-// new leader rebuilds nothing else):
+// The leader's own decisions, made from etcd's table and membership (the
+// core's, when it runs, are in plane.go):
 //
 //   - a LUN whose owner is no member is taken over by the member that
 //     holds the owner's mirror copies (the next one after it in
 //     configuration order), written under MemberGone(owner): the new owner
-//     replays the copies of the owner's current mirror generation;
+//     replays the copies of the owner's current mirror generation; at the
+//     array's first start (a record nobody served) only after a grace of
+//     two lease TTLs and failback_after, for the owner's controller to
+//     start, as a real array waits for its partner at power-on;
 //   - a LUN whose owner restarted since its record was written is taken
 //     over the same way (under MemberSince: the restarted owner never
 //     serves a record of its earlier incarnation), unless nobody ever
 //     served it (the array's first start: the record is rewritten);
-//   - a LUN away from its preferred owner, which has been a member for
-//     failback_after, moves back in three steps: the record names the
+//   - without the core: a LUN away from its preferred owner (not by an
+//     operator's move), which has been a member for failback_after,
+//     moves back in three steps: the record names the
 //     preferred owner as the target (the old owner stops serving), the
 //     old owner flushes and acknowledges, the record names the new owner;
 //     without the acknowledgement the move is rolled back, and that LUN's
@@ -82,6 +86,7 @@ func (c *Controller) lead(l *cluster.Leadership) {
 			defer c.stopCore()
 		}
 	}
+	c.termStart = time.Now()
 	since := map[string]time.Time{} // when the leader first saw each member, this time round
 	t := time.NewTicker(c.cc.LeaseTTL / 4)
 	defer t.Stop()
@@ -127,7 +132,7 @@ func (c *Controller) decide(l *cluster.Leadership, since map[string]time.Time) {
 			since[n] = now
 		}
 	}
-	c.nodeStates(members)
+	c.nodeStates(members, owners)
 	core := c.core.Load() != nil
 	for _, lc := range c.o.Config.LUNs {
 		o, ok := owners[lc.ID]
@@ -152,6 +157,10 @@ func (c *Controller) decide(l *cluster.Leadership, since map[string]time.Time) {
 				rec = cluster.Record{LUN: o.LUN, Owner: o.Owner, Cause: string(alua.CauseFailover)}
 			}
 			c.change(ctx, o, rec, l.StillLeader(), c.store.MemberSince(o.Owner, o.Rev))
+		case !alive && o.Fresh && now.Sub(c.termStart) < c.startGrace():
+			// The array's first start: the owner's controller may still be
+			// starting (a real array waits for its partner at power-on).
+			continue
 		case !alive:
 			// Taken over by the node that holds the mirror copies: the
 			// next member after the owner, as the owner chose its partner.
@@ -179,6 +188,10 @@ func (c *Controller) decide(l *cluster.Leadership, since map[string]time.Time) {
 		}
 	}
 }
+
+// startGrace is how long a leader waits for a controller that never
+// served before taking its LUNs over.
+func (c *Controller) startGrace() time.Duration { return 2*c.cc.LeaseTTL + c.cc.FailbackAfter }
 
 // holder is the member that holds owner's mirror copies: the first
 // member after it in configuration order ("" when none).

@@ -7,6 +7,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/cache"
 	"github.com/aluad/aluad/pkg/interlink"
@@ -88,6 +89,7 @@ func (c *Controller) register(conn *interlink.Conn, f *interlink.Faulty) {
 	}
 	old := c.links[peer]
 	l := &link{conn: conn, nc: f}
+	f.Delay(c.delays[peer])
 	if old != nil {
 		// What was posted on the old link may never be answered: a loss,
 		// marked before the new link can be used.
@@ -134,6 +136,46 @@ func (c *Controller) CutInterlink(peer string, cut bool) error {
 		return l.nc.Cut(cut)
 	}
 	return nil
+}
+
+// DelayInterlink adds latency to what this controller sends to peer (0:
+// none), on the link now and on any made later.
+func (c *Controller) DelayInterlink(peer string, d time.Duration) error {
+	if n := c.arr.Node(peer); n == nil || !n.Remote() {
+		return fmt.Errorf("controller: no other node %q", peer)
+	}
+	if d < 0 || d > time.Minute {
+		return errors.New("controller: an interlink delay is from 0 (none) to 1m")
+	}
+	c.mu.Lock()
+	c.delays[peer] = d
+	l := c.links[peer]
+	c.mu.Unlock()
+	if l != nil {
+		l.nc.Delay(d)
+	}
+	return nil
+}
+
+// inject takes the faults of a controller process (daemon.Options.Faults):
+// its interlink's; a node fault is the process's own (kill it, start it).
+func (c *Controller) inject(f api.Fault) (bool, error) {
+	switch f.Kind {
+	case api.FaultInterlinkCut, api.FaultInterlinkRestore:
+		if err := c.CutInterlink(f.Node, f.Kind == api.FaultInterlinkCut); err != nil {
+			return true, err
+		}
+		if f.Kind == api.FaultInterlinkRestore {
+			return true, c.DelayInterlink(f.Node, 0)
+		}
+		return true, nil
+	case api.FaultInterlinkDelay:
+		return true, c.DelayInterlink(f.Node, f.Delay)
+	case api.FaultPowerLoss, api.FaultPanic, api.FaultCrash, api.FaultRestart:
+		return true, fmt.Errorf("a controller process fails as a process: kill it (kill -9 is a power loss) and start it again; "+
+			"this one runs node %s", c.node)
+	}
+	return false, nil
 }
 
 func (c *Controller) isCut(peer string) bool {

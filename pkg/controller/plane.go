@@ -210,12 +210,15 @@ func (c *Controller) startCore(l *cluster.Leadership) error {
 	for _, n := range c.o.Config.Nodes {
 		seed = append(seed, c.obs[n.Name].events()...)
 	}
-	if err := p.StartWith(c.o.Config.Ownership, func(ids []uint64, to string, cause alua.Cause) (map[uint64]string, error) {
-		return c.moveLUNs(l, ids, to, cause)
+	if err := p.StartWith(c.o.Config.Ownership, func(b ownership.Batch, at time.Time) (map[uint64]string, error) {
+		return c.moveLUNs(l, b.LUNs, b.To, b.Cause, at)
 	}, seed...); err != nil {
 		return err
 	}
 	c.told = map[string]int64{}
+	c.upMu.Lock()
+	c.upSince = map[string]time.Time{}
+	c.upMu.Unlock()
 	c.core.Store(p)
 	return nil
 }
@@ -245,10 +248,18 @@ func (c *Controller) tellCore(o cluster.Owned) {
 
 // nodeStates feeds the core the members as node states: a node that
 // left, or came back as a new incarnation, is down (then up again).
-func (c *Controller) nodeStates(members map[string]cluster.Info) {
+func (c *Controller) nodeStates(members map[string]cluster.Info, owners map[uint64]cluster.Owned) {
 	p := c.core.Load()
 	if p == nil {
 		return
+	}
+	starting := map[string]bool{} // owners of records nobody served yet
+	if time.Since(c.termStart) < c.startGrace() {
+		for _, o := range owners {
+			if o.Fresh {
+				starting[o.Owner] = true
+			}
+		}
 	}
 	var evs []ownership.Event
 	for _, n := range c.o.Config.Nodes {
@@ -262,6 +273,12 @@ func (c *Controller) nodeStates(members map[string]cluster.Info) {
 			}
 			evs = append(evs, ownership.NodeState{Node: n.Name, Up: true})
 			c.told[n.Name] = m.Joined
+			c.upMu.Lock()
+			c.upSince[n.Name] = time.Now()
+			c.upMu.Unlock()
+		case !told && starting[n.Name]:
+			// The array's first start: its controller may be starting (the
+			// core takes every node as up until told).
 		case !told || was >= 0:
 			evs = append(evs, ownership.NodeState{Node: n.Name, Up: false})
 			c.told[n.Name] = -1
@@ -270,14 +287,21 @@ func (c *Controller) nodeStates(members map[string]cluster.Info) {
 	p.Post(evs...)
 }
 
+// upAt is when the core was last told node is up (zero: not this term).
+func (c *Controller) upAt(node string) time.Time {
+	c.upMu.Lock()
+	defer c.upMu.Unlock()
+	return c.upSince[node]
+}
+
 // moveLUNs carries out a batch of the core's (or an operator's move)
 // through the records, one LUN at a time, and returns where each is
 // after it.
-func (c *Controller) moveLUNs(l *cluster.Leadership, ids []uint64, to string, cause alua.Cause) (map[uint64]string, error) {
+func (c *Controller) moveLUNs(l *cluster.Leadership, ids []uint64, to string, cause alua.Cause, at time.Time) (map[uint64]string, error) {
 	out := map[uint64]string{}
 	var errs []error
 	for _, id := range ids {
-		owner, err := c.moveLUN(l, id, to, cause)
+		owner, err := c.moveLUN(l, id, to, cause, at)
 		if owner != "" {
 			out[id] = owner
 		}
@@ -291,7 +315,7 @@ func (c *Controller) moveLUNs(l *cluster.Leadership, ids []uint64, to string, ca
 // errMoveRefused: the move cannot start now.
 var errMoveRefused = errors.New("the move cannot start")
 
-func (c *Controller) moveLUN(l *cluster.Leadership, id uint64, to string, cause alua.Cause) (string, error) {
+func (c *Controller) moveLUN(l *cluster.Leadership, id uint64, to string, cause alua.Cause, at time.Time) (string, error) {
 	ctx, cancel := context.WithTimeout(c.ctx, 4*c.cc.LeaseTTL)
 	defer cancel()
 	owners, _, err := c.store.Owners(ctx)
@@ -314,6 +338,10 @@ func (c *Controller) moveLUN(l *cluster.Leadership, id uint64, to string, cause 
 		return c.awaitRecord(ctx, o), nil
 	case !toUp:
 		return o.Owner, fmt.Errorf("%w: node %s is not a member", errMoveRefused, to)
+	case cause == alua.CauseFailover && c.upAt(o.Owner).After(at):
+		// Decided while the owner was down; it is back: the core decides
+		// afresh from where the LUN is.
+		return o.Owner, fmt.Errorf("%w: node %s came back since the failover was decided", errMoveRefused, o.Owner)
 	case !l.Leads():
 		return o.Owner, fmt.Errorf("%w: this controller no longer leads", errMoveRefused)
 	case o.Owner != c.node && c.linkTo(o.Owner) == nil:
@@ -408,7 +436,7 @@ func (c *Controller) operatorMove(ids []uint64, to string, cause alua.Cause) (ar
 
 func (c *Controller) moveAtLeader(ids []uint64, to string, cause alua.Cause) error {
 	if l := c.term.Load(); l != nil && l.Leads() {
-		_, err := c.moveLUNs(l, ids, to, cause)
+		_, err := c.moveLUNs(l, ids, to, cause, time.Now())
 		return err
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, 4*c.cc.LeaseTTL)
@@ -438,7 +466,7 @@ func (c *Controller) move(m interlink.Move) error {
 	if c.arr.Node(m.To) == nil {
 		return fmt.Errorf("no node %q", m.To)
 	}
-	_, err := c.moveLUNs(l, m.LUNs, m.To, alua.Cause(m.Cause))
+	_, err := c.moveLUNs(l, m.LUNs, m.To, alua.Cause(m.Cause), time.Now())
 	return err
 }
 

@@ -62,8 +62,9 @@ type Daemon struct {
 
 	// ctl is the control path: the observers, the ownership core (once
 	// started, unless the config turns it off) and the UAs of changes.
-	ctl   *control.Path
-	mover func(ids []uint64, to string, cause alua.Cause) (array.Change, error)
+	ctl    *control.Path
+	mover  func(ids []uint64, to string, cause alua.Cause) (array.Change, error)
+	faults func(api.Fault) (bool, error)
 	// state saves what survives a restart (nil: no state directory).
 	state *state.Store
 	// audit records state-changing management calls.
@@ -117,6 +118,10 @@ type Options struct {
 	// gets them; Ctl starts it there), and an operator's move to Mover.
 	Observed func(ownership.Event)
 	Mover    func(ids []uint64, to string, cause alua.Cause) (array.Change, error)
+	// Faults, when set, takes the faults it handles (handled: a
+	// controller's interlink, its refusal of a node fault) before the
+	// array's own.
+	Faults func(api.Fault) (handled bool, err error)
 	// StateDir keeps the state that survives a restart (owners, LUN map,
 	// report history) and the audit log; empty keeps none.
 	StateDir string
@@ -167,7 +172,7 @@ func New(cfg config.Config, opt Options) (*Daemon, error) {
 		}
 	}
 	d := &Daemon{Array: arr, SCSI: srv, fabricCfg: cfg.Fabric, log: opt.Logger, clock: opt.Clock, now: now, done: make(chan struct{}),
-		mover: opt.Mover}
+		mover: opt.Mover, faults: opt.Faults}
 	d.Events = api.NewEventLog(opt.EventCapacity, now, opt.OnEvent)
 	d.View = &mgmt.View{Array: arr, SCSI: srv, Now: now, Events: d.Events.Since, Portals: d.Portals,
 		FrontEnd: func() mgmt.FrontEnd {
