@@ -55,6 +55,9 @@ type Options struct {
 	// to ticks.
 	Observed func(ownership.Event)
 	Tick     time.Duration
+	// NoCore, when set, says why the core does not run here (a
+	// controller that does not lead), in place of ErrNoCore.
+	NoCore func() error
 }
 
 // Mover carries a batch out elsewhere than in the local array (a
@@ -235,6 +238,13 @@ func (p *Path) changed(c array.Change) {
 // ErrNoCore: the config turned the ownership core off.
 var ErrNoCore = errors.New("the ownership core is not running (ownership.off): no reports are raised and nothing rebalances")
 
+func (p *Path) noCore() error {
+	if p.o.NoCore != nil {
+		return p.o.NoCore()
+	}
+	return ErrNoCore
+}
+
 // errStopped: the control path is stopping.
 var errStopped = errors.New("aluad is stopping")
 
@@ -252,7 +262,7 @@ func (p *Path) Post(evs ...ownership.Event) {
 func (p *Path) Do(f func(c *ownership.Core)) error {
 	r := p.core.Load()
 	if r == nil {
-		return ErrNoCore
+		return p.noCore()
 	}
 	return r.do(f)
 }
@@ -269,7 +279,7 @@ func (p *Path) Clock() (started time.Time, tick time.Duration) {
 func (p *Path) Reports() ([]ownership.ReportChange, error) {
 	r := p.core.Load()
 	if r == nil {
-		return nil, ErrNoCore
+		return nil, p.noCore()
 	}
 	return r.raised(), nil
 }
@@ -278,7 +288,7 @@ func (p *Path) Reports() ([]ownership.ReportChange, error) {
 func (p *Path) ClearReport(c ownership.ClearReport) error {
 	r := p.core.Load()
 	if r == nil {
-		return ErrNoCore
+		return p.noCore()
 	}
 	var err error
 	if derr := r.do(func(core *ownership.Core) {
@@ -299,7 +309,7 @@ func (p *Path) ClearReport(c ownership.ClearReport) error {
 func (p *Path) Rebalance() (*ownership.RebalanceResult, []ownership.Batch, error) {
 	r := p.core.Load()
 	if r == nil {
-		return nil, nil, ErrNoCore
+		return nil, nil, p.noCore()
 	}
 	return r.rebalance()
 }

@@ -203,7 +203,7 @@ func Start(o Options) (_ *Controller, err error) {
 	dopt := o.Daemon
 	dopt.Local, dopt.Remote, dopt.Mover, dopt.Faults = c.node, c, c.operatorMove, c.inject
 	if !coreOff {
-		dopt.Observed = c.observed
+		dopt.Observed, dopt.NoCore = c.observed, c.notLeading
 	}
 	if c.D, err = daemon.Start(cfg, dopt); err != nil {
 		return nil, err

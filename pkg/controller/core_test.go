@@ -198,3 +198,20 @@ func TestCoreOnTheLeader(t *testing.T) {
 	wg.Wait()
 	require.Zero(t, both.Load(), "two controllers served one LUN as owner")
 }
+
+// A query of the core asked of a controller that does not lead names the
+// leader.
+func TestCoreQueriesName(t *testing.T) {
+	lab := coreLab(t)
+	a := lab.start("a")
+	defer a.Stop(time.Second)
+	require.Eventually(t, func() bool { return a.core.Load() != nil }, 15*time.Second, 10*time.Millisecond)
+	b := lab.start("b")
+	defer b.Stop(time.Second)
+	_, err := b.D.Ctl().Reports()
+	require.ErrorContains(t, err, "the cluster's leader, node a (this is node b)")
+	_, _, err = b.D.Ctl().Rebalance()
+	require.ErrorContains(t, err, "node a")
+	_, err = a.D.Ctl().Reports()
+	require.NoError(t, err)
+}

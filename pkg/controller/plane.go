@@ -196,6 +196,22 @@ func (c *Controller) liveLinks() []*link {
 	return out
 }
 
+// notLeading says where the core runs, for a query asked of a controller
+// that does not lead (reports, rebalance, the core's views).
+func (c *Controller) notLeading() error {
+	ctx, cancel := context.WithTimeout(c.ctx, 2*time.Second)
+	defer cancel()
+	leader, err := c.store.Leader(ctx)
+	switch {
+	case err != nil:
+		return fmt.Errorf("the ownership core runs on the cluster's leader, and etcd does not answer who leads: %w", err)
+	case leader == "" || leader == c.node:
+		return errors.New("the ownership core runs on the cluster's leader, and no controller leads yet: ask again")
+	}
+	return fmt.Errorf("the ownership core runs on the cluster's leader, node %s (this is node %s): ask its control socket or API",
+		leader, c.node)
+}
+
 // coreOn says whether the leader runs the ownership core.
 func (c *Controller) coreOn() bool { return !c.o.Config.Ownership.Off }
 

@@ -118,6 +118,9 @@ type Options struct {
 	// gets them; Ctl starts it there), and an operator's move to Mover.
 	Observed func(ownership.Event)
 	Mover    func(ids []uint64, to string, cause alua.Cause) (array.Change, error)
+	// NoCore says why the core does not run here (a controller that does
+	// not lead), for the queries that need it.
+	NoCore func() error
 	// Faults, when set, takes the faults it handles (handled: a
 	// controller's interlink, its refusal of a node fault) before the
 	// array's own.
@@ -196,7 +199,7 @@ func New(cfg config.Config, opt Options) (*Daemon, error) {
 	srv.SetLUNMapper(lunMapper{arr})
 	_, tick := cfg.Ownership.Core(cfg.ALUA == "explicit")
 	d.ctl = control.New(control.Options{Array: arr, SCSI: srv, Log: opt.Logger, Clock: opt.Clock,
-		Observed: opt.Observed, Tick: tick, Publish: d.Events.Add, OnUA: d.metrics.UnitAttention,
+		Observed: opt.Observed, Tick: tick, NoCore: opt.NoCore, Publish: d.Events.Add, OnUA: d.metrics.UnitAttention,
 		OnReport: func(ri api.ReportInfo) {
 			d.recordReport(ri)
 			if ri.Raised {
