@@ -20,8 +20,11 @@ type Config struct {
 	// stays a member for the others: the failover's main cost (whole
 	// seconds, default 2s).
 	LeaseTTL time.Duration `yaml:"lease_ttl"`
-	// FailbackAfter is how long a preferred owner must have been back
-	// before its LUNs fail back to it (default 2s).
+	// FailbackAfter is, with the ownership core off, how long a
+	// preferred owner must have been back before its LUNs fail back to it
+	// (with the core on, its failback window decides, from the hosts); and
+	// with two lease TTLs, how long a controller that never served may
+	// take to start before its partner takes its LUNs over (default 2s).
 	FailbackAfter time.Duration `yaml:"failback_after"`
 }
 

@@ -4,11 +4,13 @@
 // only (its cache, its target ports), keeps the interlink to the other
 // controllers (pkg/interlink: forwarded commands, mirror copies, the
 // flush of a hand-over), installs the ownership records it watches into
-// its array, and serves a LUN as owner only while its fence allows. One
-// controller at a time is elected leader and decides failover (a member
-// whose lease is gone), failback (a preferred owner back for a while) and
-// completes or rolls back a move a previous leader left half done. The
-// rules are pkg/cluster's; this package is their wiring.
+// its array, and serves a LUN as owner only while its fence allows. It
+// reports what it observes of its hosts to the other controllers. One
+// controller at a time is elected leader: it runs the ownership core,
+// fed every controller's observations, whose batches it carries out as
+// records (plane.go), takes a dead or restarted owner's LUNs over, and
+// completes or rolls back a move a previous leader left half done
+// (leader.go). The rules are pkg/cluster's; this package is their wiring.
 package controller
 
 import (
