@@ -586,7 +586,13 @@ func (r *runner) moveElsewhere(d decided) {
 	for _, id := range batch.LUNs {
 		owner, ok := owners[id]
 		if !ok {
-			continue
+			// The mover could not tell: where the array says it is (a
+			// cluster's controller installs the records' owners).
+			l := r.p.arr.LUN(id)
+			if l == nil {
+				continue
+			}
+			owner = l.Owner().Name
 		}
 		cause := batch.Cause
 		if owner != batch.To {

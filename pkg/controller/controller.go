@@ -90,20 +90,24 @@ type Controller struct {
 	stopping    atomic.Bool
 	hmu         sync.RWMutex         // the peers' requests in service (enter)
 	closing     bool                 // under hmu: no more are admitted
-	backoff     map[uint64]time.Time // the leader's: no failback of a LUN before this (after a rollback)
+	backoff     map[uint64]time.Time // the leader's: no failback of a LUN before this (after a rollback); under busyMu
 
 	// The ownership core (plane.go): what each node's hosts are known to
 	// reach, the leader's core while it leads and its term, the LUNs its
 	// batches are moving, and the members told to the core.
-	obsMu   sync.Mutex
-	obs     map[string]*nodeObs
-	core    atomic.Pointer[control.Path]
-	term    atomic.Pointer[cluster.Leadership]
-	busyMu  sync.Mutex
-	busy    map[uint64]bool
-	told    map[string]int64
-	upMu    sync.Mutex
-	upSince map[string]time.Time // when the core was told each node is up
+	obsMu  sync.Mutex
+	obs    map[string]*nodeObs
+	core   atomic.Pointer[control.Path]
+	term   atomic.Pointer[cluster.Leadership]
+	busyMu sync.Mutex
+	busy   map[uint64]bool
+	told   map[string]int64
+	// diverged: LUNs whose record and the core's owner differed at the
+	// last round (the leader's; corrected if they still do).
+	diverged map[uint64]bool
+	seq      uint64 // this node's reports, under obsMu
+	upMu     sync.Mutex
+	upSince  map[string]time.Time // when the core was told each node is up
 	// termStart: when this controller's current term as leader began.
 	termStart time.Time
 
@@ -514,6 +518,9 @@ func (c *Controller) watchMembers(rev int64) {
 			if ev.Node != c.node && c.arr.Node(ev.Node) != nil {
 				c.arr.SetRemoteUp(ev.Node, ev.Up)
 				c.log.Info("member", "peer", ev.Node, "up", ev.Up)
+				if !ev.Up {
+					c.forgetNode(ev.Node, ev.Rev)
+				}
 			}
 			c.wake()
 		},

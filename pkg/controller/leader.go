@@ -113,7 +113,7 @@ func (c *Controller) decide(l *cluster.Leadership, since map[string]time.Time) {
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, 2*c.cc.LeaseTTL)
 	defer cancel()
-	members, _, err := c.store.Members(ctx)
+	members, mrev, err := c.store.Members(ctx)
 	if err != nil {
 		return
 	}
@@ -132,7 +132,8 @@ func (c *Controller) decide(l *cluster.Leadership, since map[string]time.Time) {
 			since[n] = now
 		}
 	}
-	c.nodeStates(members, owners)
+	c.nodeStates(members, mrev, owners)
+	c.reconcileCore(owners)
 	core := c.core.Load() != nil
 	for _, lc := range c.o.Config.LUNs {
 		o, ok := owners[lc.ID]
@@ -178,7 +179,7 @@ func (c *Controller) decide(l *cluster.Leadership, since map[string]time.Time) {
 			c.handOver(ctx, l, o, m.Joined)
 		case !core && o.Cause != string(alua.CauseManual) && o.Owner != lc.Preferred && prefUp &&
 			now.Sub(since[lc.Preferred]) >= c.cc.FailbackAfter &&
-			now.After(c.backoff[o.LUN]) && (o.Owner == c.node || c.linkTo(o.Owner) != nil):
+			now.After(c.backoffOf(o.LUN)) && (o.Owner == c.node || c.linkTo(o.Owner) != nil):
 			moving, err := c.change(ctx, o, cluster.Record{LUN: o.LUN, Owner: o.Owner, To: lc.Preferred,
 				Cause: string(alua.CauseFailback)}, l.StillLeader())
 			if err == nil {
@@ -187,6 +188,13 @@ func (c *Controller) decide(l *cluster.Leadership, since map[string]time.Time) {
 			}
 		}
 	}
+}
+
+// backoffOf is when a LUN's membership failback may be tried again.
+func (c *Controller) backoffOf(lun uint64) time.Time {
+	c.busyMu.Lock()
+	defer c.busyMu.Unlock()
+	return c.backoff[lun]
 }
 
 // startGrace is how long a leader waits for a controller that never
@@ -215,7 +223,9 @@ func (c *Controller) holder(owner string, members map[string]cluster.Info) strin
 // rollback ends a move without its hand-over: the owner keeps the LUN,
 // and no failback of it is tried for a while.
 func (c *Controller) rollback(ctx context.Context, l *cluster.Leadership, o cluster.Owned, joined int64) {
+	c.busyMu.Lock()
 	c.backoff[o.LUN] = time.Now().Add(4 * c.cc.LeaseTTL)
+	c.busyMu.Unlock()
 	c.change(ctx, o, cluster.Record{LUN: o.LUN, Owner: o.Owner, Cause: string(alua.CauseRollback)}, l.StillLeader(),
 		c.store.MemberIs(o.Owner, joined))
 }

@@ -35,6 +35,9 @@ import (
 type nodeObs struct {
 	nexus map[ownership.Nexus]bool
 	rtpg  map[rtpgKey]bool // value: the extended header was asked for
+	// inc and seq: the incarnation and the last report this is from.
+	inc int64
+	seq uint64
 }
 
 type rtpgKey struct {
@@ -61,6 +64,41 @@ func (t *nodeObs) note(e ownership.Event) {
 	case ownership.RTPG:
 		t.rtpg[rtpgKey{e.Nexus, e.LUN}] = t.rtpg[rtpgKey{e.Nexus, e.LUN}] || e.Extended
 	}
+}
+
+// logouts are the table's nexuses ending (the node is gone).
+func (t *nodeObs) logouts() []ownership.Event {
+	var evs []ownership.Event
+	for n := range t.nexus {
+		evs = append(evs, ownership.Logout{Nexus: n})
+	}
+	return evs
+}
+
+// clear forgets the nexuses (its incarnation is gone).
+func (t *nodeObs) clear() { clear(t.nexus); clear(t.rtpg) }
+
+// diff is what turns the table into fresh, as events: the nexuses gone,
+// the new ones, and the RTPGs not seen before (a nexus the core already
+// has is not logged in again: a re-login would make it undiscovered).
+func (t *nodeObs) diff(fresh *nodeObs) []ownership.Event {
+	var evs []ownership.Event
+	for n := range t.nexus {
+		if !fresh.nexus[n] {
+			evs = append(evs, ownership.Logout{Nexus: n}) // gone while the link was down
+		}
+	}
+	for n := range fresh.nexus {
+		if !t.nexus[n] {
+			evs = append(evs, ownership.Login{Nexus: n})
+		}
+	}
+	for k, ext := range fresh.rtpg {
+		if was, ok := t.rtpg[k]; !ok || (ext && !was) {
+			evs = append(evs, ownership.RTPG{Nexus: k.n, LUN: k.lun, Extended: ext})
+		}
+	}
+	return evs
 }
 
 // events are the table as events for a core that knows none of it.
@@ -131,8 +169,9 @@ func (c *Controller) observed(e ownership.Event) {
 	c.obsMu.Lock()
 	defer c.obsMu.Unlock()
 	c.obs[c.node].note(e)
+	c.seq++
 	for _, lk := range c.liveLinks() {
-		lk.conn.PostReport(interlink.Report{Node: c.node, Obs: []interlink.Obs{o}})
+		lk.conn.PostReport(interlink.Report{Node: c.node, Inc: c.ms.JoinRevision(), Seq: c.seq, Obs: []interlink.Obs{o}})
 	}
 	if p := c.core.Load(); p != nil {
 		p.Post(e)
@@ -143,7 +182,8 @@ func (c *Controller) observed(e ownership.Event) {
 func (c *Controller) sendSnapshot(lk *link) {
 	c.obsMu.Lock()
 	defer c.obsMu.Unlock()
-	r := interlink.Report{Node: c.node, Snapshot: true}
+	c.seq++
+	r := interlink.Report{Node: c.node, Inc: c.ms.JoinRevision(), Seq: c.seq, Snapshot: true}
 	for _, e := range c.obs[c.node].events() {
 		if o, ok := toObs(e); ok {
 			r.Obs = append(r.Obs, o)
@@ -160,19 +200,24 @@ func (c *Controller) report(m interlink.Report) error {
 	c.obsMu.Lock()
 	defer c.obsMu.Unlock()
 	t := c.obs[m.Node]
+	if m.Inc < t.inc || (m.Inc == t.inc && m.Seq <= t.seq) {
+		return nil // an earlier incarnation's, or late from a replaced link
+	}
 	var evs []ownership.Event
+	if m.Inc > t.inc {
+		// A new incarnation: what the earlier one had is gone.
+		evs = append(evs, t.logouts()...)
+		t.clear()
+		t.inc = m.Inc
+	}
+	t.seq = m.Seq
 	if m.Snapshot {
 		fresh := newNodeObs()
 		for _, o := range m.Obs {
 			fresh.note(fromObs(m.Node, o))
 		}
-		for n := range t.nexus {
-			if !fresh.nexus[n] {
-				evs = append(evs, ownership.Logout{Nexus: n}) // gone while the link was down
-			}
-		}
-		evs = append(evs, fresh.events()...)
-		c.obs[m.Node] = fresh
+		evs = append(evs, t.diff(fresh)...)
+		t.nexus, t.rtpg = fresh.nexus, fresh.rtpg
 	} else {
 		for _, o := range m.Obs {
 			e := fromObs(m.Node, o)
@@ -232,6 +277,7 @@ func (c *Controller) startCore(l *cluster.Leadership) error {
 		return err
 	}
 	c.told = map[string]int64{}
+	c.diverged = map[uint64]bool{}
 	c.upMu.Lock()
 	c.upSince = map[string]time.Time{}
 	c.upMu.Unlock()
@@ -264,7 +310,7 @@ func (c *Controller) tellCore(o cluster.Owned) {
 
 // nodeStates feeds the core the members as node states: a node that
 // left, or came back as a new incarnation, is down (then up again).
-func (c *Controller) nodeStates(members map[string]cluster.Info, owners map[uint64]cluster.Owned) {
+func (c *Controller) nodeStates(members map[string]cluster.Info, mrev int64, owners map[uint64]cluster.Owned) {
 	p := c.core.Load()
 	if p == nil {
 		return
@@ -277,6 +323,8 @@ func (c *Controller) nodeStates(members map[string]cluster.Info, owners map[uint
 			}
 		}
 	}
+	c.obsMu.Lock() // (the tables are cleared with the core told)
+	defer c.obsMu.Unlock()
 	var evs []ownership.Event
 	for _, n := range c.o.Config.Nodes {
 		m, up := members[n.Name]
@@ -286,6 +334,7 @@ func (c *Controller) nodeStates(members map[string]cluster.Info, owners map[uint
 		case up:
 			if told && was >= 0 {
 				evs = append(evs, ownership.NodeState{Node: n.Name, Up: false}) // a new incarnation
+				evs = append(evs, c.forgetLocked(n.Name, m.Joined-1)...)
 			}
 			evs = append(evs, ownership.NodeState{Node: n.Name, Up: true})
 			c.told[n.Name] = m.Joined
@@ -297,8 +346,70 @@ func (c *Controller) nodeStates(members map[string]cluster.Info, owners map[uint
 			// core takes every node as up until told).
 		case !told || was >= 0:
 			evs = append(evs, ownership.NodeState{Node: n.Name, Up: false})
+			evs = append(evs, c.forgetLocked(n.Name, mrev)...)
 			c.told[n.Name] = -1
 		}
+	}
+	p.Post(evs...)
+}
+
+// forgetLocked forgets a node's nexuses if they are of an incarnation
+// that joined at rev or before (one that is gone), and returns their
+// logouts for the core (after the node's state, so the core counts no
+// path fault). Under obsMu.
+func (c *Controller) forgetLocked(node string, rev int64) []ownership.Event {
+	t := c.obs[node]
+	if t == nil || node == c.node || t.inc > rev {
+		return nil
+	}
+	evs := t.logouts()
+	t.clear()
+	return evs
+}
+
+// forgetNode is forgetLocked for a member seen leaving at rev, on a
+// controller whose core does not run (the leader's tells its core).
+func (c *Controller) forgetNode(node string, rev int64) {
+	c.obsMu.Lock()
+	defer c.obsMu.Unlock()
+	if c.core.Load() == nil {
+		c.forgetLocked(node, rev)
+	}
+}
+
+// reconcileCore corrects the core where it and the records still differ
+// a round after they first did (a batch the mover could not report, a
+// record told to no core): the records are the truth.
+func (c *Controller) reconcileCore(owners map[uint64]cluster.Owned) {
+	p := c.core.Load()
+	if p == nil {
+		return
+	}
+	core := map[uint64]string{}
+	if err := p.Do(func(co *ownership.Core) {
+		for _, id := range co.LUNs() {
+			core[id] = co.Owner(id)
+		}
+	}); err != nil {
+		return
+	}
+	var evs []ownership.Event
+	for id, o := range owners {
+		if o.To != "" || c.moving(id) || core[id] == "" || core[id] == o.Owner {
+			delete(c.diverged, id)
+			continue
+		}
+		if !c.diverged[id] {
+			c.diverged[id] = true
+			continue
+		}
+		delete(c.diverged, id)
+		cause := alua.Cause(o.Cause)
+		if cause == "" || cause == alua.CauseRollback {
+			cause = alua.CauseRollback
+		}
+		c.log.Warn("the ownership core's owner differs from the record: corrected", "lun", id, "core", core[id], "record", o.Owner)
+		evs = append(evs, ownership.OwnerChanged{LUN: id, Owner: o.Owner, Cause: cause})
 	}
 	p.Post(evs...)
 }
@@ -321,6 +432,9 @@ func (c *Controller) moveLUNs(l *cluster.Leadership, ids []uint64, to string, ca
 		if owner != "" {
 			out[id] = owner
 		}
+		if err == nil && owner != to {
+			err = fmt.Errorf("%w: it is on %s (taken over meanwhile)", errMoveRefused, owner)
+		}
 		if err != nil && !errors.Is(err, array.ErrNoChange) {
 			errs = append(errs, fmt.Errorf("LUN %d: %w", id, err))
 		}
@@ -334,7 +448,10 @@ var errMoveRefused = errors.New("the move cannot start")
 func (c *Controller) moveLUN(l *cluster.Leadership, id uint64, to string, cause alua.Cause, at time.Time) (string, error) {
 	ctx, cancel := context.WithTimeout(c.ctx, 4*c.cc.LeaseTTL)
 	defer cancel()
-	owners, _, err := c.store.Owners(ctx)
+	if c.stopping.Load() {
+		return "", fmt.Errorf("%w: node %s is stopping", errMoveRefused, c.node)
+	}
+	o, err := c.store.Owner(ctx, id)
 	if err != nil {
 		return "", err
 	}
@@ -342,7 +459,6 @@ func (c *Controller) moveLUN(l *cluster.Leadership, id uint64, to string, cause 
 	if err != nil {
 		return "", err
 	}
-	o := owners[id]
 	m, alive := members[o.Owner]
 	_, toUp := members[to]
 	switch {
@@ -362,6 +478,8 @@ func (c *Controller) moveLUN(l *cluster.Leadership, id uint64, to string, cause 
 		return o.Owner, fmt.Errorf("%w: this controller no longer leads", errMoveRefused)
 	case o.Owner != c.node && c.linkTo(o.Owner) == nil:
 		return o.Owner, fmt.Errorf("%w: no interlink to the owner %s", errMoveRefused, o.Owner)
+	case to != c.node && c.linkTo(to) == nil:
+		return o.Owner, fmt.Errorf("%w: no interlink to %s", errMoveRefused, to)
 	}
 	if !c.claim(id) {
 		return o.Owner, fmt.Errorf("%w: the LUN is moving", errMoveRefused)
@@ -369,18 +487,25 @@ func (c *Controller) moveLUN(l *cluster.Leadership, id uint64, to string, cause 
 	defer c.unclaim(id)
 	moving, err := c.change(ctx, o, cluster.Record{LUN: id, Owner: o.Owner, To: to, Cause: string(cause)}, l.StillLeader())
 	if err != nil {
-		return o.Owner, err
+		return c.recordOwner(id, o.Owner), err
 	}
 	hook("target-set", c, id)
 	c.handOver(ctx, l, moving, m.Joined)
-	owners, _, err = c.store.Owners(ctx)
-	if err != nil {
-		return "", err
-	}
-	if owners[id].Owner != to {
-		return owners[id].Owner, fmt.Errorf("the old owner %s did not hand it over: rolled back", o.Owner)
+	if now := c.recordOwner(id, ""); now != to {
+		return now, fmt.Errorf("the old owner %s did not hand it over: rolled back", o.Owner)
 	}
 	return to, nil
+}
+
+// recordOwner reads a LUN's owner now (if unsure: "" or what was known).
+func (c *Controller) recordOwner(id uint64, known string) string {
+	ctx, cancel := context.WithTimeout(c.ctx, c.cc.LeaseTTL)
+	defer cancel()
+	o, err := c.store.Owner(ctx, id)
+	if err != nil || o.To != "" {
+		return known
+	}
+	return o.Owner
 }
 
 // claim marks a LUN as moving under the core's batch: decide leaves its
@@ -431,6 +556,11 @@ func (c *Controller) awaitRecord(ctx context.Context, o cluster.Owned) string {
 // out here if it leads, else by the leader over the interlink; it returns
 // once this controller's array shows the new owner.
 func (c *Controller) operatorMove(ids []uint64, to string, cause alua.Cause) (array.Change, error) {
+	leave, err := c.enter()
+	if err != nil {
+		return array.Change{}, err
+	}
+	defer leave()
 	from := ""
 	if l := c.arr.LUN(ids[0]); l != nil {
 		from = l.Owner().Name
@@ -445,6 +575,9 @@ func (c *Controller) operatorMove(ids []uint64, to string, cause alua.Cause) (ar
 	for _, id := range ids {
 		for c.arr.LUN(id).Owner().Name != to && time.Now().Before(deadline) {
 			c.sleep(5 * time.Millisecond)
+		}
+		if now := c.arr.LUN(id).Owner().Name; now != to {
+			return array.Change{}, fmt.Errorf("LUN %d: the leader moved it, and this controller still shows it on %s", id, now)
 		}
 	}
 	return array.Change{LUNs: ids, From: from, To: to, Cause: cause}, nil
@@ -470,6 +603,14 @@ func (c *Controller) moveAtLeader(ids []uint64, to string, cause alua.Cause) err
 
 // move serves a peer's operator move: only the leader carries it out.
 func (c *Controller) move(m interlink.Move) error {
+	leave, err := c.enter()
+	if err != nil {
+		return err
+	}
+	defer leave()
+	if m.Cause != string(alua.CauseManual) {
+		return fmt.Errorf("a move for %q: only an operator's move is asked of the leader", m.Cause)
+	}
 	l := c.term.Load()
 	if l == nil || !l.Leads() {
 		return fmt.Errorf("%w: node %s does not lead", errMoveRefused, c.node)
@@ -482,7 +623,7 @@ func (c *Controller) move(m interlink.Move) error {
 	if c.arr.Node(m.To) == nil {
 		return fmt.Errorf("no node %q", m.To)
 	}
-	_, err := c.moveLUNs(l, m.LUNs, m.To, alua.Cause(m.Cause), time.Now())
+	_, err = c.moveLUNs(l, m.LUNs, m.To, alua.Cause(m.Cause), time.Now())
 	return err
 }
 

@@ -93,7 +93,7 @@ func FuzzMessages(f *testing.F) {
 	f.Add(byte(2), Ack{Code: Failed, Msg: "m"}.Marshal())
 	f.Add(byte(3), ForwardReply{Status: 2, Sense: []byte{0x70}}.Marshal())
 	f.Add(byte(4), AppendFrame(nil, Frame{Header: Header{Type: TPing, ID: 9}}))
-	f.Add(byte(8), Report{Node: "a", Snapshot: true, Obs: []Obs{{Kind: ObsIO, Host: "h", LUN: 3, Ops: 10, Time: 12.5,
+	f.Add(byte(8), Report{Node: "a", Inc: 7, Seq: 3, Snapshot: true, Obs: []Obs{{Kind: ObsIO, Host: "h", LUN: 3, Ops: 10, Time: 12.5,
 		Interval: 1e9}}}.Marshal())
 	f.Add(byte(9), Move{LUNs: []uint64{1, 2}, To: "b", Cause: "manual"}.Marshal())
 	f.Fuzz(func(t *testing.T, kind byte, b []byte) {
@@ -550,14 +550,16 @@ func TestReportsAndMoves(t *testing.T) {
 		defer a.Close()
 		defer b.Close()
 		var sent []Report
+		var last *Pending
 		for i := range 30 {
-			r := Report{Node: "a", Snapshot: i == 0, Obs: []Obs{
+			r := Report{Node: "a", Inc: 12, Seq: uint64(i + 1), Snapshot: i == 0, Obs: []Obs{
 				{Kind: ObsLogin, Host: "h", Initiator: "iqn.x", ISID: "23d000000001", Port: 3},
 				{Kind: ObsIO, Host: "h", LUN: uint64(i), Ops: float64(i), Media: 1, Bytes: 4096, Time: 0.5, Interval: 1e9}}}
 			sent = append(sent, r)
-			a.PostReport(r)
+			last = a.PostReport(r)
 		}
-		require.NoError(t, a.Drain(context.Background()))
+		require.NoError(t, a.Drain(context.Background()), "Drain does not wait for reports")
+		require.NoError(t, last.Wait(context.Background()))
 		o.mu.Lock()
 		require.Equal(t, sent, o.reports)
 		o.mu.Unlock()
@@ -582,7 +584,7 @@ func TestReportDecoding(t *testing.T) {
 		"negative":  Report{Node: "a", Obs: []Obs{{Kind: ObsIO, Ops: -1}}}.Marshal(),
 		"NaN":       Report{Node: "a", Obs: []Obs{{Kind: ObsIO, Time: math.NaN()}}}.Marshal(),
 		"truncated": ok[:len(ok)-1],
-		"count":     append(enc(nil).s("a").bo(false).u(1000), ok[4:]...),
+		"count":     append(enc(nil).s("a").i(0).u(0).bo(false).u(1000), ok[6:]...),
 	} {
 		require.ErrorIs(t, r.Unmarshal(b), ErrFrame, name)
 	}

@@ -58,6 +58,11 @@ func (c *Conn) PostDrop(lun uint32, m Drop) *Pending {
 }
 
 func (c *Conn) post(t Type, lun uint32, payload []byte) *Pending {
+	return c.postAs(t, lun, payload, true)
+}
+
+// postAs queues a request; drained ones are waited for by Drain.
+func (c *Conn) postAs(t Type, lun uint32, payload []byte, drained bool) *Pending {
 	p := &Pending{t: t, lun: lun, payload: payload, done: make(chan struct{})}
 	if len(payload) > MaxPayload {
 		p.finish(fmt.Errorf("interlink: a %d-byte %s (at most %d)", len(payload), t, MaxPayload))
@@ -70,7 +75,9 @@ func (c *Conn) post(t Type, lun uint32, payload []byte) *Pending {
 		return p
 	}
 	c.out.queue = append(c.out.queue, p)
-	c.out.waiting[p] = true
+	if drained {
+		c.out.waiting[p] = true
+	}
 	c.out.mu.Unlock()
 	select {
 	case c.out.kick <- struct{}{}:

@@ -42,8 +42,14 @@ type Obs struct {
 // snapshot replaces everything the receiver holds of the node: its
 // nexuses logged in now and the RTPGs seen on them (sent on every new
 // link, so a leader elected later, or a peer that restarted, knows them).
+// Inc is the sender's incarnation (its membership's join revision) and
+// Seq numbers its reports in it: a receiver drops a report older than
+// one it has (an earlier incarnation's, or one a replaced link delivered
+// late).
 type Report struct {
 	Node     string
+	Inc      int64
+	Seq      uint64
 	Snapshot bool
 	Obs      []Obs
 }
@@ -85,7 +91,7 @@ func (d *dec) bo() bool {
 
 // Marshal encodes the payload.
 func (m Report) Marshal() []byte {
-	e := enc(nil).s(m.Node).bo(m.Snapshot).u(uint64(len(m.Obs)))
+	e := enc(nil).s(m.Node).i(m.Inc).u(m.Seq).bo(m.Snapshot).u(uint64(len(m.Obs)))
 	for _, o := range m.Obs {
 		e = e.by(byte(o.Kind)).s(o.Host).s(o.Initiator).s(o.ISID).u16(o.Port).u(o.LUN).bo(o.Flag).
 			f(o.Ops).f(o.Media).f(o.Bytes).f(o.Time).i(o.Interval)
@@ -96,7 +102,7 @@ func (m Report) Marshal() []byte {
 // Unmarshal decodes it.
 func (m *Report) Unmarshal(b []byte) error {
 	d := dec{b: b}
-	m.Node, m.Snapshot = d.str(), d.bo()
+	m.Node, m.Inc, m.Seq, m.Snapshot = d.str(), d.i(), d.u(), d.bo()
 	n := d.u()
 	if d.err == nil && n > uint64(len(d.b)) {
 		d.fail(fmt.Sprintf("%d observations in %d bytes", n, len(d.b)))
@@ -146,9 +152,10 @@ func (m *Move) Unmarshal(b []byte) error {
 }
 
 // PostReport queues observations to be sent after everything posted
-// before them; the peer serves them in that order.
+// before them; the peer serves them in that order. Drain does not wait
+// for them (a hand-over does not wait for statistics).
 func (c *Conn) PostReport(m Report) *Pending {
-	return c.post(TReport, ControlLane, m.Marshal())
+	return c.postAs(TReport, ControlLane, m.Marshal(), false)
 }
 
 // Move asks the peer (the leader) to move LUNs; it returns once the move
