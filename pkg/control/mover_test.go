@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aluad/aluad/ownership"
-	)
+)
 
 // A batch the mover could not carry out and for which it returns no owner
 // (a read of etcd failed): the core is told the LUN is where the array
