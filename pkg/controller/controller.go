@@ -88,6 +88,7 @@ type Controller struct {
 	lastPartner string                 // the partner copies last went to (under mu)
 	lunMu       map[uint64]*sync.Mutex // orders a record's install against copies arriving
 	stopping    atomic.Bool
+	final       atomic.Bool          // stopped, marking the records clean
 	hmu         sync.RWMutex         // the peers' requests in service (enter)
 	closing     bool                 // under hmu: no more are admitted
 	backoff     map[uint64]time.Time // the leader's: no failback of a LUN before this (after a rollback); under busyMu
@@ -332,8 +333,12 @@ func (c *Controller) Stop(grace time.Duration) error {
 		if c.D != nil {
 			err = c.D.Stop(grace)
 		}
-		if err := (mirror{c}).Settle(); err != nil {
-			c.log.Warn("the partner did not confirm every release", "err", err)
+		settled := (mirror{c}).Settle()
+		if settled != nil {
+			c.log.Warn("the partner did not confirm every release", "err", settled)
+		}
+		if err == nil && settled == nil {
+			c.markClean()
 		}
 		c.close()
 	})
@@ -369,6 +374,46 @@ func (c *Controller) shut(leave bool) {
 	}
 }
 
+// markClean: the last controller to stop cleanly leaves every LUN's
+// record as at the array's first start (its preferred owner, fresh):
+// everything is on the media and no copy is needed, so the next start
+// serves each LUN on its preferred owner at once, instead of taking each
+// over to the holder of copies that do not matter and failing it back.
+// Only while no other controller is a member (under that condition).
+func (c *Controller) markClean() {
+	c.final.Store(true) // (the records it writes are not installed here)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	members, _, err := c.store.Members(ctx)
+	if err != nil || len(members) != 1 {
+		return
+	}
+	if _, self := members[c.node]; !self {
+		return
+	}
+	owners, _, err := c.store.Owners(ctx)
+	if err != nil {
+		return
+	}
+	conds := []cluster.Cond{c.store.MemberIs(c.node, c.ms.JoinRevision())}
+	for _, n := range c.o.Config.Nodes {
+		if n.Name != c.node {
+			conds = append(conds, c.store.MemberGone(n.Name))
+		}
+	}
+	marked := 0
+	for _, l := range c.o.Config.LUNs {
+		o, ok := owners[l.ID]
+		if !ok || o.To != "" {
+			continue
+		}
+		if _, err := c.store.Change(ctx, o, cluster.Record{LUN: l.ID, Owner: l.Preferred, Fresh: true}, conds...); err == nil {
+			marked++
+		}
+	}
+	c.log.Info("the last controller stopped cleanly: every LUN starts on its preferred owner next time", "luns", marked)
+}
+
 // Kill stops the controller as a crash would (tests): nothing is
 // flushed, the lease is left to expire.
 func (c *Controller) Kill() {
@@ -385,6 +430,9 @@ func (c *Controller) Kill() {
 // A takeover replays the copies sent under the old owner's current
 // mirror generation; older ones were voided.
 func (c *Controller) apply(o cluster.Owned) {
+	if c.final.Load() {
+		return // stopped: its own clean-shutdown records are for the next start
+	}
 	mu := c.lunMu[o.LUN]
 	l := c.arr.LUN(o.LUN)
 	if mu == nil || l == nil || c.arr.Node(o.Owner) == nil {

@@ -241,3 +241,45 @@ func TestFailoverAndFailback(t *testing.T) {
 	}
 	require.Contains(t, uas, [2]byte{0x2a, 0x06}, "b's nexus was told of the asymmetric access state change")
 }
+
+// Both controllers stopped cleanly, one after the other, then started
+// again: every LUN is served on its preferred owner at once, with every
+// write, and none is taken over (the last to stop left the records as at
+// the array's first start; they once moved twice: to the holder of
+// copies that did not matter, and back).
+func TestCleanRestartMovesNothing(t *testing.T) {
+	lab := newLab(t)
+	a, b := lab.start("a"), lab.start("b")
+	onA, onB := session(t, a, "a", "h1"), session(t, b, "b", "h1")
+	w := newWriter(t)
+	for _, l := range lab.cfg.LUNs {
+		s := onA
+		if l.Preferred == "b" {
+			s = onB
+		}
+		require.NoError(t, w.write(s, l.ID, 0, 5*time.Second))
+	}
+	require.NoError(t, b.Stop(time.Second))
+	require.Eventually(t, func() bool { return allOn(a, func(string) string { return "a" }) }, 10*time.Second,
+		10*time.Millisecond, "a took b's LUNs: %s", owners(a))
+	require.NoError(t, a.Stop(time.Second))
+
+	a2, b2 := lab.start("a"), lab.start("b")
+	defer a2.Stop(time.Second)
+	defer b2.Stop(time.Second)
+	for _, c := range []*Controller{a2, b2} {
+		require.Eventually(t, func() bool { return allOn(c, func(p string) string { return p }) }, 10*time.Second,
+			10*time.Millisecond, "%s: %s", c.node, owners(c))
+	}
+	onA2, onB2 := session(t, a2, "a", "h1"), session(t, b2, "b", "h1")
+	w.verify(onA2, "through a after the restart")
+	w.verify(onB2, "through b after the restart")
+	for _, c := range []*Controller{a2, b2} {
+		evs, _ := c.D.Events.Since(0)
+		for _, e := range evs {
+			if e.Change != nil {
+				require.NotEqual(t, "failover", e.Change.Cause, "%s: a takeover after a clean restart: %+v", c.node, *e.Change)
+			}
+		}
+	}
+}
