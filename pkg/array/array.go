@@ -77,6 +77,7 @@ type LUN struct {
 	// writes go through until the record says who owns it).
 	released bool
 	store    media.Store
+	file     media.Store // store below its profile and wrappers (DropCache)
 	arr      *Array
 	stats    []NodeStats // per node the command arrived on
 }
@@ -261,7 +262,7 @@ func New(cfg Config, opt Options) (*Array, error) {
 			st = opt.WrapStore(lc.ID, st)
 		}
 		l := &LUN{ID: lc.ID, Size: int64(lc.Size), BlockSize: lc.BlockSize, PhysicalBlockSize: lc.PhysicalBlockSize, Media: lc.Media, Group: lc.Group,
-			Preferred: byName[lc.Preferred], store: st, arr: a,
+			Preferred: byName[lc.Preferred], store: st, file: f, arr: a,
 			stats: make([]NodeStats, len(a.Nodes))}
 		l.alua.Store(&aluaSnap{owner: l.Preferred, status: make([]byte, len(a.Nodes))})
 		a.LUNs = append(a.LUNs, l)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/cache"
+	"github.com/aluad/aluad/pkg/media"
 )
 
 // Cluster mode: this process is one controller of an array whose other
@@ -154,6 +155,14 @@ func (a *Array) Adopt(lun uint64, owner string, cause alua.Cause, replay func([]
 	c := Change{LUNs: []uint64{lun}, From: from.Name, To: dst.Name, Cause: cause}
 	loc := a.local.Cache
 	if dst == a.local {
+		// What this machine's page cache holds of the media may be older
+		// than what the previous owner wrote (its flush went to shared
+		// storage from another machine): read it afresh.
+		if d, ok := l.file.(media.CacheDropper); ok {
+			if err := d.DropCache(); err != nil {
+				return c, fmt.Errorf("LUN %d: dropping the page cache of its media: %w", lun, err)
+			}
+		}
 		l.replayMu.Lock()
 		loc.Invalidate(lun)
 		pages := loc.TakeMirror(lun)

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Store is a block store addressed in bytes.
@@ -137,6 +139,19 @@ func (m *File) zero(off, length int64) error {
 		done += n
 	}
 	return nil
+}
+
+// CacheDropper is a store whose host may hold its data in memory: a new
+// owner on another machine drops it before serving (shared storage).
+type CacheDropper interface {
+	DropCache() error
+}
+
+// DropCache makes the kernel forget the file's clean cached pages, so the
+// next reads come from the storage: what another machine wrote to it
+// (NFS, a shared block device) is read, not this machine's older copy.
+func (m *File) DropCache() error {
+	return unix.Fadvise(int(m.f.Fd()), 0, 0, unix.FADV_DONTNEED)
 }
 
 func (m *File) Sync() error  { return syscall.Fdatasync(int(m.f.Fd())) }
