@@ -10,8 +10,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -147,27 +145,6 @@ func TestFailoverAndFailback(t *testing.T) {
 	require.Positive(t, fwd, "b forwarded commands for a's LUNs")
 	require.Positive(t, b.arr.Local().Cache.MirrorBytes(), "b holds copies of a's dirty pages")
 
-	// The checker: at no moment do both serve one LUN as owner.
-	var both atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	check := func(x, y *Controller) {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			for _, l := range lab.cfg.LUNs {
-				if x.Serves(l.ID) && y.Serves(l.ID) {
-					both.Add(1)
-				}
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
-
 	// Fresh writes just before the crash: dirty in a's cache, copies in
 	// b's mirror, not yet destaged.
 	for _, l := range lab.cfg.LUNs {
@@ -211,8 +188,7 @@ func TestFailoverAndFailback(t *testing.T) {
 	// fail back, announced on b's paths.
 	a2 := lab.start("a")
 	defer func() { a2.Stop(time.Second) }()
-	wg.Add(1)
-	go check(a2, b)
+	ck := watchBoth(a2, b, lunIDs(lab))
 	require.Eventually(t, func() bool {
 		for _, l := range a2.arr.LUNs {
 			if l.Owner().Name != l.Preferred.Name {
@@ -231,9 +207,7 @@ func TestFailoverAndFailback(t *testing.T) {
 			return err
 		}))
 	}
-	close(stop)
-	wg.Wait()
-	require.Zero(t, both.Load(), "two controllers served one LUN as owner")
+	require.Zero(t, ck.done(), "two controllers served one LUN as owner")
 	uas, err := hostB.ClearUA(ctx, lab.cfg.LUNs[0].ID, 8)
 	var ce *initiator.CheckError
 	if err != nil && !errors.As(err, &ce) {

@@ -5,8 +5,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,26 +110,6 @@ func TestCoreOnTheLeader(t *testing.T) {
 	require.Eventually(t, func() bool { return slices.Equal(paths(t, a), want) }, 5*time.Second, 20*time.Millisecond,
 		"the leader's core knows the host on both nodes (b's by its reports)")
 
-	var both atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	check := func(x, y *Controller) {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			for _, l := range lab.cfg.LUNs {
-				if x.Serves(l.ID) && y.Serves(l.ID) {
-					both.Add(1)
-				}
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
-
 	// The leader dies: b leads, its core seeded from what it knew of a's
 	// hosts and its own, and takes a's LUNs over.
 	a.Kill()
@@ -144,8 +122,7 @@ func TestCoreOnTheLeader(t *testing.T) {
 	// recovery, nothing fails back (several failback windows).
 	a2 := lab.start("a")
 	defer func() { a2.Stop(time.Second) }()
-	wg.Add(1)
-	go check(a2, b)
+	ck := watchBoth(a2, b, lunIDs(lab))
 	require.Eventually(t, func() bool { return a2.linkTo("b") != nil }, 10*time.Second, 10*time.Millisecond)
 	time.Sleep(2 * time.Second)
 	require.True(t, allOn(b, func(string) string { return "b" }), "a failback without the host on a: %s", owners(b))
@@ -194,9 +171,7 @@ func TestCoreOnTheLeader(t *testing.T) {
 		require.NoError(t, hostlab.Retry(5*time.Second, func() (err error) { got, err = hostA2.Read16(ctx, k[0], k[1], 8, 512); return err }))
 		require.True(t, bytes.Equal(got, hostlab.Tagged(tg)), "acknowledged write lost: LUN %d LBA %d", k[0], k[1])
 	}
-	close(stop)
-	wg.Wait()
-	require.Zero(t, both.Load(), "two controllers served one LUN as owner")
+	require.Zero(t, ck.done(), "two controllers served one LUN as owner")
 }
 
 // A query of the core asked of a controller that does not lead names the

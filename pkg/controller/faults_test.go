@@ -128,13 +128,7 @@ func interlinkCut(t *testing.T, lab *lab) {
 	}
 	ck := watchBoth(a, b, lunIDs(lab))
 	// Cut through the fault API, as `aluad fault interlink-cut` does.
-	for _, x := range []struct {
-		c    *Controller
-		peer string
-	}{{a, "b"}, {b, "a"}} {
-		_, err := x.c.D.Inject(api.Fault{Kind: api.FaultInterlinkCut, Node: x.peer})
-		require.NoError(t, err)
-	}
+	injectBoth(t, a, b, api.FaultInterlinkCut)
 	require.Eventually(t, func() bool { return a.linkTo("b") == nil && b.linkTo("a") == nil }, 5*time.Second,
 		10*time.Millisecond, "the heartbeats end the cut link")
 	for i := uint64(1); i <= 16; i++ { // a few lease TTLs of I/O on the owners' paths
@@ -146,13 +140,7 @@ func interlinkCut(t *testing.T, lab *lab) {
 	for _, l := range a.arr.LUNs {
 		require.Equal(t, l.Preferred.Name, l.Owner().Name, "nothing moves while both hold their leases")
 	}
-	for _, x := range []struct {
-		c    *Controller
-		peer string
-	}{{a, "b"}, {b, "a"}} {
-		_, err := x.c.D.Inject(api.Fault{Kind: api.FaultInterlinkRestore, Node: x.peer})
-		require.NoError(t, err)
-	}
+	injectBoth(t, a, b, api.FaultInterlinkRestore)
 	require.Eventually(t, func() bool { return a.linkTo("b") != nil && b.linkTo("a") != nil }, 5*time.Second,
 		10*time.Millisecond, "the link comes back")
 	before := b.arr.Local().Cache.MirrorBytes()
@@ -390,4 +378,13 @@ func TestControllerFaults(t *testing.T) {
 		}
 	}
 	require.Equal(t, 2, n, "the faults done are in the feed, the refused are not")
+}
+
+// injectBoth injects an interlink fault on both ends of the a-b link.
+func injectBoth(t *testing.T, a, b *Controller, kind string) {
+	t.Helper()
+	for c, peer := range map[*Controller]string{a: "b", b: "a"} {
+		_, err := c.D.Inject(api.Fault{Kind: kind, Node: peer})
+		require.NoError(t, err)
+	}
 }
