@@ -254,6 +254,9 @@ func (c *Core) Step(e Event) error {
 					l.damped = -1 // nor did the damping it set off
 				}
 			}
+			if n := len(l.changes); n > 0 && l.changes[n-1] == l.lastMove {
+				l.changes = l.changes[:n-1] // nor did the change (no thrash)
+			}
 			l.failures++
 			l.retryAt = c.now + min(1<<min(l.failures-1, 5), maxRetryTicks)
 		}

@@ -84,6 +84,10 @@ type Path struct {
 	// decided from the node's loss must find it failed in the array, not
 	// flush its cache as a planned move would).
 	faultMu sync.RWMutex
+	// life orders StartWith against Stop and Close; closed: the daemon
+	// stopped the path (no core starts again).
+	life   sync.Mutex
+	closed bool
 	stats
 }
 
@@ -330,15 +334,32 @@ func (p *Path) StartWith(cfg Config, mover Mover, decls ...ownership.Event) erro
 	}
 	r.mover = mover
 	r.post(decls...)
+	p.life.Lock()
+	defer p.life.Unlock()
+	if p.closed {
+		return errStopped
+	}
+	r.start() // (its WaitGroup counts before Stop can see it)
 	p.core.Store(r)
-	r.start()
 	return nil
+}
+
+// Close stops the core for good: a StartWith after it is refused (the
+// daemon is stopping; a controller elected meanwhile runs no core).
+func (p *Path) Close() {
+	p.life.Lock()
+	p.closed = true
+	p.life.Unlock()
+	p.Stop()
 }
 
 // Halt tells the core to stop taking work, without waiting for it:
 // queries and rebalances are refused from then on (a tick or wake already
 // pending may still be stepped once). Stop waits.
 func (p *Path) Halt() {
+	p.life.Lock()
+	defer p.life.Unlock()
+	p.closed = true // (the daemon's: no core starts after it)
 	if r := p.core.Load(); r != nil {
 		r.stopOnce.Do(func() { close(r.stop) })
 	}
@@ -347,8 +368,13 @@ func (p *Path) Halt() {
 // Stop stops the core and waits for its goroutines (the batch under way
 // finishes); the core is gone after it (Running is false).
 func (p *Path) Stop() {
-	p.Halt()
-	if r := p.core.Load(); r != nil {
+	p.life.Lock()
+	r := p.core.Load()
+	if r != nil {
+		r.stopOnce.Do(func() { close(r.stop) })
+	}
+	p.life.Unlock()
+	if r != nil {
 		r.wg.Wait()
 		p.core.CompareAndSwap(r, nil)
 	}
@@ -376,6 +402,11 @@ type runner struct {
 	stop     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup
+
+	// pendMu guards pending: the LUNs of batches decided and not yet
+	// reported back (queued or under way).
+	pendMu  sync.Mutex
+	pending map[uint64]int
 
 	// repMu guards reports: the conditions raised now.
 	repMu   sync.Mutex
@@ -416,7 +447,7 @@ func newRunner(p *Path, cfg Config) (*runner, error) {
 	core.Advance()
 	return &runner{p: p, core: core, tick: tick, started: p.o.Clock.Now(), wake: make(chan struct{}, 1),
 		exec: make(chan decided, 1024), queries: make(chan func()), stop: make(chan struct{}),
-		reports: map[reportKey]ownership.ReportChange{}}, nil
+		reports: map[reportKey]ownership.ReportChange{}, pending: map[uint64]int{}}, nil
 }
 
 // post queues events for the core.
@@ -520,6 +551,7 @@ func (r *runner) rebalance() (*ownership.RebalanceResult, []ownership.Batch, err
 // apply hands batches to the executor and publishes report changes.
 func (r *runner) apply(rd ownership.Ready) {
 	for _, batch := range rd.Batches {
+		r.pend(batch.LUNs, 1)
 		r.exec <- decided{batch, r.p.o.Clock.Now()}
 	}
 	for _, rc := range rd.Reports {
@@ -553,6 +585,7 @@ func (r *runner) executor() {
 		r.p.faultMu.RUnlock()
 		if r.mover != nil {
 			r.moveElsewhere(d)
+			r.pend(batch.LUNs, -1)
 			continue
 		}
 		for _, ids := range arr.ByOwner(batch.LUNs) {
@@ -571,7 +604,30 @@ func (r *runner) executor() {
 			}
 			r.post(evs...)
 		}
+		r.pend(batch.LUNs, -1)
 	}
+}
+
+func (r *runner) pend(ids []uint64, d int) {
+	r.pendMu.Lock()
+	for _, id := range ids {
+		if r.pending[id] += d; r.pending[id] <= 0 {
+			delete(r.pending, id)
+		}
+	}
+	r.pendMu.Unlock()
+}
+
+// Pending says whether a batch the core decided for the LUN is queued or
+// under way (its outcome not reported back yet).
+func (p *Path) Pending(id uint64) bool {
+	r := p.core.Load()
+	if r == nil {
+		return false
+	}
+	r.pendMu.Lock()
+	defer r.pendMu.Unlock()
+	return r.pending[id] > 0
 }
 
 // moveElsewhere carries a batch out with the mover and tells the core

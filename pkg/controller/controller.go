@@ -89,7 +89,9 @@ type Controller struct {
 	lunMu       map[uint64]*sync.Mutex // orders a record's install against copies arriving
 	stopping    atomic.Bool
 	final       atomic.Bool          // stopped, marking the records clean
-	hmu         sync.RWMutex         // the peers' requests in service (enter)
+	hmu         sync.Mutex           // the peers' requests in service (enter)
+	hcond       *sync.Cond           // on hmu: inflight fell to 0
+	inflight    int                  // under hmu: requests admitted and not done
 	closing     bool                 // under hmu: no more are admitted
 	backoff     map[uint64]time.Time // the leader's: no failback of a LUN before this (after a rollback); under busyMu
 
@@ -152,6 +154,7 @@ func Start(o Options) (_ *Controller, err error) {
 		kick:   make(chan struct{}, 1), failed: make(chan struct{}), lunMu: map[uint64]*sync.Mutex{},
 		backoff: map[uint64]time.Time{}, obs: map[string]*nodeObs{}, busy: map[uint64]bool{}}
 	c.vcond = sync.NewCond(&c.vmu)
+	c.hcond = sync.NewCond(&c.hmu)
 	for _, n := range cfg.Nodes {
 		c.obs[n.Name] = newNodeObs()
 	}
@@ -327,8 +330,11 @@ func (c *Controller) Stop(grace time.Duration) error {
 	var err error
 	c.stopOnce.Do(func() {
 		c.stopping.Store(true) // serves nothing as owner from here on
-		c.hmu.Lock()           // the peers' requests under way end first
+		c.hmu.Lock()           // the peers' requests under way end first; new ones are refused at once
 		c.closing = true
+		for c.inflight > 0 {
+			c.hcond.Wait()
+		}
 		c.hmu.Unlock()
 		if c.D != nil {
 			err = c.D.Stop(grace)

@@ -234,7 +234,8 @@ func (c *Controller) rollback(ctx context.Context, l *cluster.Leadership, o clus
 // completes the move, or rolls it back without the acknowledgement. Both
 // writes hold only while the owner is the member the leader read (joined):
 // a restarted owner's record is the takeover's.
-func (c *Controller) handOver(ctx context.Context, l *cluster.Leadership, o cluster.Owned, joined int64) {
+// It returns why the old owner did not hand the LUN over (nil: it did).
+func (c *Controller) handOver(ctx context.Context, l *cluster.Leadership, o cluster.Owned, joined int64) error {
 	cause := o.Cause
 	if cause == "" {
 		cause = string(alua.CauseManual)
@@ -243,10 +244,11 @@ func (c *Controller) handOver(ctx context.Context, l *cluster.Leadership, o clus
 	if err == nil {
 		hook("flushed", c, o.LUN)
 		c.change(ctx, o, cluster.Record{LUN: o.LUN, Owner: o.To, Cause: cause}, l.StillLeader(), c.store.MemberIs(o.Owner, joined))
-		return
+		return nil
 	}
 	c.log.Warn("the old owner did not hand the LUN over: rolled back", "lun", o.LUN, "owner", o.Owner, "to", o.To, "err", err)
 	c.rollback(ctx, l, o, joined)
+	return err
 }
 
 // askFlush runs the old owner's hand-off step, here or over the link.

@@ -258,12 +258,19 @@ type handler struct{ c *Controller }
 // enter admits a peer's request while the controller is not stopping;
 // Stop waits for those admitted before it closes the array.
 func (c *Controller) enter() (func(), error) {
-	c.hmu.RLock()
+	c.hmu.Lock()
+	defer c.hmu.Unlock()
 	if c.closing {
-		c.hmu.RUnlock()
 		return nil, fmt.Errorf("%w: node %s is stopping", interlink.ErrNotOwner, c.node)
 	}
-	return c.hmu.RUnlock, nil
+	c.inflight++
+	return func() {
+		c.hmu.Lock()
+		if c.inflight--; c.inflight == 0 {
+			c.hcond.Broadcast()
+		}
+		c.hmu.Unlock()
+	}, nil
 }
 
 func (h handler) Forward(_ context.Context, lun uint32, m interlink.Forward) (interlink.ForwardReply, error) {

@@ -35,9 +35,11 @@ import (
 type nodeObs struct {
 	nexus map[ownership.Nexus]bool
 	rtpg  map[rtpgKey]bool // value: the extended header was asked for
-	// inc and seq: the incarnation and the last report this is from.
-	inc int64
-	seq uint64
+	// inc and seq: the incarnation and the last report this is from;
+	// dead: incarnations that joined at or before it are gone (their
+	// late reports are dropped).
+	inc, dead int64
+	seq       uint64
 }
 
 type rtpgKey struct {
@@ -200,8 +202,8 @@ func (c *Controller) report(m interlink.Report) error {
 	c.obsMu.Lock()
 	defer c.obsMu.Unlock()
 	t := c.obs[m.Node]
-	if m.Inc < t.inc || (m.Inc == t.inc && m.Seq <= t.seq) {
-		return nil // an earlier incarnation's, or late from a replaced link
+	if m.Inc <= t.dead || m.Inc < t.inc || (m.Inc == t.inc && m.Seq <= t.seq) {
+		return nil // a gone or earlier incarnation's, or late from a replaced link
 	}
 	var evs []ownership.Event
 	if m.Inc > t.inc {
@@ -334,8 +336,10 @@ func (c *Controller) nodeStates(members map[string]cluster.Info, mrev int64, own
 		case up:
 			if told && was >= 0 {
 				evs = append(evs, ownership.NodeState{Node: n.Name, Up: false}) // a new incarnation
-				evs = append(evs, c.forgetLocked(n.Name, m.Joined-1)...)
 			}
+			// What an earlier incarnation reached is gone (a leader elected
+			// while the node restarted seeded its core with it).
+			evs = append(evs, c.forgetLocked(n.Name, m.Joined-1)...)
 			evs = append(evs, ownership.NodeState{Node: n.Name, Up: true})
 			c.told[n.Name] = m.Joined
 			c.upMu.Lock()
@@ -359,7 +363,11 @@ func (c *Controller) nodeStates(members map[string]cluster.Info, mrev int64, own
 // path fault). Under obsMu.
 func (c *Controller) forgetLocked(node string, rev int64) []ownership.Event {
 	t := c.obs[node]
-	if t == nil || node == c.node || t.inc > rev {
+	if t == nil || node == c.node {
+		return nil
+	}
+	t.dead = max(t.dead, rev)
+	if t.inc > rev {
 		return nil
 	}
 	evs := t.logouts()
@@ -395,7 +403,7 @@ func (c *Controller) reconcileCore(owners map[uint64]cluster.Owned) {
 	}
 	var evs []ownership.Event
 	for id, o := range owners {
-		if o.To != "" || c.moving(id) || core[id] == "" || core[id] == o.Owner {
+		if o.To != "" || c.moving(id) || p.Pending(id) || core[id] == "" || core[id] == o.Owner {
 			delete(c.diverged, id)
 			continue
 		}
@@ -470,10 +478,14 @@ func (c *Controller) moveLUN(l *cluster.Leadership, id uint64, to string, cause 
 		return c.awaitRecord(ctx, o), nil
 	case !toUp:
 		return o.Owner, fmt.Errorf("%w: node %s is not a member", errMoveRefused, to)
-	case cause == alua.CauseFailover && c.upAt(o.Owner).After(at):
-		// Decided while the owner was down; it is back: the core decides
-		// afresh from where the LUN is.
-		return o.Owner, fmt.Errorf("%w: node %s came back since the failover was decided", errMoveRefused, o.Owner)
+	case cause != alua.CauseManual && c.upAt(o.Owner).After(at):
+		// Decided while the owner was down (or an earlier incarnation of
+		// it): the core decides afresh from where the LUN is.
+		return o.Owner, fmt.Errorf("%w: node %s came back since the move was decided", errMoveRefused, o.Owner)
+	case cause != alua.CauseManual && c.upAt(to).After(at):
+		// Decided from what an earlier incarnation of the target reached:
+		// its hosts may not have logged in to this one.
+		return o.Owner, fmt.Errorf("%w: node %s restarted since the move was decided", errMoveRefused, to)
 	case !l.Leads():
 		return o.Owner, fmt.Errorf("%w: this controller no longer leads", errMoveRefused)
 	case o.Owner != c.node && c.linkTo(o.Owner) == nil:
@@ -490,9 +502,9 @@ func (c *Controller) moveLUN(l *cluster.Leadership, id uint64, to string, cause 
 		return c.recordOwner(id, o.Owner), err
 	}
 	hook("target-set", c, id)
-	c.handOver(ctx, l, moving, m.Joined)
+	herr := c.handOver(ctx, l, moving, m.Joined)
 	if now := c.recordOwner(id, ""); now != to {
-		return now, fmt.Errorf("the old owner %s did not hand it over: rolled back", o.Owner)
+		return now, fmt.Errorf("the old owner %s did not hand it over (%v): rolled back", o.Owner, herr)
 	}
 	return to, nil
 }
@@ -537,7 +549,7 @@ func (c *Controller) moving(id uint64) bool {
 // o and complete, and returns its owner then.
 func (c *Controller) awaitRecord(ctx context.Context, o cluster.Owned) string {
 	c.wake()
-	for {
+	for !c.stopping.Load() { // (a stopping leader writes no takeover)
 		owners, _, err := c.store.Owners(ctx)
 		if err == nil {
 			if n := owners[o.LUN]; n.Rev != o.Rev && n.To == "" {
@@ -550,6 +562,7 @@ func (c *Controller) awaitRecord(ctx context.Context, o cluster.Owned) string {
 		case <-time.After(c.cc.LeaseTTL / 8):
 		}
 	}
+	return o.Owner
 }
 
 // operatorMove is an operator's move asked of this controller: carried

@@ -404,7 +404,7 @@ func (d *Daemon) Stop(grace time.Duration) error {
 		d.api.Close()
 	}
 	d.wg.Wait()
-	d.ctl.Stop()
+	d.ctl.Close()
 	var terr error
 	if d.fabric != nil {
 		terr = d.fabric.Shutdown(ctx)

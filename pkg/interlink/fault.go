@@ -20,14 +20,21 @@ type Faulty struct {
 	held  []byte
 	delay time.Duration
 	sleep func(time.Duration)
+	// closed ends a delay's wait (a closed link sends nothing more).
+	closed    chan struct{}
+	closeOnce sync.Once
 }
 
-// NewFaulty wraps nc; sleep waits out a delay (nil: time.Sleep).
+// NewFaulty wraps nc; sleep waits out a delay (nil: a timer, which Close
+// ends).
 func NewFaulty(nc net.Conn, sleep func(time.Duration)) *Faulty {
-	if sleep == nil {
-		sleep = time.Sleep
-	}
-	return &Faulty{Conn: nc, sleep: sleep}
+	return &Faulty{Conn: nc, sleep: sleep, closed: make(chan struct{})}
+}
+
+// Close closes the connection; a write waiting out a delay ends at once.
+func (f *Faulty) Close() error {
+	f.closeOnce.Do(func() { close(f.closed) })
+	return f.Conn.Close()
 }
 
 // Cut stops (true) or restores (false) this end's traffic; a restore
@@ -57,7 +64,17 @@ func (f *Faulty) Write(b []byte) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.delay > 0 {
-		f.sleep(f.delay)
+		if f.sleep != nil {
+			f.sleep(f.delay)
+		} else {
+			t := time.NewTimer(f.delay)
+			select {
+			case <-t.C:
+			case <-f.closed:
+				t.Stop()
+				return 0, net.ErrClosed
+			}
+		}
 	}
 	if f.cut {
 		f.held = append(f.held, b...)

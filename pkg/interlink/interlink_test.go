@@ -589,3 +589,22 @@ func TestReportDecoding(t *testing.T) {
 		require.ErrorIs(t, r.Unmarshal(b), ErrFrame, name)
 	}
 }
+
+// A write waiting out an interlink delay ends when the link is closed (a
+// controller stopping under a one-minute delay does not wait a minute).
+func TestDelayEndsAtClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := net.Pipe()
+		defer b.Close()
+		f := NewFaulty(a, nil)
+		f.Delay(time.Minute)
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() { _, err := f.Write([]byte("x")); done <- err }()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.NoError(t, f.Close())
+		require.ErrorIs(t, <-done, net.ErrClosed)
+		require.Less(t, time.Since(start), time.Minute, "the write waited out the delay after the close")
+	})
+}
