@@ -89,26 +89,19 @@ func allOn(c *Controller, want func(pref string) string) bool {
 // undone; no acknowledged write is lost and no LUN has two owners.
 func TestCoreOnTheLeader(t *testing.T) {
 	lab := coreLab(t)
-	a := lab.start("a")
-	require.Eventually(t, func() bool { return a.core.Load() != nil }, 15*time.Second, 10*time.Millisecond)
-	b := lab.start("b")
-	defer func() { b.Stop(time.Second) }()
+	a, b := lab.pair(nil)
 	ctx := context.Background()
-	hostA, hostB := session(t, a, "a", "h1"), session(t, b, "b", "h1")
+	hostA, hostB := hostOnBoth(t, lab, a, b)
 	acked := map[[2]uint64]uint64{}
 	tag := uint64(0)
 	for _, l := range lab.cfg.LUNs {
 		for _, s := range []*initiator.Session{hostA, hostB} {
-			rtpg(t, s, l.ID)
 			tag++
 			lba := tag * 8
 			require.NoError(t, hostlab.Retry(5*time.Second, func() error { return s.Write16(ctx, l.ID, lba, hostlab.Tagged(tag), 512, false) }))
 			acked[[2]uint64{l.ID, lba}] = tag
 		}
 	}
-	want := []string{"iqn.2026-11.test.aluad:h1@a", "iqn.2026-11.test.aluad:h1@b"}
-	require.Eventually(t, func() bool { return slices.Equal(paths(t, a), want) }, 5*time.Second, 20*time.Millisecond,
-		"the leader's core knows the host on both nodes (b's by its reports)")
 
 	// The leader dies: b leads, its core seeded from what it knew of a's
 	// hosts and its own, and takes a's LUNs over.
@@ -178,15 +171,55 @@ func TestCoreOnTheLeader(t *testing.T) {
 // leader.
 func TestCoreQueriesName(t *testing.T) {
 	lab := coreLab(t)
-	a := lab.start("a")
-	defer a.Stop(time.Second)
-	require.Eventually(t, func() bool { return a.core.Load() != nil }, 15*time.Second, 10*time.Millisecond)
-	b := lab.start("b")
-	defer b.Stop(time.Second)
+	a, b := lab.pair(nil)
 	_, err := b.D.Ctl().Reports()
 	require.ErrorContains(t, err, "the cluster's leader, node a (this is node b)")
 	_, _, err = b.D.Ctl().Rebalance()
 	require.ErrorContains(t, err, "node a")
 	_, err = a.D.Ctl().Reports()
 	require.NoError(t, err)
+}
+
+// pair starts a, then b once a leads with its core running; both stop
+// at the test's end (nothing for one the test killed or stopped). logA,
+// if set, takes a's log.
+func (l *lab) pair(logA *syncBuf) (a, b *Controller) {
+	l.t.Helper()
+	if logA != nil {
+		a = l.startLogged("a", logA)
+	} else {
+		a = l.start("a")
+	}
+	l.t.Cleanup(func() { a.Stop(time.Second) })
+	require.Eventually(l.t, func() bool { return a.core.Load() != nil }, 15*time.Second, 10*time.Millisecond, "a leads")
+	b = l.start("b")
+	l.t.Cleanup(func() { b.Stop(time.Second) })
+	return a, b
+}
+
+// hostOnBoth logs host h1 in to both controllers' ports, asks RTPG for
+// every LUN on both paths (its multipath driver discovering them), and
+// waits until the leader a's core knows both paths.
+func hostOnBoth(t *testing.T, lab *lab, a, b *Controller) (hostA, hostB *initiator.Session) {
+	t.Helper()
+	hostA, hostB = session(t, a, "a", "h1"), session(t, b, "b", "h1")
+	for _, l := range lab.cfg.LUNs {
+		rtpg(t, hostA, l.ID)
+		rtpg(t, hostB, l.ID)
+	}
+	want := []string{"iqn.2026-11.test.aluad:h1@a", "iqn.2026-11.test.aluad:h1@b"}
+	require.Eventually(t, func() bool { return slices.Equal(paths(t, a), want) }, 5*time.Second, 20*time.Millisecond,
+		"the leader's core knows the host on both nodes (b's by its reports)")
+	return hostA, hostB
+}
+
+// preferring lists the LUNs whose preferred owner is node.
+func (l *lab) preferring(node string) []uint64 {
+	var out []uint64
+	for _, lc := range l.cfg.LUNs {
+		if lc.Preferred == node {
+			out = append(out, lc.ID)
+		}
+	}
+	return out
 }

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"bytes"
-	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -41,29 +40,10 @@ func (l *lab) startLogged(node string, w *syncBuf) *Controller {
 func TestReconcileLeavesAQueuedBatch(t *testing.T) {
 	lab := coreLab(t)
 	var logA syncBuf
-	a := lab.startLogged("a", &logA)
-	require.Eventually(t, func() bool { return a.core.Load() != nil }, 15*time.Second, 10*time.Millisecond)
-	defer a.Stop(time.Second)
-	b := lab.start("b")
-	hostA, hostB := session(t, a, "a", "h1"), session(t, b, "b", "h1")
-	for _, l := range lab.cfg.LUNs {
-		rtpg(t, hostA, l.ID)
-		rtpg(t, hostB, l.ID)
-	}
-	want := []string{"iqn.2026-11.test.aluad:h1@a", "iqn.2026-11.test.aluad:h1@b"}
-	require.Eventually(t, func() bool { return fmt.Sprint(paths(t, a)) == fmt.Sprint(want) }, 5*time.Second, 20*time.Millisecond)
-	b.Kill()
-	require.Eventually(t, func() bool { return allOn(a, func(string) string { return "a" }) }, 10*time.Second, 10*time.Millisecond)
-	b2 := lab.start("b")
-	defer b2.Stop(time.Second)
-	require.Eventually(t, func() bool { return a.linkTo("b") != nil }, 10*time.Second, 10*time.Millisecond)
+	a, b := lab.pair(&logA)
+	b2 := crashAndRestartB(t, lab, a, b)
 
-	var onB []uint64
-	for _, l := range lab.cfg.LUNs {
-		if l.Preferred == "b" {
-			onB = append(onB, l.ID)
-		}
-	}
+	onB := lab.preferring("b")
 	var once sync.Once
 	testHook = func(point string, c *Controller, lun uint64) {
 		if point == "target-set" && c == a {
@@ -126,17 +106,8 @@ func TestReconcileLeavesAQueuedBatch(t *testing.T) {
 func TestRefusedFailoversRaiseNoThrash(t *testing.T) {
 	lab := coreLab(t)
 	var logA syncBuf
-	a := lab.startLogged("a", &logA)
-	require.Eventually(t, func() bool { return a.core.Load() != nil }, 15*time.Second, 10*time.Millisecond)
-	defer a.Stop(time.Second)
-	b := lab.start("b")
-	hostA, hostB := session(t, a, "a", "h1"), session(t, b, "b", "h1")
-	for _, l := range lab.cfg.LUNs {
-		rtpg(t, hostA, l.ID)
-		rtpg(t, hostB, l.ID)
-	}
-	want := []string{"iqn.2026-11.test.aluad:h1@a", "iqn.2026-11.test.aluad:h1@b"}
-	require.Eventually(t, func() bool { return fmt.Sprint(paths(t, a)) == fmt.Sprint(want) }, 5*time.Second, 20*time.Millisecond)
+	a, b := lab.pair(&logA)
+	hostOnBoth(t, lab, a, b)
 	time.Sleep(time.Second)
 	b.Kill()
 	require.Eventually(t, func() bool { return allOn(a, func(string) string { return "a" }) }, 10*time.Second, 10*time.Millisecond)
@@ -162,10 +133,7 @@ func TestRefusedFailoversRaiseNoThrash(t *testing.T) {
 // everything b's partner sent stalled meanwhile).
 func TestStopDuringItsOwnMove(t *testing.T) {
 	lab := coreLab(t)
-	a := lab.start("a")
-	require.Eventually(t, func() bool { return a.core.Load() != nil }, 15*time.Second, 10*time.Millisecond)
-	defer a.Stop(time.Second)
-	b := lab.start("b")
+	a, b := lab.pair(nil)
 	require.Eventually(t, func() bool { return b.linkTo("a") != nil && a.linkTo("b") != nil }, 5*time.Second, 10*time.Millisecond)
 	var lunB uint64
 	for _, l := range lab.cfg.LUNs {
@@ -205,28 +173,10 @@ func TestStopDuringItsOwnMove(t *testing.T) {
 func TestFailbackOvertakenByTargetRestart(t *testing.T) {
 	lab := coreLab(t)
 	var logA syncBuf
-	a := lab.startLogged("a", &logA)
-	require.Eventually(t, func() bool { return a.core.Load() != nil }, 15*time.Second, 10*time.Millisecond)
-	defer a.Stop(time.Second)
-	b := lab.start("b")
-	hostA, hostB := session(t, a, "a", "h1"), session(t, b, "b", "h1")
-	for _, l := range lab.cfg.LUNs {
-		rtpg(t, hostA, l.ID)
-		rtpg(t, hostB, l.ID)
-	}
-	want := []string{"iqn.2026-11.test.aluad:h1@a", "iqn.2026-11.test.aluad:h1@b"}
-	require.Eventually(t, func() bool { return fmt.Sprint(paths(t, a)) == fmt.Sprint(want) }, 5*time.Second, 20*time.Millisecond)
-	b.Kill()
-	require.Eventually(t, func() bool { return allOn(a, func(string) string { return "a" }) }, 10*time.Second, 10*time.Millisecond)
-	b2 := lab.start("b")
-	require.Eventually(t, func() bool { return a.linkTo("b") != nil }, 10*time.Second, 10*time.Millisecond)
+	a, b := lab.pair(&logA)
+	b2 := crashAndRestartB(t, lab, a, b)
 
-	var onB []uint64
-	for _, l := range lab.cfg.LUNs {
-		if l.Preferred == "b" {
-			onB = append(onB, l.ID)
-		}
-	}
+	onB := lab.preferring("b")
 	first, second := onB[0], onB[1]
 	held, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
@@ -260,4 +210,18 @@ func TestFailbackOvertakenByTargetRestart(t *testing.T) {
 	}
 	t.Logf("LUN %d's owner on a: %v; paths %v", second, hist, paths(t, a))
 	require.Equal(t, []string{"a"}, hist, "LUN %d failed back to a restarted b no host reaches", second)
+}
+
+// crashAndRestartB: the host on both nodes, b crashes, a takes its LUNs
+// over, and b starts again (no host logged in to it) with its link to a
+// up; it stops at the test's end.
+func crashAndRestartB(t *testing.T, lab *lab, a, b *Controller) *Controller {
+	t.Helper()
+	hostOnBoth(t, lab, a, b)
+	b.Kill()
+	require.Eventually(t, func() bool { return allOn(a, func(string) string { return "a" }) }, 10*time.Second, 10*time.Millisecond)
+	b2 := lab.start("b")
+	t.Cleanup(func() { b2.Stop(time.Second) })
+	require.Eventually(t, func() bool { return a.linkTo("b") != nil }, 10*time.Second, 10*time.Millisecond)
+	return b2
 }

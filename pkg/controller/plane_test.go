@@ -50,11 +50,7 @@ func movesWatch(x *Controller) (stop func() []string) {
 // the peer's LUNs over and back on every link flap).
 func TestLinkFlapMovesNothing(t *testing.T) {
 	lab := coreLab(t)
-	a := lab.start("a")
-	require.Eventually(t, func() bool { return a.core.Load() != nil }, 15*time.Second, 10*time.Millisecond)
-	b := lab.start("b")
-	defer b.Stop(time.Second)
-	defer a.Stop(time.Second)
+	a, b := lab.pair(nil)
 	ctx := context.Background()
 	hostA, hostB := session(t, a, "a", "h1"), session(t, b, "b", "h1")
 	tag := uint64(0)
@@ -97,18 +93,9 @@ func TestLinkFlapMovesNothing(t *testing.T) {
 // to), and the host's I/O through a goes on.
 func TestNoFailbackOnStaleNexuses(t *testing.T) {
 	lab := coreLab(t)
-	a := lab.start("a")
-	require.Eventually(t, func() bool { return a.core.Load() != nil }, 15*time.Second, 10*time.Millisecond)
-	defer a.Stop(time.Second)
-	b := lab.start("b")
+	a, b := lab.pair(nil)
 	ctx := context.Background()
-	hostA, hostB := session(t, a, "a", "h1"), session(t, b, "b", "h1")
-	for _, l := range lab.cfg.LUNs {
-		rtpg(t, hostA, l.ID)
-		rtpg(t, hostB, l.ID)
-	}
-	want := []string{"iqn.2026-11.test.aluad:h1@a", "iqn.2026-11.test.aluad:h1@b"}
-	require.Eventually(t, func() bool { return fmt.Sprint(paths(t, a)) == fmt.Sprint(want) }, 5*time.Second, 20*time.Millisecond)
+	hostA, _ := hostOnBoth(t, lab, a, b)
 
 	// b crashes: nothing it sends from now on reaches a (a power loss).
 	require.NoError(t, b.CutInterlink("a", true))
@@ -134,10 +121,7 @@ func TestNoFailbackOnStaleNexuses(t *testing.T) {
 // flush) never runs while, or after, its array closes.
 func TestStopWaitsForAMoveItServes(t *testing.T) {
 	lab := coreLab(t)
-	a := lab.start("a")
-	require.Eventually(t, func() bool { return a.core.Load() != nil }, 15*time.Second, 10*time.Millisecond)
-	b := lab.start("b")
-	defer b.Stop(time.Second)
+	a, b := lab.pair(nil)
 	require.Eventually(t, func() bool { return b.linkTo("a") != nil }, 5*time.Second, 10*time.Millisecond)
 	var lunA uint64
 	for _, l := range lab.cfg.LUNs {
@@ -182,18 +166,8 @@ func TestStopWaitsForAMoveItServes(t *testing.T) {
 func TestLinkFlapsRaiseNoPathFlapping(t *testing.T) {
 	lab := coreLab(t)
 	lab.cfg.Ownership.DampWindow = time.Hour
-	a := lab.start("a")
-	require.Eventually(t, func() bool { return a.core.Load() != nil }, 15*time.Second, 10*time.Millisecond)
-	b := lab.start("b")
-	defer b.Stop(time.Second)
-	defer a.Stop(time.Second)
-	hostA, hostB := session(t, a, "a", "h1"), session(t, b, "b", "h1")
-	for _, l := range lab.cfg.LUNs {
-		rtpg(t, hostA, l.ID)
-		rtpg(t, hostB, l.ID)
-	}
-	want := []string{"iqn.2026-11.test.aluad:h1@a", "iqn.2026-11.test.aluad:h1@b"}
-	require.Eventually(t, func() bool { return fmt.Sprint(paths(t, a)) == fmt.Sprint(want) }, 5*time.Second, 20*time.Millisecond)
+	a, b := lab.pair(nil)
+	hostOnBoth(t, lab, a, b)
 	time.Sleep(time.Second)
 	for i := 0; i < 3; i++ {
 		cutLink(t, a, b)
@@ -217,11 +191,7 @@ func TestLinkFlapsRaiseNoPathFlapping(t *testing.T) {
 // back, and the backoff they write is shared (-race checks it).
 func TestConcurrentRollbacks(t *testing.T) {
 	lab := coreLab(t)
-	a := lab.start("a")
-	require.Eventually(t, func() bool { return a.core.Load() != nil }, 15*time.Second, 10*time.Millisecond)
-	b := lab.start("b")
-	defer b.Stop(time.Second)
-	defer a.Stop(time.Second)
+	a, b := lab.pair(nil)
 	require.Eventually(t, func() bool { return a.linkTo("b") != nil }, 5*time.Second, 10*time.Millisecond)
 	hostA, hostB := session(t, a, "a", "h1"), session(t, b, "b", "h1")
 	for _, l := range lab.cfg.LUNs {
@@ -229,12 +199,7 @@ func TestConcurrentRollbacks(t *testing.T) {
 		rtpg(t, hostB, l.ID)
 	}
 	require.Eventually(t, func() bool { return allOn(a, func(p string) string { return p }) }, 10*time.Second, 10*time.Millisecond)
-	var onB []uint64
-	for _, l := range lab.cfg.LUNs {
-		if l.Preferred == "b" {
-			onB = append(onB, l.ID)
-		}
-	}
+	onB := lab.preferring("b")
 	require.Len(t, onB, 2)
 	var mu sync.Mutex
 	arrived := 0
