@@ -257,6 +257,14 @@ func New(cfg Config, opt Options) (*Array, error) {
 			a.Close()
 			return nil, err
 		}
+		if d, ok := f.(media.CacheDropper); ok && opt.Local != "" {
+			// A controller of a cluster: its machine may have cached the
+			// file before another machine wrote it (shared storage).
+			if err := d.DropCache(); err != nil {
+				a.Close()
+				return nil, fmt.Errorf("LUN %d: dropping the page cache of its media: %w", lc.ID, err)
+			}
+		}
 		var st media.Store = media.WithProfile(f, prof, opt.Sleep)
 		if opt.WrapStore != nil {
 			st = opt.WrapStore(lc.ID, st)

@@ -145,24 +145,30 @@ func (a *Array) Adopt(lun uint64, owner string, cause alua.Cause, replay func([]
 	defer l.io.Unlock()
 	cur := l.alua.Load()
 	from := cur.owner
+	c := Change{LUNs: []uint64{lun}, From: from.Name, To: dst.Name, Cause: cause}
+	loc := a.local.Cache
+	if dst == a.local && (from != dst || l.released) {
+		// What this machine's page cache holds of the media may be older
+		// than what another owner wrote (its flush went to shared storage
+		// from another machine): read it afresh. So too for a LUN this
+		// node handed over and owns again without having seen the other
+		// owner (a record missed while its watch was down): what its own
+		// cache kept is older too.
+		if err := dropCache(l); err != nil {
+			return c, fmt.Errorf("LUN %d: dropping the page cache of its media: %w", lun, err)
+		}
+		if from == dst {
+			loc.Invalidate(lun) // (released: destaged, only clean pages)
+		}
+	}
 	if l.released {
 		l.released = false
-		a.local.Cache.SetWriteThrough(lun, false)
+		loc.SetWriteThrough(lun, false)
 	}
 	if from == dst {
 		return Change{}, ErrNoChange
 	}
-	c := Change{LUNs: []uint64{lun}, From: from.Name, To: dst.Name, Cause: cause}
-	loc := a.local.Cache
 	if dst == a.local {
-		// What this machine's page cache holds of the media may be older
-		// than what the previous owner wrote (its flush went to shared
-		// storage from another machine): read it afresh.
-		if d, ok := l.file.(media.CacheDropper); ok {
-			if err := d.DropCache(); err != nil {
-				return c, fmt.Errorf("LUN %d: dropping the page cache of its media: %w", lun, err)
-			}
-		}
 		l.replayMu.Lock()
 		loc.Invalidate(lun)
 		pages := loc.TakeMirror(lun)
@@ -248,5 +254,13 @@ func (a *Array) SetRemoteUp(name string, up bool) error {
 		c.LUNs = append(c.LUNs, l.ID)
 	}
 	a.notify(c)
+	return nil
+}
+
+// dropCache drops this machine's page cache of a LUN's media file.
+func dropCache(l *LUN) error {
+	if d, ok := l.file.(media.CacheDropper); ok {
+		return d.DropCache()
+	}
 	return nil
 }

@@ -329,6 +329,7 @@ func (c *Controller) Leader(ctx context.Context) (string, error) { return c.stor
 func (c *Controller) Stop(grace time.Duration) error {
 	var err error
 	c.stopOnce.Do(func() {
+		c.takeOverHeld(grace)
 		c.stopping.Store(true) // serves nothing as owner from here on
 		c.hmu.Lock()           // the peers' requests under way end first; new ones are refused at once
 		c.closing = true
@@ -380,6 +381,28 @@ func (c *Controller) shut(leave bool) {
 	}
 }
 
+// takeOverHeld: before a controller stops, a gone partner's LUNs whose
+// copies only this one holds are taken over (the leader's takeover, the
+// copies replayed), so its writes reach the media with the flush of the
+// stop instead of leaving with this process. Bounded by grace and three
+// lease TTLs; a partner that is a member holds its own.
+func (c *Controller) takeOverHeld(grace time.Duration) {
+	if c.arr == nil {
+		return
+	}
+	deadline := time.Now().Add(min(max(grace, time.Second), 3*c.cc.LeaseTTL))
+	for c.arr.Local().Cache.MirrorBytes() > 0 && time.Now().Before(deadline) && c.ctx.Err() == nil {
+		ctx, cancel := context.WithTimeout(c.ctx, time.Second)
+		members, _, err := c.store.Members(ctx)
+		cancel()
+		if err == nil && len(members) > 1 {
+			return
+		}
+		c.wake()
+		c.sleep(50 * time.Millisecond)
+	}
+}
+
 // markClean: the last controller to stop cleanly leaves every LUN's
 // record as at the array's first start (its preferred owner, fresh):
 // everything is on the media and no copy is needed, so the next start
@@ -388,6 +411,12 @@ func (c *Controller) shut(leave bool) {
 // Only while no other controller is a member (under that condition).
 func (c *Controller) markClean() {
 	c.final.Store(true) // (the records it writes are not installed here)
+	if n := c.arr.Local().Cache.MirrorBytes(); n > 0 {
+		// A partner's writes held only here: not clean (its LUNs must be
+		// taken over, their copies replayed, at the next start).
+		c.log.Warn("stopped holding a partner's mirror copies: the next start takes its LUNs over", "bytes", n)
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	members, _, err := c.store.Members(ctx)
@@ -410,8 +439,8 @@ func (c *Controller) markClean() {
 	marked := 0
 	for _, l := range c.o.Config.LUNs {
 		o, ok := owners[l.ID]
-		if !ok || o.To != "" {
-			continue
+		if !ok || o.To != "" || o.Owner != c.node {
+			continue // (a gone owner's LUN not taken over: its copies may matter)
 		}
 		if _, err := c.store.Change(ctx, o, cluster.Record{LUN: l.ID, Owner: l.Preferred, Fresh: true}, conds...); err == nil {
 			marked++

@@ -334,11 +334,8 @@ func (h handler) Mirror(_ context.Context, lun uint32, m interlink.Mirror) error
 
 func (h handler) Drop(_ context.Context, lun uint32, m interlink.Drop) error {
 	c := h.c
-	leave, err := c.enter()
-	if err != nil {
-		return err
-	}
-	defer leave()
+	// Served while stopping too (it touches the mirror's memory only, not
+	// the array): a partner stopping at the same time settles its releases.
 	mu := c.lunMu[uint64(lun)]
 	if mu == nil || m.Offset < 0 || m.Length < 0 || m.Offset%c.ps != 0 || m.Length%c.ps != 0 || m.Length > 1<<30 {
 		return fmt.Errorf("a release of %d bytes at %d is not whole pages", m.Length, m.Offset)

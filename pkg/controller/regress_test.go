@@ -231,3 +231,43 @@ func mirroredWrite(t *testing.T, lab *lab) (a, b *Controller, lun uint64, data [
 	require.Positive(t, b.arr.Local().Cache.MirrorBytes(), "b holds the copy")
 	return a, b, lun, data
 }
+
+// b crashes with an acknowledged write whose only copy is a's mirror;
+// a is stopped cleanly the moment b's lease has run out, before its
+// leader took b's LUN over: a takes it over first (the copy replayed,
+// flushed with the stop), and the restarted array serves the write (it
+// once left with a's process, and the records were marked clean).
+func TestStopAfterPartnerCrashKeepsItsWrites(t *testing.T) {
+	lab := newLab(t)
+	ctx := context.Background()
+	a, b := lab.start("a"), lab.start("b")
+	require.Eventually(t, func() bool { return a.linkTo("b") != nil && b.linkTo("a") != nil }, 5*time.Second, 10*time.Millisecond)
+	lun := lab.preferring("b")[0]
+	onB := session(t, b, "b", "h1")
+	data := hostlab.Tagged(9)
+	require.NoError(t, hostlab.Retry(5*time.Second, func() error { return onB.Write16(ctx, lun, 0, data, 512, false) }))
+	require.Positive(t, a.arr.Local().Cache.MirrorBytes(), "a holds the copy")
+	testHold.Store(true) // a's leader slow to decide: the SIGTERM comes first
+	defer testHold.Store(false)
+	b.Kill()
+	require.Eventually(t, func() bool {
+		m, _, err := a.store.Members(ctx)
+		return err == nil && len(m) == 1
+	}, 10*time.Second, 20*time.Millisecond)
+	stopped := make(chan error, 1)
+	go func() { stopped <- a.Stop(time.Second) }()
+	time.Sleep(200 * time.Millisecond) // the stop has begun
+	testHold.Store(false)
+	require.NoError(t, <-stopped)
+
+	a2, b2 := lab.start("a"), lab.start("b")
+	defer a2.Stop(time.Second)
+	defer b2.Stop(time.Second)
+	onB2 := session(t, b2, "b", "h2")
+	var got []byte
+	require.NoError(t, hostlab.Retry(20*time.Second, func() (err error) {
+		got, err = onB2.Read16(ctx, lun, 0, 8, 512)
+		return err
+	}))
+	require.True(t, bytes.Equal(got, data), "acknowledged write lost across b's crash and a's clean stop")
+}
