@@ -71,8 +71,10 @@ var allowed = map[string][]string{
 		"pkg/units"},
 	"pkg/stress": {"pkg/alua", "pkg/api", "pkg/array", "pkg/config", "pkg/daemon", "pkg/initiator", "pkg/iscsi"},
 	// One controller of a cluster: a daemon for its node, wired to etcd
-	// and the interlink.
-	"pkg/controller": {"pkg/alua", "pkg/array", "pkg/cache", "pkg/cluster", "pkg/config", "pkg/daemon", "pkg/interlink"},
+	// and the interlink; the leader runs the ownership core on its
+	// control path.
+	"pkg/controller": {"pkg/alua", "ownership", "pkg/api", "pkg/array", "pkg/cache", "pkg/cluster", "pkg/config", "pkg/control",
+		"pkg/daemon", "pkg/interlink"},
 	"cmd/aluad": {"ownership", "pkg/api", "pkg/array", "pkg/cluster", "pkg/config", "pkg/controller", "pkg/daemon", "pkg/lab", "pkg/reports", "pkg/sim",
 		"pkg/stress"},
 	// The QEMU lab talks to the array through the API only.
