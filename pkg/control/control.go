@@ -62,10 +62,12 @@ type Options struct {
 
 // Mover carries a batch out elsewhere than in the local array (a
 // cluster's leader, through the ownership records): it returns where
-// each LUN is after it, and an error if the move did not happen. at is
-// when the core decided the batch (it may have waited behind others: a
-// batch the world has overtaken since is the mover's to refuse).
-type Mover func(b ownership.Batch, at time.Time) (map[uint64]string, error)
+// each LUN is after it and why (the batch's cause if it moved as asked,
+// CauseRollback if it stayed, another cause if something else moved it
+// meanwhile), and an error if the move did not happen. at is when the
+// core decided the batch (it may have waited behind others: a batch the
+// world has overtaken since is the mover's to refuse).
+type Mover func(b ownership.Batch, at time.Time) ([]ownership.OwnerChanged, error)
 
 // decided is a batch and when the core decided it.
 type decided struct {
@@ -634,23 +636,24 @@ func (p *Path) Pending(id uint64) bool {
 // where its LUNs are after it.
 func (r *runner) moveElsewhere(d decided) {
 	batch := d.Batch
-	owners, err := r.mover(d.Batch, d.At)
+	told, err := r.mover(d.Batch, d.At)
 	if err != nil {
 		r.p.o.Log.Warn("ownership move failed", "luns", batch.LUNs, "to", batch.To, "cause", batch.Cause, "err", err)
 	}
 	evs := make([]ownership.Event, 0, len(batch.LUNs))
+	known := map[uint64]bool{}
+	for _, oc := range told {
+		known[oc.LUN] = true
+		evs = append(evs, oc)
+	}
 	for _, id := range batch.LUNs {
-		owner, ok := owners[id]
-		if !ok {
-			// The mover could not tell: where the array says it is (a
-			// cluster's controller installs the records' owners).
-			l := r.p.arr.LUN(id)
-			if l == nil {
-				continue
-			}
-			owner = l.Owner().Name
+		l := r.p.arr.LUN(id)
+		if known[id] || l == nil {
+			continue
 		}
-		cause := batch.Cause
+		// The mover could not tell: where the array says it is (a
+		// cluster's controller installs the records' owners).
+		owner, cause := l.Owner().Name, batch.Cause
 		if owner != batch.To {
 			cause = alua.CauseRollback
 		}

@@ -17,9 +17,9 @@ import (
 func TestMoverFailureWithoutOwnersIsRolledBack(t *testing.T) {
 	p, arr, _, _ := testPath(t, false)
 	called := make(chan []uint64, 8)
-	mover := func(b ownership.Batch, _ time.Time) (map[uint64]string, error) {
+	mover := func(b ownership.Batch, _ time.Time) ([]ownership.OwnerChanged, error) {
 		called <- b.LUNs
-		return map[uint64]string{}, errors.New("etcdserver: request timed out")
+		return nil, errors.New("etcdserver: request timed out")
 	}
 	require.NoError(t, p.StartWith(Config{Tick: time.Hour}, mover))
 	t.Cleanup(p.Stop)
@@ -31,10 +31,11 @@ func TestMoverFailureWithoutOwnersIsRolledBack(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no batch")
 	}
-	time.Sleep(100 * time.Millisecond)
-	var owner string
-	require.NoError(t, p.Do(func(c *ownership.Core) { owner = c.Owner(l.ID) }))
-	require.Equal(t, from, owner, "the core believes LUN %d moved, though the mover moved nothing", l.ID)
+	require.Eventually(t, func() bool {
+		var owner string
+		require.NoError(t, p.Do(func(c *ownership.Core) { owner = c.Owner(l.ID) }))
+		return owner == from
+	}, 5*time.Second, 10*time.Millisecond, "the core believes LUN %d moved, though the mover moved nothing", l.ID)
 }
 
 // A controller elected leader while it is being stopped: its leader
@@ -44,7 +45,7 @@ func TestMoverFailureWithoutOwnersIsRolledBack(t *testing.T) {
 // daemon's Stop runs on a stopped daemon.
 func TestStartWithRacesStop(t *testing.T) {
 	p, _, _, _ := testPath(t, false)
-	mover := func(b ownership.Batch, _ time.Time) (map[uint64]string, error) { return nil, nil }
+	mover := func(b ownership.Batch, _ time.Time) ([]ownership.OwnerChanged, error) { return nil, nil }
 	for i := 0; i < 200; i++ {
 		var wg sync.WaitGroup
 		wg.Add(2)
@@ -61,7 +62,7 @@ func TestStartWithAfterStopRefused(t *testing.T) {
 	p, _, _, _ := testPath(t, false)
 	p.Halt()
 	p.Stop()
-	err := p.StartWith(Config{Tick: time.Hour}, func(b ownership.Batch, _ time.Time) (map[uint64]string, error) { return nil, nil })
+	err := p.StartWith(Config{Tick: time.Hour}, func(b ownership.Batch, _ time.Time) ([]ownership.OwnerChanged, error) { return nil, nil })
 	running := p.Running()
 	p.Stop()
 	if err == nil && running {

@@ -273,7 +273,7 @@ func (c *Controller) startCore(l *cluster.Leadership) error {
 	for _, n := range c.o.Config.Nodes {
 		seed = append(seed, c.obs[n.Name].events()...)
 	}
-	if err := p.StartWith(c.o.Config.Ownership, func(b ownership.Batch, at time.Time) (map[uint64]string, error) {
+	if err := p.StartWith(c.o.Config.Ownership, func(b ownership.Batch, at time.Time) ([]ownership.OwnerChanged, error) {
 		return c.moveLUNs(l, b.LUNs, b.To, b.Cause, at)
 	}, seed...); err != nil {
 		return err
@@ -432,16 +432,27 @@ func (c *Controller) upAt(node string) time.Time {
 // moveLUNs carries out a batch of the core's (or an operator's move)
 // through the records, one LUN at a time, and returns where each is
 // after it.
-func (c *Controller) moveLUNs(l *cluster.Leadership, ids []uint64, to string, cause alua.Cause, at time.Time) (map[uint64]string, error) {
-	out := map[uint64]string{}
+func (c *Controller) moveLUNs(l *cluster.Leadership, ids []uint64, to string, cause alua.Cause, at time.Time) ([]ownership.OwnerChanged, error) {
+	var out []ownership.OwnerChanged
 	var errs []error
 	for _, id := range ids {
-		owner, err := c.moveLUN(l, id, to, cause, at)
-		if owner != "" {
-			out[id] = owner
+		now, was, err := c.moveLUN(l, id, to, cause, at)
+		if now != "" {
+			// Why it is where it is: the batch's cause if it moved as
+			// asked, a rollback if it stayed, a takeover if something else
+			// moved it meanwhile (the core counts that change as real).
+			why := cause
+			switch {
+			case now == to:
+			case now == was:
+				why = alua.CauseRollback
+			default:
+				why = alua.CauseFailover
+			}
+			out = append(out, ownership.OwnerChanged{LUN: id, Owner: now, Cause: why})
 		}
-		if err == nil && owner != to {
-			err = fmt.Errorf("%w: it is on %s (taken over meanwhile)", errMoveRefused, owner)
+		if err == nil && now != to {
+			err = fmt.Errorf("%w: it is on %s (taken over meanwhile)", errMoveRefused, now)
 		}
 		if err != nil && !errors.Is(err, array.ErrNoChange) {
 			errs = append(errs, fmt.Errorf("LUN %d: %w", id, err))
@@ -453,60 +464,60 @@ func (c *Controller) moveLUNs(l *cluster.Leadership, ids []uint64, to string, ca
 // errMoveRefused: the move cannot start now.
 var errMoveRefused = errors.New("the move cannot start")
 
-func (c *Controller) moveLUN(l *cluster.Leadership, id uint64, to string, cause alua.Cause, at time.Time) (string, error) {
+func (c *Controller) moveLUN(l *cluster.Leadership, id uint64, to string, cause alua.Cause, at time.Time) (now, was string, err error) {
 	ctx, cancel := context.WithTimeout(c.ctx, 4*c.cc.LeaseTTL)
 	defer cancel()
 	if c.stopping.Load() {
-		return "", fmt.Errorf("%w: node %s is stopping", errMoveRefused, c.node)
+		return "", "", fmt.Errorf("%w: node %s is stopping", errMoveRefused, c.node)
 	}
 	o, err := c.store.Owner(ctx, id)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	members, _, err := c.store.Members(ctx)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	m, alive := members[o.Owner]
 	_, toUp := members[to]
 	switch {
 	case o.Owner == to && o.To == "":
-		return to, array.ErrNoChange
+		return to, o.Owner, array.ErrNoChange
 	case !alive || m.Joined > o.Rev || o.To != "":
 		// A takeover (or a move a previous term left) is membership's: the
 		// move is where that record leaves the LUN.
-		return c.awaitRecord(ctx, o), nil
+		return c.awaitRecord(ctx, o), o.Owner, nil
 	case !toUp:
-		return o.Owner, fmt.Errorf("%w: node %s is not a member", errMoveRefused, to)
+		return o.Owner, o.Owner, fmt.Errorf("%w: node %s is not a member", errMoveRefused, to)
 	case cause != alua.CauseManual && c.upAt(o.Owner).After(at):
 		// Decided while the owner was down (or an earlier incarnation of
 		// it): the core decides afresh from where the LUN is.
-		return o.Owner, fmt.Errorf("%w: node %s came back since the move was decided", errMoveRefused, o.Owner)
+		return o.Owner, o.Owner, fmt.Errorf("%w: node %s came back since the move was decided", errMoveRefused, o.Owner)
 	case cause != alua.CauseManual && c.upAt(to).After(at):
 		// Decided from what an earlier incarnation of the target reached:
 		// its hosts may not have logged in to this one.
-		return o.Owner, fmt.Errorf("%w: node %s restarted since the move was decided", errMoveRefused, to)
+		return o.Owner, o.Owner, fmt.Errorf("%w: node %s restarted since the move was decided", errMoveRefused, to)
 	case !l.Leads():
-		return o.Owner, fmt.Errorf("%w: this controller no longer leads", errMoveRefused)
+		return o.Owner, o.Owner, fmt.Errorf("%w: this controller no longer leads", errMoveRefused)
 	case o.Owner != c.node && c.linkTo(o.Owner) == nil:
-		return o.Owner, fmt.Errorf("%w: no interlink to the owner %s", errMoveRefused, o.Owner)
+		return o.Owner, o.Owner, fmt.Errorf("%w: no interlink to the owner %s", errMoveRefused, o.Owner)
 	case to != c.node && c.linkTo(to) == nil:
-		return o.Owner, fmt.Errorf("%w: no interlink to %s", errMoveRefused, to)
+		return o.Owner, o.Owner, fmt.Errorf("%w: no interlink to %s", errMoveRefused, to)
 	}
 	if !c.claim(id) {
-		return o.Owner, fmt.Errorf("%w: the LUN is moving", errMoveRefused)
+		return o.Owner, o.Owner, fmt.Errorf("%w: the LUN is moving", errMoveRefused)
 	}
 	defer c.unclaim(id)
 	moving, err := c.change(ctx, o, cluster.Record{LUN: id, Owner: o.Owner, To: to, Cause: string(cause)}, l.StillLeader())
 	if err != nil {
-		return c.recordOwner(id, o.Owner), err
+		return c.recordOwner(id, o.Owner), o.Owner, err
 	}
 	hook("target-set", c, id)
 	herr := c.handOver(ctx, l, moving, m.Joined)
 	if now := c.recordOwner(id, ""); now != to {
-		return now, fmt.Errorf("the old owner %s did not hand it over (%v): rolled back", o.Owner, herr)
+		return now, o.Owner, fmt.Errorf("the old owner %s did not hand it over (%v): rolled back", o.Owner, herr)
 	}
-	return to, nil
+	return to, o.Owner, nil
 }
 
 // recordOwner reads a LUN's owner now (if unsure: "" or what was known).
