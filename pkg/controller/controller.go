@@ -482,6 +482,9 @@ func (c *Controller) apply(o cluster.Owned) {
 		return
 	}
 	c.fence.See(o)
+	if c.stopping.Load() {
+		return // the fence follows the records; the closing array does not
+	}
 	c.tellCore(o)
 	if o.To == "" || l.Owner().Name != o.Owner {
 		cause := alua.Cause(o.Cause)

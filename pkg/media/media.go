@@ -120,7 +120,7 @@ func (m *File) Punch(off, length int64) error {
 	if err := m.zero(off, lo-off); err != nil {
 		return err
 	}
-	if err := syscall.Fallocate(int(m.f.Fd()), fallocPunchHole|fallocKeepSize, lo, hi-lo); err != nil {
+	if err := m.onFD(func(fd int) error { return syscall.Fallocate(fd, fallocPunchHole|fallocKeepSize, lo, hi-lo) }); err != nil {
 		if err := m.zero(lo, hi-lo); err != nil {
 			return err
 		}
@@ -151,10 +151,25 @@ type CacheDropper interface {
 // next reads come from the storage: what another machine wrote to it
 // (NFS, a shared block device) is read, not this machine's older copy.
 func (m *File) DropCache() error {
-	return unix.Fadvise(int(m.f.Fd()), 0, 0, unix.FADV_DONTNEED)
+	return m.onFD(func(fd int) error { return unix.Fadvise(fd, 0, 0, unix.FADV_DONTNEED) })
 }
 
-func (m *File) Sync() error  { return syscall.Fdatasync(int(m.f.Fd())) }
+func (m *File) Sync() error { return m.onFD(syscall.Fdatasync) }
+
+// onFD runs a system call on the file's descriptor, held open for it: a
+// Close meanwhile waits, and one before makes it an error (os.File.Fd
+// races a Close).
+func (m *File) onFD(f func(fd int) error) error {
+	rc, err := m.f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ferr error
+	if err := rc.Control(func(fd uintptr) { ferr = f(int(fd)) }); err != nil {
+		return err
+	}
+	return ferr
+}
 func (m *File) Size() int64  { return m.size }
 func (m *File) Close() error { return m.f.Close() }
 
