@@ -45,12 +45,13 @@ func TestReconcileLeavesAQueuedBatch(t *testing.T) {
 
 	onB := lab.preferring("b")
 	var once sync.Once
-	testHook = func(point string, c *Controller, lun uint64) {
+	hookFn := func(point string, c *Controller, lun uint64) {
 		if point == "target-set" && c == a {
 			once.Do(func() { time.Sleep(1500 * time.Millisecond) }) // a slow flush
 		}
 	}
-	defer func() { testHook = nil }()
+	testHook.Store(&hookFn)
+	defer testHook.Store(nil)
 
 	// The core's owner of each of b's LUNs, as it changes.
 	var mu sync.Mutex
@@ -143,7 +144,7 @@ func TestStopDuringItsOwnMove(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return b.arr.LUN(lunB).Owner().Name == "b" }, 5*time.Second, 10*time.Millisecond)
 	var once sync.Once
-	testHook = func(point string, c *Controller, lun uint64) {
+	hookFn := func(point string, c *Controller, lun uint64) {
 		if point == "target-set" && c == a && lun == lunB {
 			once.Do(func() {
 				for !b.stopping.Load() {
@@ -153,7 +154,8 @@ func TestStopDuringItsOwnMove(t *testing.T) {
 			})
 		}
 	}
-	defer func() { testHook = nil }()
+	testHook.Store(&hookFn)
+	defer testHook.Store(nil)
 	moved := make(chan error, 1)
 	go func() { _, err := b.D.Move(lunB, "a"); moved <- err }()
 	time.Sleep(200 * time.Millisecond)
@@ -180,12 +182,13 @@ func TestFailbackOvertakenByTargetRestart(t *testing.T) {
 	first, second := onB[0], onB[1]
 	held, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	testHook = func(point string, c *Controller, lun uint64) {
+	hookFn := func(point string, c *Controller, lun uint64) {
 		if point == "target-set" && c == a && lun == first {
 			once.Do(func() { close(held); <-release })
 		}
 	}
-	defer func() { testHook = nil }()
+	testHook.Store(&hookFn)
+	defer testHook.Store(nil)
 	hostB2 := session(t, b2, "b", "h1")
 	for _, l := range lab.cfg.LUNs {
 		rtpg(t, hostB2, l.ID)

@@ -282,7 +282,7 @@ func TestLeaderKilledMidMove(t *testing.T) {
 			w := newWriter(t)
 			var once sync.Once
 			fired := make(chan struct{})
-			testHook = func(p string, c *Controller, lun uint64) {
+			hookFn := func(p string, c *Controller, lun uint64) {
 				if p != point || c != b {
 					return
 				}
@@ -299,7 +299,8 @@ func TestLeaderKilledMidMove(t *testing.T) {
 					close(fired)
 				})
 			}
-			defer func() { testHook = nil }()
+			testHook.Store(&hookFn)
+			defer testHook.Store(nil)
 			for _, l := range lab.cfg.LUNs {
 				for lba := uint64(0); lba < 32; lba += 8 {
 					require.NoError(t, w.write(onB, l.ID, lba, 5*time.Second))

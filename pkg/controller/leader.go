@@ -42,15 +42,15 @@ import (
 // testHook, when set (tests), is called by the leader at the points of a
 // move: "target-set" once the record names the target, "flushed" once the
 // old owner acknowledged the flush.
-var testHook func(point string, c *Controller, lun uint64)
+var testHook atomic.Pointer[func(point string, c *Controller, lun uint64)]
 
 // testHold, when set (tests), makes the leader decide nothing: a leader
 // slow to act.
 var testHold atomic.Bool
 
 func hook(point string, c *Controller, lun uint64) {
-	if testHook != nil {
-		testHook(point, c, lun)
+	if f := testHook.Load(); f != nil {
+		(*f)(point, c, lun)
 	}
 }
 

@@ -131,13 +131,14 @@ func TestStopWaitsForAMoveItServes(t *testing.T) {
 	}
 	held, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	testHook = func(point string, c *Controller, lun uint64) {
+	hookFn := func(point string, c *Controller, lun uint64) {
 		if point == "target-set" && c == a && lun == lunA {
 			once.Do(func() { close(held) })
 			<-release
 		}
 	}
-	defer func() { testHook = nil }()
+	testHook.Store(&hookFn)
+	defer testHook.Store(nil)
 	moved := make(chan error, 1)
 	go func() { _, err := b.D.Move(lunA, "b"); moved <- err }()
 	<-held
@@ -204,7 +205,7 @@ func TestConcurrentRollbacks(t *testing.T) {
 	var mu sync.Mutex
 	arrived := 0
 	both := make(chan struct{})
-	testHook = func(point string, c *Controller, lun uint64) {
+	hookFn := func(point string, c *Controller, lun uint64) {
 		if point != "target-set" || c != a {
 			return
 		}
@@ -217,7 +218,8 @@ func TestConcurrentRollbacks(t *testing.T) {
 		mu.Unlock()
 		<-both
 	}
-	defer func() { testHook = nil }()
+	testHook.Store(&hookFn)
+	defer testHook.Store(nil)
 	var wg sync.WaitGroup
 	for _, id := range onB {
 		wg.Add(1)
