@@ -8,6 +8,8 @@ command -v python3 >/dev/null || need+=(python3)
 command -v bc >/dev/null || need+=(bc)
 # test/aluacheck builds an independent ALUA client in C against libiscsi.
 command -v gcc >/dev/null || need+=(gcc)
+# aluad qualify's JUnit XML is validated against its schema with xmllint.
+command -v xmllint >/dev/null || need+=(libxml2-utils)
 [ -f /usr/include/stdio.h ] || need+=(libc6-dev)
 [ -f /usr/include/iscsi/iscsi.h ] || need+=(libiscsi-dev)
 # The QEMU lab (cluster-tests): guests built by debootstrap, booted by

@@ -32,6 +32,11 @@ Usage:
   aluad lab [--scenario NAME] [...]          in-process runs: crash (acknowledged writes after node
                                              crashes), transition (I/O latency through failback and
                                              rebalance), mirror (write bandwidth, mirroring on vs off)
+  aluad qualify [--quick | --schedule quick|full|FILE] [--hosts H,...] [--limits FILE] [--out DIR] [--lab]
+                                             qualify the hosts logged in to the running array: planned moves,
+                                             a rebalance, port faults, controller failures and a rolling
+                                             upgrade, measured at the array; table, HTML, JSON, JUnit
+                                             (docs/qualify.md); --lab: emulated hosts in process
   aluad map [list|add|rm] [--lun N] [--host H|--group G|--all] [--host-lun M]
                                              the LUN map: which host sees which LUN at which number
                                              (a change queues 3F/0E on the nexuses it affects)
@@ -105,6 +110,8 @@ func main() {
 		err = witnessCmd(os.Args[2:])
 	case "controller":
 		err = controllerCmd(os.Args[2:])
+	case "qualify":
+		err = qualifyCmd(os.Args[2:])
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return

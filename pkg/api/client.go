@@ -230,3 +230,16 @@ func (c *Client) ReportHistory() ([]ReportRecord, error) {
 	var out []ReportRecord
 	return out, c.Do("GET", "/v1/reports/history", nil, &out)
 }
+
+// Trace reads the command trace from the cursors (GET /v1/trace), turning
+// it on at the first read.
+func (c *Client) Trace(bucket, note uint64) (TraceReply, error) {
+	var out TraceReply
+	return out, c.Do("GET", fmt.Sprintf("/v1/trace?bucket=%d&note=%d", bucket, note), nil, &out)
+}
+
+// StopTrace turns the command trace off (DELETE /v1/trace).
+func (c *Client) StopTrace() error {
+	var out map[string]any
+	return c.Do("DELETE", "/v1/trace", nil, &out)
+}

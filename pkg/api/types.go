@@ -465,3 +465,71 @@ func NewChangeInfo(c array.Change) *ChangeInfo {
 	}
 	return ci
 }
+
+// TraceReply is GET /v1/trace: the array's command trace (what aluad
+// qualify measures hosts from), read from cursors. The first read turns
+// the trace on; it goes off a minute after the last read, or at DELETE
+// /v1/trace. Buckets are BucketNs long; a bucket row is one nexus's
+// commands to one LUN within one bucket.
+type TraceReply struct {
+	BucketNs   int64         `json:"bucket_ns"`
+	Buckets    []TraceBucket `json:"buckets"`
+	Notes      []TraceNote   `json:"notes"`
+	NextBucket uint64        `json:"next_bucket"`
+	NextNote   uint64        `json:"next_note"`
+	// Lost counts rows the array's bounded trace dropped before a read.
+	Lost uint64 `json:"lost"`
+}
+
+// TraceNexus names the path of a trace row.
+type TraceNexus struct {
+	Initiator  string `json:"initiator"`
+	ISID       string `json:"isid,omitempty"`
+	Host       string `json:"host,omitempty"`
+	TargetPort uint16 `json:"target_port"`
+	Node       string `json:"node,omitempty"`
+}
+
+// TraceBucket counts one nexus's commands to one LUN in one bucket:
+// Arrived media commands (READ, WRITE, SYNCHRONIZE CACHE, VERIFY) that
+// arrived, whatever their status; Good media commands that completed
+// GOOD; Checks commands that ended in CHECK CONDITION; NonOptimized
+// arrivals on an active/non-optimized port. Start is Unix nanoseconds;
+// the First/Last times are nanoseconds after Start (0 when the count is 0).
+type TraceBucket struct {
+	TraceNexus
+	LUN          uint64 `json:"lun"`
+	Start        int64  `json:"start"`
+	Arrived      uint32 `json:"arrived,omitempty"`
+	Good         uint32 `json:"good,omitempty"`
+	Checks       uint32 `json:"checks,omitempty"`
+	NonOptimized uint32 `json:"non_optimized,omitempty"`
+	FirstArrival int64  `json:"first_arrival,omitempty"`
+	LastArrival  int64  `json:"last_arrival,omitempty"`
+	FirstGood    int64  `json:"first_good,omitempty"`
+	LastGood     int64  `json:"last_good,omitempty"`
+}
+
+// TraceNote is one CHECK CONDITION (Kind "check": Opcode and Sense
+// "KEY/ASC/ASCQ" in hex) or task management function (Kind "tmf":
+// Function abort-task, abort-task-set, clear-aca, clear-task-set,
+// lun-reset, target-warm-reset, target-cold-reset) at Time (Unix ns).
+type TraceNote struct {
+	TraceNexus
+	Time     int64  `json:"time"`
+	LUN      uint64 `json:"lun"`
+	Kind     string `json:"kind"`
+	Opcode   byte   `json:"opcode,omitempty"`
+	Sense    string `json:"sense,omitempty"`
+	Function string `json:"function,omitempty"`
+}
+
+// Trace note kinds.
+const (
+	TraceCheck = "check"
+	TraceTMF   = "tmf"
+)
+
+// TMFNames are the task management functions' names by SAM-5 code.
+var TMFNames = map[int]string{1: "abort-task", 2: "abort-task-set", 3: "clear-aca", 4: "clear-task-set",
+	5: "lun-reset", 6: "target-warm-reset", 7: "target-cold-reset"}

@@ -463,6 +463,9 @@ func (c *conn) onTaskMgmt(p *PDU) {
 	lun, lunOK := ParseLUN(h.LUN())
 	resp := byte(tmfComplete)
 	nexus := c.sess.nexus
+	if o, ok := c.t.handler.(scsi.TaskObserver); ok && fn >= 1 && fn <= 7 {
+		o.TaskManagement(nexus, scsi.TMF(fn), lun)
+	}
 	switch fn {
 	case 1: // ABORT TASK
 		// RFC 7143 11.5.1: a task that is found and terminated is

@@ -70,6 +70,9 @@ type EnvConfig struct {
 	// Verbose logs the daemon at info level to Log.
 	Verbose bool
 	Log     io.Writer
+	// Control, when set, is where the daemon's control socket listens
+	// (for runs that drive the array through its API, as aluad qualify).
+	Control string
 }
 
 // Start brings up the array and logs every host in on every path.
@@ -120,7 +123,8 @@ func Start(ctx context.Context, ec EnvConfig) (*Env, error) {
 	if ec.Verbose {
 		level = slog.LevelInfo
 	}
-	d, err := daemon.Start(cfg, daemon.Options{Logger: slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: level}))})
+	d, err := daemon.Start(cfg, daemon.Options{Logger: slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: level})),
+		Control: ec.Control})
 	if err != nil {
 		return nil, err
 	}

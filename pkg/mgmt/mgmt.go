@@ -69,6 +69,10 @@ type Array interface {
 	Connectivity() api.Connectivity
 	Paths() []api.PathInfo
 	PathIOs() []api.PathIO
+	// Trace reads the command trace from the cursors, turning it on;
+	// StopTrace turns it off.
+	Trace(bucket, note uint64) api.TraceReply
+	StopTrace()
 	Latency() []api.PortLatency
 	Reports() ([]reports.Report, error)
 	ReportHistory() []api.ReportRecord
@@ -189,6 +193,24 @@ func Handler(a Array, audit *Audit) http.Handler {
 	})
 	mux.HandleFunc("GET /v1/io", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, a.PathIOs())
+	})
+	mux.HandleFunc("GET /v1/trace", func(w http.ResponseWriter, r *http.Request) {
+		var cur [2]uint64
+		for i, k := range []string{"bucket", "note"} {
+			if v := r.URL.Query().Get(k); v != "" {
+				n, err := strconv.ParseUint(v, 10, 64)
+				if err != nil {
+					writeError(w, http.StatusBadRequest, k+" must be a cursor (a number)")
+					return
+				}
+				cur[i] = n
+			}
+		}
+		writeJSON(w, http.StatusOK, a.Trace(cur[0], cur[1]))
+	})
+	mux.HandleFunc("DELETE /v1/trace", func(w http.ResponseWriter, r *http.Request) {
+		a.StopTrace()
+		writeJSON(w, http.StatusOK, map[string]string{"trace": "off"})
 	})
 	mux.HandleFunc("POST /v1/faults", func(w http.ResponseWriter, r *http.Request) {
 		var f api.Fault

@@ -5,6 +5,7 @@ package mgmt
 // reports), built from the array, the front end and the ownership core.
 
 import (
+	"fmt"
 	"sort"
 	"time"
 
@@ -528,3 +529,66 @@ func authMode(cfg array.Config, host string) string {
 	}
 	return "chap"
 }
+
+// traceIdle: a trace nobody has read for this long is turned off.
+const traceIdle = time.Minute
+
+// Trace reads the command trace from the cursors, turning it on (10 ms
+// buckets) at the first read; a watcher turns it off once nobody has read
+// it for traceIdle, so a qualification that dies leaves no cost behind.
+func (vw *View) Trace(bucket, note uint64) api.TraceReply {
+	if _, on := vw.SCSI.TraceIdle(); !on {
+		vw.SCSI.StartTrace(0)
+		go func() {
+			for {
+				time.Sleep(traceIdle / 12)
+				idle, on := vw.SCSI.TraceIdle()
+				if !on {
+					return
+				}
+				if idle >= traceIdle {
+					vw.SCSI.StopTrace()
+					return
+				}
+			}
+		}()
+	}
+	r, _ := vw.SCSI.TraceSince(bucket, note)
+	out := api.TraceReply{BucketNs: int64(r.Bucket), NextBucket: r.NextBucket, NextNote: r.NextNote, Lost: r.Lost,
+		Buckets: make([]api.TraceBucket, 0, len(r.Buckets)), Notes: make([]api.TraceNote, 0, len(r.Notes))}
+	names := map[scsi.Nexus]api.TraceNexus{}
+	nexus := func(n scsi.Nexus) api.TraceNexus {
+		if tn, ok := names[n]; ok {
+			return tn
+		}
+		e := vw.Control.Event("", n)
+		tn := api.TraceNexus{Initiator: e.Initiator, ISID: e.ISID, Host: e.Host, TargetPort: e.TargetPort, Node: e.Node}
+		names[n] = tn
+		return tn
+	}
+	rel := func(t, start int64) int64 {
+		if t == 0 {
+			return 0
+		}
+		return t - start
+	}
+	for _, b := range r.Buckets {
+		out.Buckets = append(out.Buckets, api.TraceBucket{TraceNexus: nexus(b.Nexus), LUN: b.LUN, Start: b.Start,
+			Arrived: b.Arrived, Good: b.Good, Checks: b.Checks, NonOptimized: b.NonOptimized,
+			FirstArrival: rel(b.FirstArrival, b.Start), LastArrival: rel(b.LastArrival, b.Start),
+			FirstGood: rel(b.FirstGood, b.Start), LastGood: rel(b.LastGood, b.Start)})
+	}
+	for _, n := range r.Notes {
+		tn := api.TraceNote{TraceNexus: nexus(n.Nexus), Time: n.Time, LUN: n.LUN}
+		if n.Check {
+			tn.Kind, tn.Opcode, tn.Sense = api.TraceCheck, n.Opcode, fmt.Sprintf("%X/%02X/%02X", n.Key, n.ASC, n.ASCQ)
+		} else {
+			tn.Kind, tn.Function = api.TraceTMF, api.TMFNames[int(n.TMF)]
+		}
+		out.Notes = append(out.Notes, tn)
+	}
+	return out
+}
+
+// StopTrace turns the command trace off.
+func (vw *View) StopTrace() { vw.SCSI.StopTrace() }

@@ -75,6 +75,12 @@ const (
 	TMFTargetColdReset
 )
 
+// TaskObserver is what a fabric tells of every task management function
+// it receives, when its handler implements it (the command trace).
+type TaskObserver interface {
+	TaskManagement(n Nexus, fn TMF, lun uint64)
+}
+
 // Handler is what a fabric needs of the device server.
 type Handler interface {
 	// Execute runs one command to completion.

@@ -77,6 +77,8 @@ type Server struct {
 	onPersist func(lun uint64)
 	// now reads the clock for per-nexus busy time.
 	now func() time.Time
+	// trace is the command trace while it is on (trace.go).
+	trace atomic.Pointer[trace]
 }
 
 // targetPortIDs lists the relative ids of the target ports.
@@ -333,7 +335,11 @@ func (s *Server) Execute(c *Command) Response {
 	start := s.now()
 	x := &exec{s: s, lu: lu, c: c, desc: desc}
 	r := s.gateAndRun(op, x)
-	lu.io.record(c.Nexus, op.io, &r, x.state == alua.ActiveNonOptimized, start, s.now().Sub(start))
+	end := s.now()
+	lu.io.record(c.Nexus, op.io, &r, x.state == alua.ActiveNonOptimized, start, end.Sub(start))
+	if t := s.trace.Load(); t != nil {
+		t.command(c.Nexus, c.LUN, op.io, c.CDB[0], &r, x.state == alua.ActiveNonOptimized, start, end)
+	}
 	return r
 }
 

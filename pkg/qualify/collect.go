@@ -1,0 +1,284 @@
+package qualify
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/aluad/aluad/pkg/api"
+)
+
+// Source is what a run needs of the array: the management API's calls
+// (api.Client implements it; tests wrap it to inject faults).
+type Source interface {
+	Status() (api.StatusInfo, error)
+	LUNs() ([]api.LUNInfo, error)
+	Hosts() ([]api.HostInfo, error)
+	Move(lun uint64, to string) (*api.ChangeInfo, error)
+	Rebalance() (api.RebalanceReply, error)
+	Inject(f api.Fault) (api.FaultResult, error)
+	Events(seq uint64) (api.EventsReply, error)
+	Trace(bucket, note uint64) (api.TraceReply, error)
+	StopTrace() error
+}
+
+// slot is one host's commands to one LUN through one node in one trace
+// bucket (the nexuses merged).
+type slot struct {
+	start                 int64
+	node                  string
+	arrived, good, checks uint32
+	firstArr, lastArr     int64 // absolute Unix ns
+	firstGood, lastGood   int64
+}
+
+type hlKey struct {
+	host string
+	lun  uint64
+}
+
+// collector polls the trace and the event feed for the whole run.
+type collector struct {
+	src   Source
+	every time.Duration
+
+	mu      sync.Mutex
+	slots   map[hlKey]map[[2]any]*slot // (start, node) -> slot
+	notes   []api.TraceNote
+	events  []api.Event
+	bucket  time.Duration
+	lost    uint64
+	evLost  uint64
+	errs    int
+	lastErr error
+	polled  time.Time
+	// the cursors of the trace's buckets and notes and of the feed
+	curB, curN, curE uint64
+
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+func hostOf(n api.TraceNexus) string {
+	if n.Host != "" {
+		return n.Host
+	}
+	return n.Initiator
+}
+
+func startCollector(src Source, every time.Duration) *collector {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &collector{src: src, every: every, slots: map[hlKey]map[[2]any]*slot{}, stop: cancel, done: make(chan struct{})}
+	c.poll() // turns the trace on before anything is measured
+	go c.loop(ctx)
+	return c
+}
+
+func (c *collector) loop(ctx context.Context) {
+	defer close(c.done)
+	t := time.NewTicker(c.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			c.poll()
+			return
+		case <-t.C:
+			c.poll()
+		}
+	}
+}
+
+func (c *collector) poll() {
+	c.mu.Lock()
+	b, n, e := c.cursor()
+	c.mu.Unlock()
+	t0 := time.Now()
+	tr, err := c.src.Trace(b, n)
+	var ev api.EventsReply
+	var err2 error
+	if err == nil {
+		ev, err2 = c.src.Events(e)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil || err2 != nil {
+		c.errs++
+		c.lastErr = err
+		if err == nil {
+			c.lastErr = err2
+		}
+	}
+	if err != nil {
+		return
+	}
+	c.polled = t0
+	c.bucket = time.Duration(tr.BucketNs)
+	c.lost = tr.Lost
+	for _, r := range tr.Buckets {
+		if r.LUN > 1<<40 {
+			continue
+		}
+		k := hlKey{hostOf(r.TraceNexus), r.LUN}
+		m := c.slots[k]
+		if m == nil {
+			m = map[[2]any]*slot{}
+			c.slots[k] = m
+		}
+		sk := [2]any{r.Start, r.Node}
+		s := m[sk]
+		if s == nil {
+			s = &slot{start: r.Start, node: r.Node}
+			m[sk] = s
+		}
+		s.arrived += r.Arrived
+		s.good += r.Good
+		s.checks += r.Checks
+		if r.Arrived > 0 {
+			merge(&s.firstArr, &s.lastArr, r.Start+r.FirstArrival, r.Start+r.LastArrival)
+		}
+		if r.Good > 0 {
+			merge(&s.firstGood, &s.lastGood, r.Start+r.FirstGood, r.Start+r.LastGood)
+		}
+	}
+	c.notes = append(c.notes, tr.Notes...)
+	c.setCursor(tr.NextBucket, tr.NextNote, 0)
+	if err2 == nil {
+		c.evLost += ev.Lost
+		c.events = append(c.events, ev.Events...)
+		if len(ev.Events) > 0 {
+			c.setCursor(tr.NextBucket, tr.NextNote, ev.Events[len(ev.Events)-1].Seq)
+		}
+	}
+}
+
+func merge(first, last *int64, f, l int64) {
+	if *first == 0 || f < *first {
+		*first = f
+	}
+	if l > *last {
+		*last = l
+	}
+}
+
+func (c *collector) cursor() (uint64, uint64, uint64) { return c.curB, c.curN, c.curE }
+
+func (c *collector) setCursor(b, n, e uint64) {
+	c.curB, c.curN = b, n
+	if e > 0 {
+		c.curE = e
+	}
+}
+
+// close stops polling after a last read.
+func (c *collector) close() {
+	c.stop()
+	<-c.done
+	_ = c.src.StopTrace()
+}
+
+// sync waits until a poll has read everything up to now (plus a bucket).
+func (c *collector) sync(ctx context.Context) {
+	want := time.Now().Add(c.bucketLen())
+	for ctx.Err() == nil {
+		c.mu.Lock()
+		ok := c.polled.After(want)
+		c.mu.Unlock()
+		if ok {
+			return
+		}
+		time.Sleep(c.every / 2)
+	}
+}
+
+func (c *collector) bucketLen() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.bucket <= 0 {
+		return 10 * time.Millisecond
+	}
+	return c.bucket
+}
+
+// series returns a host's slots for a LUN sorted by time.
+func (c *collector) series(host string, lun uint64) []slot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.slots[hlKey{host, lun}]
+	out := make([]slot, 0, len(m))
+	for _, s := range m {
+		out = append(out, *s)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].start != out[j].start {
+			return out[i].start < out[j].start
+		}
+		return out[i].node < out[j].node
+	})
+	return out
+}
+
+// goodSince reports whether host completed a command to lun at or after t.
+func (c *collector) goodSince(host string, lun uint64, t time.Time) bool {
+	ns := t.UnixNano()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.slots[hlKey{host, lun}] {
+		if s.good > 0 && s.lastGood >= ns {
+			return true
+		}
+	}
+	return false
+}
+
+// activity lists, per host, the LUNs with a completed command in [from, to).
+func (c *collector) activity(from, to time.Time) map[string][]uint64 {
+	f, t := from.UnixNano(), to.UnixNano()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string][]uint64{}
+	for k, m := range c.slots {
+		for _, s := range m {
+			if s.good > 0 && s.lastGood >= f && s.firstGood < t {
+				out[k.host] = append(out[k.host], k.lun)
+				break
+			}
+		}
+	}
+	for h := range out {
+		sort.Slice(out[h], func(i, j int) bool { return out[h][i] < out[h][j] })
+	}
+	return out
+}
+
+// eventsSince returns the feed's events at or after t.
+func (c *collector) eventsSince(t time.Time) []api.Event {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := sort.Search(len(c.events), func(i int) bool { return !c.events[i].Time.Before(t) })
+	return append([]api.Event(nil), c.events[i:]...)
+}
+
+// changes returns the ALUA changes made in [from, to) that took effect.
+func (c *collector) changes(from, to time.Time) []api.Event {
+	var out []api.Event
+	for _, e := range c.eventsSince(from) {
+		if !e.Time.Before(to) {
+			break
+		}
+		// A change without both owners is a group's state (a node went
+		// offline or came back), not a move.
+		if e.Kind == api.EventALUA && e.Change != nil && !e.Change.Failed && e.Change.Cause != "rollback" &&
+			e.Change.From != "" && e.Change.To != "" && e.Change.To != e.Change.From {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (c *collector) notesCopy() []api.TraceNote {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]api.TraceNote(nil), c.notes...)
+}

@@ -1,0 +1,299 @@
+package qualify
+
+import (
+	"bytes"
+	"encoding/xml"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseSchedule(t *testing.T) {
+	for name := range Builtin {
+		s, err := LoadBuiltin(name)
+		require.NoError(t, err, name)
+		assert.Equal(t, name, s.Name)
+		assert.NotEmpty(t, s.Events)
+	}
+	s, err := ParseSchedule(strings.NewReader("settle 1s\nfollow 2s # comment\nmove luns=0,3\nfail node=b kind=panic down=3s\n"))
+	require.NoError(t, err)
+	assert.Equal(t, time.Second, s.Settle)
+	assert.Equal(t, 2*time.Second, s.Follow)
+	require.Len(t, s.Events, 2)
+	assert.Equal(t, "0,3", s.Events[0].Args["luns"])
+	assert.Equal(t, 3*time.Second, s.Events[1].duration("down", 0))
+	assert.Equal(t, 4, s.Events[1].Line)
+
+	for _, tc := range []struct{ src, want string }{
+		{"", "no events"},
+		{"dance\n", `unknown directive "dance"`},
+		{"move luns\n", "not key=value"},
+		{"move lun=1\n", "move takes luns"},
+		{"move luns=x\n", "LUN numbers"},
+		{"fail kind=panic\n", "fail needs node="},
+		{"fail node=a kind=meltdown\n", "power-loss, panic or crash"},
+		{"fail node=a down=forever\n", "down="},
+		{"settle -1s\nmove\n", "between 0 and 1h"},
+		{"name\nmove\n", "name takes one word"},
+		{"port ports=a0 ports=a1\n", "given twice"},
+	} {
+		_, err := ParseSchedule(strings.NewReader(tc.src))
+		if assert.Error(t, err, tc.src) {
+			assert.Contains(t, err.Error(), tc.want, tc.src)
+		}
+	}
+	_, err = LoadBuiltin("slow")
+	assert.ErrorContains(t, err, "no built-in schedule")
+}
+
+func FuzzParseSchedule(f *testing.F) {
+	for _, s := range Builtin {
+		f.Add(s)
+	}
+	f.Add("move luns=1,2,3\nupgrade nodes=a,b down=0s\nrebalance node=b\n")
+	f.Fuzz(func(t *testing.T, src string) {
+		s, err := ParseSchedule(strings.NewReader(src))
+		if err != nil {
+			return
+		}
+		if len(s.Events) == 0 || s.Name == "" || s.Settle < 0 || s.Follow < 0 {
+			t.Fatalf("accepted a schedule it should not: %+v", s)
+		}
+		for _, e := range s.Events {
+			if _, ok := eventArgs[e.Kind]; !ok {
+				t.Fatalf("event kind %q accepted", e.Kind)
+			}
+		}
+	})
+}
+
+func TestParseLimits(t *testing.T) {
+	l, err := ParseLimits(strings.NewReader("types:\n  \"*\":\n    failover_stall: 20s\n  linux:\n    planned_follow: 10s\n    rtpg: false\n"))
+	require.NoError(t, err)
+	assert.Equal(t, 20*time.Second, l.For("windows").FailoverStall, "the default type applies to types not listed")
+	lin := l.For("linux")
+	assert.Equal(t, 10*time.Second, lin.PlannedFollow)
+	assert.Equal(t, 20*time.Second, lin.FailoverStall, "a listed type starts from the default type")
+	assert.False(t, lin.RTPG)
+	assert.True(t, lin.Follow)
+	assert.False(t, l.For("legacy").Follow, "the built-in legacy limits stay")
+	for _, tc := range []struct{ src, want string }{
+		{"types:\n  solaris:\n    rtpg: true\n", `unknown host type "solaris"`},
+		{"types:\n  linux:\n    planed_follow: 1s\n", "planed_follow"},
+		{"types:\n  linux:\n    port_stall: -1s\n", "positive"},
+		{"kinds: {}\n", "kinds"},
+	} {
+		_, err := ParseLimits(strings.NewReader(tc.src))
+		if assert.Error(t, err, tc.src) {
+			assert.Contains(t, err.Error(), tc.want, tc.src)
+		}
+	}
+}
+
+const ms1 = int64(time.Millisecond)
+
+// sl is a bucket of n commands arriving and completing at t (ms) via node.
+func sl(node string, tms int64, n uint32) slot {
+	t := tms * ms1
+	return slot{start: t - t%(10*ms1), node: node, arrived: n, good: n, firstArr: t, lastArr: t, firstGood: t, lastGood: t}
+}
+
+func TestFollow(t *testing.T) {
+	tc := int64(1000) * ms1
+	end := int64(10000) * ms1
+	for _, c := range []struct {
+		name   string
+		series []slot
+		want   time.Duration
+		ok     bool
+	}{
+		{"moves at once", []slot{sl("a", 900, 1), sl("b", 1003, 1), sl("b", 2000, 1)}, 3 * time.Millisecond, true},
+		{"old owner until 1.5 s", []slot{sl("a", 1200, 1), sl("a", 1500, 1), sl("b", 1600, 1), sl("b", 5000, 1)}, 600 * time.Millisecond, true},
+		{"new owner late, old meanwhile", []slot{sl("b", 1400, 1), sl("a", 1800, 1), sl("b", 1900, 1)}, 800 * time.Millisecond, true},
+		{"still on the old owner near the end", []slot{sl("b", 1100, 1), sl("a", 9000, 1)}, 0, false},
+		{"no I/O on the new owner", []slot{sl("a", 1100, 1)}, 0, false},
+		{"already on the new owner", []slot{sl("b", 500, 1), sl("b", 1001, 1)}, time.Millisecond, true},
+	} {
+		d, ok := follow(c.series, "b", tc, end)
+		assert.Equal(t, c.ok, ok, c.name)
+		if c.ok {
+			assert.Equal(t, c.want, d, c.name)
+		}
+	}
+}
+
+func TestLongestGap(t *testing.T) {
+	start, end := int64(1000)*ms1, int64(5000)*ms1
+	for _, c := range []struct {
+		name   string
+		series []slot
+		want   time.Duration
+		idle   bool
+	}{
+		{"steady", []slot{sl("a", 900, 1), sl("a", 1900, 1), sl("a", 2900, 1), sl("a", 3900, 1), sl("a", 4900, 1)}, time.Second, false},
+		{"a gap across the start counts from the start", []slot{sl("a", 500, 1), sl("a", 1700, 1), sl("a", 2000, 1), sl("b", 3000, 1), sl("b", 4000, 1), sl("b", 4900, 1)}, 1000 * time.Millisecond, false},
+		{"a gap across the end counts to the end", []slot{sl("a", 900, 1), sl("a", 1500, 1), sl("a", 2000, 1), sl("a", 2500, 1), sl("a", 3000, 1), sl("a", 3500, 1), sl("a", 6000, 1)}, 1500 * time.Millisecond, false},
+		{"still stalled", []slot{sl("a", 900, 1), sl("a", 1200, 1)}, 3800 * time.Millisecond, false},
+		{"nothing in the step", []slot{sl("a", 100, 1), sl("a", 7000, 1)}, 4000 * time.Millisecond, true},
+		{"nothing at all", nil, 4000 * time.Millisecond, true},
+		{"two nodes interleaved", []slot{sl("a", 900, 1), sl("b", 1200, 1), sl("a", 1250, 1), sl("b", 1300, 1), sl("a", 4800, 1), sl("a", 5100, 1)}, 3500 * time.Millisecond, false},
+	} {
+		g, _, idle := longestGap(c.series, start, end)
+		assert.Equal(t, c.want, g, c.name)
+		assert.Equal(t, c.idle, idle, c.name)
+	}
+}
+
+func f64(v float64) *float64 { return &v }
+
+func TestJudge(t *testing.T) {
+	lim := DefaultLimits().For("linux")
+	planned := Step{Index: 1, Name: "move LUN 0 to b", Class: ClassPlanned, Changes: []Change{{LUNs: []uint64{0}, HoldMs: 1.5}}}
+	failover := Step{Index: 2, Name: "node a power-loss (failover)", Class: ClassFailure}
+	portUp := Step{Index: 3, Name: "port a0 up", Class: ClassPort, Port: "a0"}
+	for _, c := range []struct {
+		name   string
+		typ    string
+		st     Step
+		res    Result
+		hadP   int
+		checks []string
+		advice string
+	}{
+		{"follows fast", "linux", planned, Result{StallMs: 40, RTPG: "yes", LUNs: []LUNResult{{LUN: 0, Moved: true, From: "a", To: "b", FollowMs: f64(80), UA: true, RTPG: true, StallMs: 40}}}, 0, nil, ""},
+		{"never follows, reads RTPG", "linux", planned, Result{StallMs: 40, RTPG: "yes", LUNs: []LUNResult{{LUN: 0, Moved: true, From: "a", To: "b", FollowMs: f64(-1), UA: true, RTPG: true}}}, 0,
+			[]string{"follow"}, "failback immediate"},
+		{"never follows, no RTPG", "linux", planned, Result{RTPG: "no", LUNs: []LUNResult{{LUN: 0, Moved: true, From: "a", To: "b", FollowMs: f64(-1), UA: true}}}, 0,
+			[]string{"follow"}, "scsi_dh_alua"},
+		{"follows at the priority check", "linux", planned, Result{RTPG: "yes", LUNs: []LUNResult{{LUN: 0, Moved: true, From: "a", To: "b", FollowMs: f64(9000), UAMs: f64(2), UA: true, RTPG: true}}}, 0,
+			[]string{"follow time"}, "polling_interval"},
+		{"long stall and a reset", "linux", planned, Result{StallMs: 31000, TMFs: map[string]int{"lun-reset": 1}, Drops: 1, LUNs: []LUNResult{{LUN: 0, StallMs: 31000}}}, 0,
+			[]string{"stall", "task management", "session"}, ""},
+		{"legacy need not follow", "legacy", planned, Result{RTPG: "no", LUNs: []LUNResult{{LUN: 0, Moved: true, From: "a", To: "b", FollowMs: f64(-1), UA: true}}}, 0, nil, ""},
+		{"failover within the limit", "linux", failover, Result{StallMs: 15000, LUNs: []LUNResult{{LUN: 0, Moved: true, To: "b", FollowMs: f64(15000), StallMs: 15000}}}, 0, nil, ""},
+		{"failover too slow", "linux", failover, Result{StallMs: 45000, LUNs: []LUNResult{{LUN: 0, Moved: true, To: "b", FollowMs: f64(45000), StallMs: 45000}}}, 0,
+			[]string{"failover stall"}, "fast_io_fail_tmo"},
+		{"no relogin after the port returns", "linux", portUp, Result{StallMs: 10, LUNs: []LUNResult{{LUN: 0}}}, 1, []string{"relogin"}, ""},
+		{"a host that had no session there need not log in", "linux", portUp, Result{StallMs: 10, LUNs: []LUNResult{{LUN: 0}}}, 0, nil, ""},
+		{"no LUNs", "linux", planned, Result{}, 0, nil, ""},
+	} {
+		res := c.res
+		res.Type = c.typ
+		judge(&res, c.st, DefaultLimits().For(c.typ), c.hadP)
+		var got []string
+		for _, f := range res.fails {
+			got = append(got, f.check)
+			if c.advice != "" {
+				assert.Contains(t, f.advice, c.advice, c.name)
+			}
+		}
+		assert.Equal(t, c.checks, got, c.name)
+		if len(c.checks) > 0 {
+			assert.Equal(t, "fail", res.Verdict, c.name)
+		}
+	}
+	assert.True(t, lim.Follow)
+}
+
+// sample is a small report with a pass, a failure and a step that did not
+// apply.
+func sample() *Report {
+	t0 := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	st := []Step{{Index: 0, Name: "paths at the start", Class: ClassDiscovery, Start: t0, End: t0.Add(5 * time.Second)},
+		{Index: 1, Name: "move LUN 0 to b", Class: ClassPlanned, Start: t0.Add(5 * time.Second), End: t0.Add(15 * time.Second),
+			Changes: []Change{{Time: t0.Add(6 * time.Second), LUNs: []uint64{0}, From: "a", To: "b", Cause: "manual", HoldMs: 1.2}}}}
+	rep := &Report{Schedule: "quick", Target: "iqn.2026-11.org.aluad:array", ALUA: "implicit", Nodes: []string{"a", "b"},
+		Start: t0, End: t0.Add(15 * time.Second), Steps: st, TimelineBucket: TimelineBucket,
+		Hosts: []HostReport{{Name: "h1", Type: "linux-dmmp", LUNs: []uint64{0}, Pass: true, Steps: 2, Nodes: map[string]string{"a": "reaches", "b": "reaches"}},
+			{Name: "h<2>", Type: "linux", LUNs: []uint64{0}, Failed: 1, Steps: 2, Nodes: map[string]string{"a": "reaches", "b": "reaches"}},
+			{Name: "h3", Type: "linux", Nodes: map[string]string{"a": "reaches", "b": "none"}}},
+		Timeline: map[string]map[string][]int{"h1": {"a": {5, 5, 0, 0}, "b": {0, 0, 6, 6}}, "h<2>": {"a": {5, 5, 5, 5}, "b": {0, 0, 0, 0}}}}
+	for _, h := range []string{"h1", "h<2>", "h3"} {
+		rep.Results = append(rep.Results, Result{Host: h, Step: 0, Verdict: "pass"})
+	}
+	rep.Results = append(rep.Results,
+		Result{Host: "h1", Step: 1, Type: "linux-dmmp", FollowMs: f64(120), StallMs: 40, RTPG: "yes", Verdict: "pass",
+			LUNs: []LUNResult{{LUN: 0, Moved: true, From: "a", To: "b", FollowMs: f64(120), StallMs: 40, UA: true, RTPG: true, Checks: map[string]int{"6/2A/06": 1}}}},
+		Result{Host: "h<2>", Step: 1, Type: "linux", FollowMs: f64(-1), StallMs: 40, RTPG: "yes", Verdict: "fail", Failures: []string{"follow: x & y"},
+			LUNs: []LUNResult{{LUN: 0, Moved: true, From: "a", To: "b", FollowMs: f64(-1), StallMs: 40, UA: true, RTPG: true}}},
+		Result{Host: "h3", Step: 1, Type: "linux", Verdict: "n/a"})
+	rep.Findings = []Finding{{Host: "h<2>", Type: "linux", Step: 1, StepName: "move LUN 0 to b", Check: "follow",
+		Observed: "LUN 0 moved a -> b; I/O still arrived at a & at the end", Advice: "set failback immediate <or> declare linux-dmmp"}}
+	rep.Array = []Check{{Name: "trace", OK: true, Detail: "0 dropped"}}
+	return rep
+}
+
+// TestJUnitValidates checks the JUnit XML against the schema CI systems
+// read (xmllint --schema) and that its counts say what the report says.
+func TestJUnitValidates(t *testing.T) {
+	var b bytes.Buffer
+	require.NoError(t, WriteJUnit(&b, sample()))
+	checkJUnit(t, b.Bytes(), 3, 1, 1)
+}
+
+// checkJUnit validates doc against testdata/junit.xsd and checks its
+// totals.
+func checkJUnit(t *testing.T, doc []byte, suites, failures, skipped int) {
+	t.Helper()
+	var got junitSuites
+	require.NoError(t, xml.Unmarshal(doc, &got))
+	require.Len(t, got.Suites, suites)
+	f, s, n := 0, 0, 0
+	for _, su := range got.Suites {
+		cf, cs := 0, 0
+		for _, c := range su.Cases {
+			if len(c.Failures) > 0 {
+				cf++
+				for _, x := range c.Failures {
+					assert.NotEmpty(t, x.Body, "a failure carries its advice")
+				}
+			}
+			if c.Skipped != nil {
+				cs++
+			}
+		}
+		assert.Equal(t, su.Failures, cf, su.Name)
+		assert.Equal(t, su.Skipped, cs, su.Name)
+		assert.Equal(t, su.Tests, len(su.Cases), su.Name)
+		f, s, n = f+cf, s+cs, n+len(su.Cases)
+	}
+	assert.Equal(t, failures, f)
+	assert.Equal(t, skipped, s)
+	assert.Equal(t, got.Tests, n)
+	assert.Equal(t, got.Failures, f)
+	xmllint, err := exec.LookPath("xmllint")
+	if err != nil {
+		if os.Getenv("ALUAD_REQUIRE_EXTERNAL") != "" {
+			t.Fatal("ALUAD_REQUIRE_EXTERNAL is set but xmllint (libxml2-utils) is not installed")
+		}
+		t.Log("xmllint not installed: the schema check did not run (scripts/deps.sh installs it)")
+		return
+	}
+	path := t.TempDir() + "/junit.xml"
+	require.NoError(t, os.WriteFile(path, doc, 0o644))
+	out, err := exec.Command(xmllint, "--noout", "--schema", "testdata/junit.xsd", path).CombinedOutput()
+	require.NoError(t, err, "xmllint: %s", out)
+	assert.Contains(t, string(out), "validates")
+}
+
+func TestOutputsEscapeAndSay(t *testing.T) {
+	rep := sample()
+	var h, tab, js bytes.Buffer
+	require.NoError(t, WriteHTML(&h, rep))
+	WriteTable(&tab, rep)
+	require.NoError(t, WriteJSON(&js, rep))
+	page := h.String()
+	assert.Contains(t, page, "h&lt;2&gt;", "host names are escaped")
+	assert.NotContains(t, page, "h<2>")
+	assert.Contains(t, page, `class="card"`)
+	assert.Contains(t, page, "set failback immediate &lt;or&gt; declare linux-dmmp")
+	assert.Equal(t, 2, strings.Count(page, "<svg"), "a chart per host with a timeline")
+	assert.Contains(t, tab.String(), "FAIL: 3 hosts, 1 steps, 1 findings")
+	assert.Contains(t, tab.String(), "-> set failback immediate")
+	assert.Contains(t, js.String(), `"follow_ms": -1`)
+}
