@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -111,6 +112,24 @@ func handle(r Request) Reply {
 	rep := Reply{ID: r.ID}
 	switch r.Op {
 	case "ping":
+	case "clock":
+		rep.Out = strconv.FormatInt(time.Now().UnixNano(), 10)
+	case "sample":
+		// Cmd is the glob, Path the output file, TimeoutMS the interval.
+		every := time.Duration(max(r.TimeoutMS, 1)) * time.Millisecond
+		glob := r.Cmd
+		if glob == "" {
+			glob = "/sys/block/sd*/stat"
+		}
+		if err := startSampler(glob, r.Path, every); err != nil {
+			rep.RC, rep.Err = 1, err.Error()
+		}
+	case "sample-stop":
+		n, err := stopSampler()
+		rep.Out = strconv.Itoa(n)
+		if err != nil {
+			rep.RC, rep.Err = 1, err.Error()
+		}
 	case "write":
 		if err := os.MkdirAll(filepath.Dir(r.Path), 0o755); err != nil {
 			rep.RC, rep.Err = 1, err.Error()

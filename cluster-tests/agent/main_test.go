@@ -1,9 +1,12 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -50,4 +53,56 @@ func TestParseCmdline(t *testing.T) {
 	got := parseCmdline("console=ttyS0 net.ifnames=0 aluad.name=c1 aluad.ip0=10.77.1.100/24 aluad.modules=a,b aluad.flag quiet\n")
 	require.Equal(t, map[string]string{"name": "c1", "ip0": "10.77.1.100/24", "modules": "a,b"}, got)
 	require.Empty(t, parseCmdline(""))
+}
+
+func TestSampler(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{"sda", "sdb"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(dev string, r, w int) {
+		s := fmt.Sprintf("%8d 0 0 0 %8d 0 0 0 0 0 0 0 0 0 0 0 0\n", r, w)
+		if err := os.WriteFile(filepath.Join(dir, dev, "stat"), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("sda", 1, 2)
+	write("sdb", 5, 0)
+	out := filepath.Join(dir, "samples")
+	if err := startSampler(filepath.Join(dir, "sd*", "stat"), out, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := startSampler(filepath.Join(dir, "sd*", "stat"), out, time.Millisecond); err == nil {
+		t.Fatal("a second sampler started")
+	}
+	time.Sleep(20 * time.Millisecond)
+	write("sda", 3, 2)
+	time.Sleep(20 * time.Millisecond)
+	n, err := stopSampler()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(out)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if n != 3 || len(lines) != 3 {
+		t.Fatalf("want 3 lines (sda, sdb, sda again), got %d: %q", n, lines)
+	}
+	var last string
+	for _, l := range lines {
+		f := strings.Fields(l)
+		if len(f) != 4 {
+			t.Fatalf("line %q", l)
+		}
+		if f[1] == "sda" {
+			last = f[2] + " " + f[3]
+		}
+	}
+	if last != "3 2" {
+		t.Fatalf("sda's last counts: %q", last)
+	}
+	if _, err := stopSampler(); err == nil {
+		t.Fatal("stopped a sampler twice")
+	}
 }

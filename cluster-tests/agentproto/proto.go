@@ -9,7 +9,12 @@ package agentproto
 type Request struct {
 	ID int64 `json:"id"`
 	// Op: "sh" (default) runs Cmd with /bin/sh -c; "write" writes Data to
-	// Path; "ping" answers at once.
+	// Path; "ping" answers at once; "clock" answers the guest's time (Unix
+	// ns) in Out; "sample" starts writing to Path, every TimeoutMS, the
+	// completed reads and writes of the block devices whose stat files
+	// match the glob Cmd (/sys/block/sd*/stat when empty), a line
+	// "UNIX_NS DEV READS WRITES" when they change; "sample-stop" ends it
+	// (Out: the lines written).
 	Op        string `json:"op,omitempty"`
 	Cmd       string `json:"cmd,omitempty"`
 	Path      string `json:"path,omitempty"`

@@ -73,6 +73,14 @@ func (r *Results) Markdown() string {
 				f.Stop.Round(time.Microsecond), ua, uaSw, sw)
 		}
 	}
+	if len(r.Qualify) > 0 {
+		b.WriteString("\n## aluad qualify against the guests' own measurements\n\nArray side: qualify's command trace. Guest side: fio's per-I/O completion log (stall) and the guest's per-path disk counters sampled every 10 ms (follow), moved onto the lab's clock by the guest's measured clock offset; `multipath -ll` at the end of each step. Agreement: within 20% or 100 ms, whichever is larger.\n\n")
+		b.WriteString("| client | step | LUN | stall array / guest | follow array / guest | multipath -ll on the owner | agree |\n|---|---|---|---|---|---|---|\n")
+		for _, a := range r.Qualify {
+			fmt.Fprintf(&b, "| %s | %d %s | %d | %.0f / %.0f ms | %s / %s | %s | %v |\n", a.Host, a.Step, a.Name, a.LUN, a.ArrayStall, a.GuestStall,
+				fptr(a.ArrayFollow), fptr(a.GuestFollow), bptr(a.MultipathFollows), a.StallOK && a.FollowOK && a.VerdictOK)
+		}
+	}
 	b.WriteString("\n## Checks\n\n")
 	for _, c := range r.Checks {
 		mark := "ok  "

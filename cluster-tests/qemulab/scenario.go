@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aluad/aluad/pkg/api"
+	"github.com/aluad/aluad/pkg/qualify"
 )
 
 // ClientSpec is one client guest: its multipath stack and configuration,
@@ -49,6 +50,10 @@ type Scenario struct {
 	// the clients' I/O arrives for its follow and ship windows; the
 	// reports and owners at the end are judged).
 	Steps []string
+	// Qualify, instead of Steps, runs aluad qualify's built-in schedule
+	// of that name against the clients and checks it against the guests'
+	// own measurements (qualify.go).
+	Qualify string
 }
 
 var (
@@ -109,6 +114,11 @@ var Scenarios = map[string]Scenario{
 	// client is measured but judged only alone ("libiscsi"): with five
 	// TCG guests on two cores its multipathd checker starves (it logs
 	// "path checkers took longer than 99 seconds").
+	// qualify: aluad qualify's quick schedule against dm-multipath declared
+	// linux (failback immediate) and linux-dmmp, and failback followover:
+	// its array-side figures against the guests' own, its verdicts
+	// against multipath -ll.
+	"qualify": {Name: "qualify", Clients: []ClientSpec{cALUA, cALUADMMP, cFollowover}, Qualify: "quick"},
 	"full": {Name: "full", Clients: []ClientSpec{cDefaultsDMMP, cDefaultsANO, cALUA, cFollowover, cLibISCSIShared},
 		Steps: []string{"move", "rebalance", "failover", "failback"}},
 }
@@ -146,9 +156,13 @@ type ClientResult struct {
 	// KernelPathErrors: kernel log lines of I/O errors on a path (sdX):
 	// dm-multipath retried those on another path. KernelDMErrors: on the
 	// multipath device itself: the application saw them.
-	KernelPathErrors int      `json:"kernel_path_errors"`
-	KernelDMErrors   int      `json:"kernel_dm_errors"`
-	Problems         []string `json:"problems,omitempty"`
+	KernelPathErrors int `json:"kernel_path_errors"`
+	// ClockOffset is the guest's clock minus the lab's (qualify scenario),
+	// ClockRTT the round trip it was measured with.
+	ClockOffset    time.Duration `json:"clock_offset_ns,omitempty"`
+	ClockRTT       time.Duration `json:"clock_rtt_ns,omitempty"`
+	KernelDMErrors int           `json:"kernel_dm_errors"`
+	Problems       []string      `json:"problems,omitempty"`
 
 	vm    *VM
 	disks map[string]DiskPath // dev -> portal, LUN
@@ -192,6 +206,8 @@ type Results struct {
 	Pass     bool            `json:"pass"`
 	// Polling: how often the array's counters were actually read.
 	Polling PollStats `json:"polling"`
+	// Qualify: the qualify scenario's figures against the guests' own.
+	Qualify []QualifyAgreement `json:"qualify,omitempty"`
 }
 
 func (r *Results) check(name string, ok bool, format string, a ...any) {
@@ -222,6 +238,10 @@ type lab struct {
 	initr string
 	// down is the node a power-loss step took down (restart brings it back).
 	down string
+	// qrep is aluad qualify's report (qualify scenario), mpll each
+	// client's `multipath -ll` after each of its steps.
+	qrep *qualify.Report
+	mpll map[string]map[int]string
 }
 
 // Run runs a scenario and writes its results to opt.Out.
@@ -385,6 +405,9 @@ func (l *lab) run(ctx context.Context) error {
 		return ctx.Err()
 	}
 	var stepErr error
+	if sc.Qualify != "" {
+		stepErr = l.qualifyRun(ctx)
+	}
 	for _, name := range sc.Steps {
 		st, err := l.step(ctx, name)
 		l.res.Steps = append(l.res.Steps, st)
@@ -394,15 +417,26 @@ func (l *lab) run(ctx context.Context) error {
 			break
 		}
 	}
+	views := map[string]*guestView{}
 	for _, c := range l.res.Clients {
 		if err := l.finish(ctx, c); err != nil && stepErr == nil {
 			stepErr = err
+		}
+		if sc.Qualify != "" {
+			v, err := l.collectGuest(ctx, c)
+			if err != nil && stepErr == nil {
+				stepErr = err
+			}
+			views[c.Spec.Name] = v
 		}
 		l.res.check(c.Spec.Name+": zero I/O errors at the application (fio)", c.FioErrors == 0 && c.KernelDMErrors == 0 && c.FioIOs > 0,
 			"%d I/Os, %d fio errors, %d errors on the multipath device, %d path errors retried by dm-multipath",
 			c.FioIOs, c.FioErrors, c.KernelDMErrors, c.KernelPathErrors)
 	}
 	l.judge()
+	if sc.Qualify != "" {
+		l.judgeQualify(views)
+	}
 	return stepErr
 }
 
@@ -596,8 +630,14 @@ func (l *lab) startFio(ctx context.Context, c *ClientResult) error {
 			}
 		}
 	}
+	// The qualify scenario keeps every I/O's completion time (Unix ms):
+	// the guest's own stalls.
+	latLog := ""
+	if l.opt.Scenario.Qualify != "" {
+		latLog = "--write_lat_log=/tmp/lat --log_avg_msec=0 --log_unix_epoch=1 "
+	}
 	cmd := "fio --output-format=json --output=/tmp/fio.json --ioengine=libaio --direct=1 --rw=randrw --rwmixread=70 " +
-		"--bs=4k --iodepth=2 --rate_iops=70,30 --time_based --runtime=3600 " + strings.Join(jobs, " ") +
+		"--bs=4k --iodepth=2 --rate_iops=70,30 --time_based --runtime=3600 " + latLog + strings.Join(jobs, " ") +
 		" >/tmp/fio.log 2>&1 & echo $! >/tmp/fio.pid"
 	_, err := c.vm.Sh(ctx, 30*time.Second, cmd)
 	return err

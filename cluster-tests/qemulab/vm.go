@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -277,4 +278,53 @@ func tail(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// ClockOffset estimates the guest's clock minus the lab's from n "clock"
+// requests: the one with the shortest round trip, its guest time taken
+// as the middle of the trip. It returns the offset and that round trip
+// (the offset's uncertainty is half of it).
+func (v *VM) ClockOffset(ctx context.Context, n int) (time.Duration, time.Duration, error) {
+	best := time.Duration(-1)
+	var off time.Duration
+	for i := 0; i < n; i++ {
+		t0 := time.Now()
+		rep, err := v.do(ctx, request{Op: "clock"})
+		t1 := time.Now()
+		if err != nil {
+			return 0, 0, err
+		}
+		ns, err := strconv.ParseInt(strings.TrimSpace(rep.Out), 10, 64)
+		if err != nil || rep.RC != 0 {
+			return 0, 0, fmt.Errorf("%s: clock: %q %s", v.Spec.Name, rep.Out, rep.Err)
+		}
+		if rtt := t1.Sub(t0); best < 0 || rtt < best {
+			best = rtt
+			off = time.Unix(0, ns).Sub(t0.Add(rtt / 2))
+		}
+	}
+	return off, best, nil
+}
+
+// StartSampler starts the guest's sampler of its SCSI disks' completed
+// I/O (every interval, into path).
+func (v *VM) StartSampler(ctx context.Context, path string, every time.Duration) error {
+	rep, err := v.do(ctx, request{Op: "sample", Path: path, TimeoutMS: every.Milliseconds()})
+	if err == nil && rep.RC != 0 {
+		err = fmt.Errorf("%s: sample: %s", v.Spec.Name, rep.Err)
+	}
+	return err
+}
+
+// StopSampler stops it and returns the lines it wrote.
+func (v *VM) StopSampler(ctx context.Context) (int, error) {
+	rep, err := v.do(ctx, request{Op: "sample-stop"})
+	if err != nil {
+		return 0, err
+	}
+	if rep.RC != 0 {
+		return 0, fmt.Errorf("%s: sample-stop: %s", v.Spec.Name, rep.Err)
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(rep.Out))
+	return n, nil
 }

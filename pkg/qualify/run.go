@@ -31,6 +31,9 @@ type Options struct {
 	TTY      bool
 	// Poll is how often the trace and the feed are read (200 ms).
 	Poll time.Duration
+	// AfterStep, if set, is called after each step ends and before the
+	// next begins (a lab snapshots its hosts' own view there).
+	AfterStep func(Step)
 }
 
 // baseline is how much I/O before the first step tells which LUNs each
@@ -135,6 +138,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		err := p.run(ctx, &s)
 		s.End = time.Now()
 		r.rep.Steps = append(r.rep.Steps, s)
+		if o.AfterStep != nil {
+			o.AfterStep(s)
+		}
 		if err != nil {
 			runErr = fmt.Errorf("step %d (%s): %w", s.Index, s.Name, err)
 			break

@@ -70,17 +70,21 @@ var allowed = map[string][]string{
 	"pkg/lab": {"pkg/alua", "pkg/api", "pkg/array", "pkg/config", "pkg/control", "pkg/daemon", "pkg/hosts", "pkg/initiator",
 		"pkg/units"},
 	"pkg/stress": {"pkg/alua", "pkg/api", "pkg/array", "pkg/config", "pkg/daemon", "pkg/initiator", "pkg/iscsi"},
+	// Host qualification: an API client of a running array, as an
+	// administrator's tool is.
+	"pkg/qualify": {"pkg/alua", "pkg/api"},
 	// One controller of a cluster: a daemon for its node, wired to etcd
 	// and the interlink; the leader runs the ownership core on its
 	// control path.
 	"pkg/controller": {"pkg/alua", "ownership", "pkg/api", "pkg/array", "pkg/cache", "pkg/cluster", "pkg/config", "pkg/control",
 		"pkg/daemon", "pkg/interlink"},
-	"cmd/aluad": {"ownership", "pkg/api", "pkg/array", "pkg/cluster", "pkg/config", "pkg/controller", "pkg/daemon", "pkg/lab", "pkg/reports", "pkg/sim",
+	"cmd/aluad": {"ownership", "pkg/api", "pkg/array", "pkg/cluster", "pkg/config", "pkg/controller", "pkg/daemon", "pkg/lab", "pkg/qualify", "pkg/reports", "pkg/sim",
 		"pkg/stress"},
-	// The QEMU lab talks to the array through the API only.
+	// The QEMU lab talks to the array through the API only (qualify is
+	// an API client).
 	"cluster-tests/agentproto":    nil,
 	"cluster-tests/agent":         {"cluster-tests/agentproto"},
-	"cluster-tests/qemulab":       {"cluster-tests/agentproto", "pkg/api"},
+	"cluster-tests/qemulab":       {"cluster-tests/agentproto", "pkg/api", "pkg/qualify"},
 	"cluster-tests/cmd/qemulab":   {"cluster-tests/qemulab"},
 	"cluster-tests/cmd/qemu-boot": {"cluster-tests/qemulab"},
 	// Independent checks and benchmarks.

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The sampler is the guest's own view of where its I/O goes, for the
+// lab to compare with the array's: every interval it reads the completed
+// reads and writes of each block device matching a glob
+// (/sys/block/sd*/stat: one per path of a multipath device) and writes a
+// line "UNIX_NS DEV READS WRITES" to a file whenever a device's counts
+// changed. Times are the guest's clock; the lab measures its offset with
+// the "clock" op.
+type sampler struct {
+	stop chan struct{}
+	done chan struct{}
+	n    int
+	err  error
+}
+
+var sampling struct {
+	sync.Mutex
+	s *sampler
+}
+
+// statCounts reads the completed reads and writes of a block device's
+// stat file (Documentation/block/stat.rst: fields 1 and 5).
+func statCounts(b []byte) (reads, writes uint64, ok bool) {
+	f := strings.Fields(string(b))
+	if len(f) < 5 {
+		return 0, 0, false
+	}
+	r, err1 := strconv.ParseUint(f[0], 10, 64)
+	w, err2 := strconv.ParseUint(f[4], 10, 64)
+	return r, w, err1 == nil && err2 == nil
+}
+
+// devName is the device a stat path belongs to (/sys/block/sdb/stat: sdb).
+func devName(path string) string { return filepath.Base(filepath.Dir(path)) }
+
+func startSampler(glob, out string, every time.Duration) error {
+	sampling.Lock()
+	defer sampling.Unlock()
+	if sampling.s != nil {
+		return fmt.Errorf("a sampler is already running")
+	}
+	f, err := os.Create(out)
+	if err != nil {
+		return err
+	}
+	s := &sampler{stop: make(chan struct{}), done: make(chan struct{})}
+	sampling.s = s
+	go func() {
+		defer close(s.done)
+		w := bufio.NewWriterSize(f, 1<<16)
+		last := map[string][2]uint64{}
+		var paths []string
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for i := 0; ; i++ {
+			if i%100 == 0 {
+				paths, _ = filepath.Glob(glob)
+			}
+			now := time.Now().UnixNano()
+			for _, p := range paths {
+				b, err := os.ReadFile(p)
+				if err != nil {
+					continue
+				}
+				r, wr, ok := statCounts(b)
+				dev := devName(p)
+				if !ok || last[dev] == [2]uint64{r, wr} {
+					continue
+				}
+				last[dev] = [2]uint64{r, wr}
+				fmt.Fprintf(w, "%d %s %d %d\n", now, dev, r, wr)
+				s.n++
+			}
+			select {
+			case <-s.stop:
+				s.err = w.Flush()
+				if cerr := f.Close(); s.err == nil {
+					s.err = cerr
+				}
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return nil
+}
+
+// stopSampler ends the sampler and returns how many lines it wrote.
+func stopSampler() (int, error) {
+	sampling.Lock()
+	s := sampling.s
+	sampling.s = nil
+	sampling.Unlock()
+	if s == nil {
+		return 0, fmt.Errorf("no sampler is running")
+	}
+	close(s.stop)
+	<-s.done
+	return s.n, s.err
+}
