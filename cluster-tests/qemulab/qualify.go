@@ -284,6 +284,9 @@ func (l *lab) judgeQualify(views map[string]*guestView) {
 	}
 	l.res.check("qualify ran the whole schedule", len(rep.Steps) > 1 && rep.Steps[len(rep.Steps)-1].End.After(rep.Steps[len(rep.Steps)-1].Start),
 		"%d steps", len(rep.Steps)-1)
+	// qualify's times are the array's clock; the guests' were moved onto
+	// the lab's.
+	onLab := func(t time.Time) time.Time { return t.Add(-l.arr.ClockOffset) }
 	for _, c := range l.res.Clients {
 		g := views[c.Spec.Name]
 		if g == nil {
@@ -298,13 +301,13 @@ func (l *lab) judgeQualify(views map[string]*guestView) {
 			st := rep.Steps[res.Step]
 			for _, lr := range res.LUNs {
 				a := QualifyAgreement{Host: c.Spec.Name, LUN: lr.LUN, Step: st.Index, Name: st.Name, ArrayStall: lr.StallMs,
-					GuestStall: float64(gapIn(g.done[lr.LUN], st.Start, st.End).Microseconds()) / 1000}
+					GuestStall: float64(gapIn(g.done[lr.LUN], onLab(st.Start), onLab(st.End)).Microseconds()) / 1000}
 				a.StallOK = within(a.ArrayStall, a.GuestStall)
 				a.FollowOK, a.VerdictOK = true, true
 				if lr.Moved {
 					a.ArrayFollow = lr.FollowMs
 					v := -1.0
-					if d, ok := g.guestFollow(c, lr.LUN, lr.To, lr.MovedAt, st.End); ok {
+					if d, ok := g.guestFollow(c, lr.LUN, lr.To, onLab(lr.MovedAt), onLab(st.End)); ok {
 						v = float64(d.Microseconds()) / 1000
 					}
 					a.GuestFollow = &v

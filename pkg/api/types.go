@@ -53,6 +53,10 @@ type StatusInfo struct {
 	UnknownInitiators string `json:"unknown_initiators_policy"`
 	// State is the state directory's health (nil: no state kept).
 	State *StateInfo `json:"state,omitempty"`
+	// Controller names the node this API's process serves when the
+	// controllers run as processes of their own (aluad controller): its
+	// views and trace are that node's only. Empty for the embedded array.
+	Controller string `json:"controller,omitempty"`
 }
 
 // NodeInfo is one storage node.
@@ -479,6 +483,10 @@ type TraceReply struct {
 	NextNote   uint64        `json:"next_note"`
 	// Lost counts rows the array's bounded trace dropped before a read.
 	Lost uint64 `json:"lost"`
+	// Started is when the trace was turned on (Unix ns): when it changes
+	// between two reads, the trace was stopped and started again (by
+	// DELETE, or a minute unread) and the cursors start from 0.
+	Started int64 `json:"started"`
 }
 
 // TraceNexus names the path of a trace row.

@@ -177,7 +177,7 @@ func New(cfg config.Config, opt Options) (*Daemon, error) {
 	d := &Daemon{Array: arr, SCSI: srv, fabricCfg: cfg.Fabric, log: opt.Logger, clock: opt.Clock, now: now, done: make(chan struct{}),
 		mover: opt.Mover, faults: opt.Faults}
 	d.Events = api.NewEventLog(opt.EventCapacity, now, opt.OnEvent)
-	d.View = &mgmt.View{Array: arr, SCSI: srv, Now: now, Events: d.Events.Since, Portals: d.Portals,
+	d.View = &mgmt.View{Array: arr, SCSI: srv, Now: now, Events: d.Events.Since, Portals: d.Portals, Controller: opt.Local,
 		FrontEnd: func() mgmt.FrontEnd {
 			if d.fabric == nil {
 				return nil

@@ -33,6 +33,9 @@ type View struct {
 	State   func() *api.StateInfo
 	Metrics *Metrics
 	Now     func() time.Time
+	// Controller is the node this process serves when the controllers
+	// run as processes (empty: the embedded array, every node here).
+	Controller string
 }
 
 // FrontEnd is what the views read of the front end.
@@ -297,6 +300,7 @@ func (vw *View) Status() api.StatusInfo {
 		st.Access = "mapped"
 	}
 	st.State = vw.State()
+	st.Controller = vw.Controller
 	return st
 }
 
@@ -554,7 +558,7 @@ func (vw *View) Trace(bucket, note uint64) api.TraceReply {
 		}()
 	}
 	r, _ := vw.SCSI.TraceSince(bucket, note)
-	out := api.TraceReply{BucketNs: int64(r.Bucket), NextBucket: r.NextBucket, NextNote: r.NextNote, Lost: r.Lost,
+	out := api.TraceReply{BucketNs: int64(r.Bucket), NextBucket: r.NextBucket, NextNote: r.NextNote, Lost: r.Lost, Started: r.Started,
 		Buckets: make([]api.TraceBucket, 0, len(r.Buckets)), Notes: make([]api.TraceNote, 0, len(r.Notes))}
 	names := map[scsi.Nexus]api.TraceNexus{}
 	nexus := func(n scsi.Nexus) api.TraceNexus {

@@ -1,6 +1,7 @@
 package qualify
 
 import (
+	"fmt"
 	"slices"
 	"sort"
 	"time"
@@ -88,10 +89,13 @@ func (r *runner) analyse(hosts map[string]HostReport) {
 		}
 	}
 	r.col.mu.Lock()
-	lost := r.col.lost
+	lost, restarts := r.col.lost+r.col.lostBefore, r.col.restarts
 	r.col.mu.Unlock()
-	rep.Array = append(rep.Array, Check{Name: "the array's trace kept every command", OK: lost == 0,
-		Detail: plural(int(lost), "trace row") + " dropped"})
+	detail := plural(int(lost), "trace row") + " dropped"
+	if restarts > 0 {
+		detail += fmt.Sprintf("; the trace was turned off and on %s during the run (DELETE /v1/trace): what it held then is missing", plural(restarts, "time"))
+	}
+	rep.Array = append(rep.Array, Check{Name: "the array's trace kept every command", OK: lost == 0 && restarts == 0, Detail: detail})
 	for _, c := range rep.Array {
 		rep.Pass = rep.Pass && c.OK
 	}

@@ -20,7 +20,6 @@ type Source interface {
 	Inject(f api.Fault) (api.FaultResult, error)
 	Events(seq uint64) (api.EventsReply, error)
 	Trace(bucket, note uint64) (api.TraceReply, error)
-	StopTrace() error
 }
 
 // slot is one host's commands to one LUN through one node in one trace
@@ -55,6 +54,12 @@ type collector struct {
 	polled  time.Time
 	// the cursors of the trace's buckets and notes and of the feed
 	curB, curN, curE uint64
+	// started is the trace's start; restarts counts the times it changed
+	// (the trace was turned off and on by someone else), lostBefore the
+	// rows lost in the traces before.
+	started    int64
+	restarts   int
+	lostBefore uint64
 
 	stop context.CancelFunc
 	done chan struct{}
@@ -113,6 +118,16 @@ func (c *collector) poll() {
 	if err != nil {
 		return
 	}
+	if c.started != 0 && tr.Started != c.started {
+		// The trace was stopped and started again (another reader's
+		// DELETE): what it held is gone; read the new one from 0.
+		c.restarts++
+		c.curB, c.curN = 0, 0
+		c.started = tr.Started
+		c.lostBefore += c.lost
+		return
+	}
+	c.started = tr.Started
 	c.polled = t0
 	c.bucket = time.Duration(tr.BucketNs)
 	c.lost = tr.Lost
@@ -171,11 +186,12 @@ func (c *collector) setCursor(b, n, e uint64) {
 	}
 }
 
-// close stops polling after a last read.
+// close stops polling after a last read. The trace is left on: another
+// run may be reading it; the array turns it off a minute after the last
+// read.
 func (c *collector) close() {
 	c.stop()
 	<-c.done
-	_ = c.src.StopTrace()
 }
 
 // sync waits until a poll has read everything up to now (plus a bucket).

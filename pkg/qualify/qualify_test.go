@@ -2,13 +2,16 @@ package qualify
 
 import (
 	"bytes"
+	"context"
 	"encoding/xml"
+	"errors"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -296,4 +299,52 @@ func TestOutputsEscapeAndSay(t *testing.T) {
 	assert.Contains(t, tab.String(), "FAIL: 3 hosts, 1 steps, 1 findings")
 	assert.Contains(t, tab.String(), "-> set failback immediate")
 	assert.Contains(t, js.String(), `"follow_ms": -1`)
+}
+
+// fakeSource is an array's API with canned answers, for the refusals.
+type fakeSource struct {
+	st    api.StatusInfo
+	hosts []api.HostInfo
+}
+
+func (f *fakeSource) Status() (api.StatusInfo, error) { return f.st, nil }
+func (f *fakeSource) LUNs() ([]api.LUNInfo, error) {
+	return []api.LUNInfo{{ID: 0, Owner: "a", Preferred: "a"}}, nil
+}
+func (f *fakeSource) Hosts() ([]api.HostInfo, error)               { return f.hosts, nil }
+func (f *fakeSource) Move(uint64, string) (*api.ChangeInfo, error) { return nil, errors.New("no") }
+func (f *fakeSource) Rebalance() (api.RebalanceReply, error)       { return api.RebalanceReply{}, nil }
+func (f *fakeSource) Inject(api.Fault) (api.FaultResult, error)    { return api.FaultResult{}, nil }
+func (f *fakeSource) Events(uint64) (api.EventsReply, error)       { return api.EventsReply{}, nil }
+func (f *fakeSource) Trace(uint64, uint64) (api.TraceReply, error) {
+	return api.TraceReply{BucketNs: 1e7}, nil
+}
+func (f *fakeSource) StopTrace() error { return nil }
+
+func TestRunRefuses(t *testing.T) {
+	two := []api.NodeInfo{{Name: "a"}, {Name: "b"}}
+	s, err := LoadBuiltin("quick")
+	require.NoError(t, err)
+	for _, c := range []struct {
+		name string
+		src  *fakeSource
+		want string
+	}{
+		{"a controller process", &fakeSource{st: api.StatusInfo{Nodes: two, Controller: "a"}}, "controller a's"},
+		{"one node", &fakeSource{st: api.StatusInfo{Nodes: two[:1]}}, "fewer than two nodes"},
+		{"nobody logged in", &fakeSource{st: api.StatusInfo{Nodes: two}}, "no host logged in"},
+		{"a declared host without a session", &fakeSource{st: api.StatusInfo{Nodes: two},
+			hosts: []api.HostInfo{{Name: "h1", Declared: true}}}, "h1: no session"},
+		{"a host with no I/O", &fakeSource{st: api.StatusInfo{Nodes: two},
+			hosts: []api.HostInfo{{Name: "h1", Declared: true, Sessions: 2}}}, "h1: logged in, no I/O"},
+	} {
+		rep, err := Run(context.Background(), Options{Source: c.src, Schedule: s, Wait: 300 * time.Millisecond, Poll: 50 * time.Millisecond})
+		assert.Nil(t, rep, c.name)
+		if assert.Error(t, err, c.name) {
+			assert.Contains(t, err.Error(), c.want, c.name)
+		}
+	}
+	_, err = Run(context.Background(), Options{Source: &fakeSource{st: api.StatusInfo{Nodes: two}}, Schedule: s, Hosts: []string{"h9"},
+		Wait: 300 * time.Millisecond})
+	assert.ErrorContains(t, err, "h9: not known to the array")
 }

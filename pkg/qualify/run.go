@@ -61,6 +61,8 @@ type runner struct {
 	luns   []uint64
 	active map[string][]uint64
 	prog   *progress
+	// offset is the array's clock minus ours.
+	offset time.Duration
 	// start is each port's sessions per host once the hosts are ready.
 	start map[string]map[string]int
 }
@@ -86,7 +88,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("qualify: the array's status: %w", err)
 	}
-	r.rep = &Report{Schedule: o.Schedule.Name, Target: st.Target, ALUA: st.ALUA, Start: time.Now()}
+	if st.Controller != "" {
+		return nil, fmt.Errorf("qualify: this API is controller %s's, one process of an array of controllers as processes: "+
+			"it sees only its own node's ports and faults; qualify needs the embedded array (aluad serve), whose API covers every node", st.Controller)
+	}
+	// Times are the array's: its trace and feed are stamped by its clock.
+	r.offset = clockOffset(r.src)
+	r.rep = &Report{Schedule: o.Schedule.Name, Target: st.Target, ALUA: st.ALUA, Start: r.now()}
 	for _, n := range st.Nodes {
 		r.nodes = append(r.nodes, n.Name)
 		for _, p := range n.Ports {
@@ -107,7 +115,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	// The owners now, and the feed's changes from now on, give each LUN's
 	// owner at any time of the run.
-	r.owner0, r.t0 = maps.Clone(r.owner), time.Now()
+	r.owner0, r.t0 = maps.Clone(r.owner), r.now()
 	defer r.col.close()
 	hostTypes, err := r.waitHosts(ctx)
 	if err != nil {
@@ -128,15 +136,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r.prog = newProgress(o.Progress, o.TTY, len(plan)+1)
 	defer r.prog.stop()
 	// Step 0: what the hosts reach at the start.
-	disc := Step{Index: 0, Event: "discovery", Name: "paths at the start", Class: ClassDiscovery, Start: time.Now().Add(-baseline)}
-	disc.End = time.Now()
+	disc := Step{Index: 0, Event: "discovery", Name: "paths at the start", Class: ClassDiscovery, Start: r.now().Add(-baseline)}
+	disc.End = r.now()
 	r.rep.Steps = append(r.rep.Steps, disc)
 	var runErr error
 	for i, p := range plan {
 		r.prog.set(i+1, p.name)
-		s := Step{Index: i + 1, Event: p.event, Name: p.name, Class: p.class, Start: time.Now()}
+		s := Step{Index: i + 1, Event: p.event, Name: p.name, Class: p.class, Start: r.now()}
 		err := p.run(ctx, &s)
-		s.End = time.Now()
+		s.End = r.now()
 		r.rep.Steps = append(r.rep.Steps, s)
 		if o.AfterStep != nil {
 			o.AfterStep(s)
@@ -148,7 +156,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	r.prog.set(len(plan)+1, "analysing")
 	r.col.sync(context.Background())
-	r.rep.End = time.Now()
+	r.rep.End = r.now()
 	r.analyse(hostTypes)
 	return r.rep, runErr
 }
@@ -192,7 +200,7 @@ func (r *runner) waitHosts(ctx context.Context) (map[string]HostReport, error) {
 				}
 			}
 		}
-		recent := r.col.activity(time.Now().Add(-2*time.Second), time.Now().Add(time.Second))
+		recent := r.col.activity(r.now().Add(-2*time.Second), r.now().Add(time.Second))
 		missing = missing[:0]
 		got := map[string]HostReport{}
 		for _, name := range want {
@@ -208,8 +216,8 @@ func (r *runner) waitHosts(ctx context.Context) (map[string]HostReport, error) {
 				got[name] = HostReport{Name: name, Type: hs[i].Type, Nodes: hs[i].Nodes}
 			}
 		}
-		if len(want) > 0 && len(missing) == 0 && time.Since(r.rep.Start) >= baseline {
-			r.active = r.col.activity(time.Now().Add(-baseline), time.Now().Add(time.Second))
+		if len(want) > 0 && len(missing) == 0 && r.now().Sub(r.rep.Start) >= baseline {
+			r.active = r.col.activity(r.now().Add(-baseline), r.now().Add(time.Second))
 			for name, h := range got {
 				h.LUNs = r.active[name]
 				got[name] = h
@@ -387,7 +395,7 @@ func (r *runner) pickPorts(v string) ([]string, error) {
 }
 
 func (r *runner) mark(st *Step, format string, a ...any) {
-	st.Marks = append(st.Marks, Mark{Time: time.Now(), Label: fmt.Sprintf(format, a...)})
+	st.Marks = append(st.Marks, Mark{Time: r.now(), Label: fmt.Sprintf(format, a...)})
 }
 
 func (r *runner) settle(ctx context.Context) error {
@@ -571,7 +579,7 @@ func (r *runner) fail(node, kind string, down time.Duration) func(context.Contex
 			return true
 		})
 		r.waitResumed(ctx, st.Start, r.o.Schedule.Follow)
-		if rest := down - time.Since(st.Start); rest > 0 && !sleepCtx(ctx, rest) {
+		if rest := down - r.now().Sub(st.Start); rest > 0 && !sleepCtx(ctx, rest) {
 			return ctx.Err()
 		}
 		return r.settle(ctx)
@@ -738,7 +746,7 @@ func (r *runner) waitResumed(ctx context.Context, since time.Time, limit time.Du
 func (r *runner) waitFollow(ctx context.Context, st *Step) {
 	deadline := time.Now().Add(r.o.Schedule.Follow)
 	for {
-		if r.following(time.Now().Add(-time.Second)) {
+		if r.following(r.now().Add(-time.Second)) {
 			return
 		}
 		if time.Now().After(deadline) || !sleepCtx(ctx, 200*time.Millisecond) {
@@ -779,4 +787,25 @@ func sortedHosts[V any](m map[string]V) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+func (r *runner) now() time.Time { return time.Now().Add(r.offset) }
+
+// clockOffset estimates the array's clock minus ours from its status's
+// time, over the quickest of five round trips (0 if it gives none).
+func clockOffset(src Source) time.Duration {
+	best := time.Duration(-1)
+	var off time.Duration
+	for i := 0; i < 5; i++ {
+		t0 := time.Now()
+		st, err := src.Status()
+		rtt := time.Since(t0)
+		if err != nil || st.Time.IsZero() {
+			return 0
+		}
+		if best < 0 || rtt < best {
+			best, off = rtt, st.Time.Sub(t0.Add(rtt/2))
+		}
+	}
+	return off
 }

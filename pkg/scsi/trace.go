@@ -53,6 +53,10 @@ type TraceRead struct {
 	NextNote   uint64
 	Lost       uint64
 	Bucket     time.Duration
+	// Started is when this trace was turned on (Unix ns): a reader that
+	// sees it change knows the trace was stopped and started again, and
+	// that its cursors no longer apply.
+	Started int64
 }
 
 type traceKey struct {
@@ -74,6 +78,7 @@ type trace struct {
 	lost                 uint64
 	max                  int
 	lastRead             atomic.Int64
+	started              int64
 }
 
 // traceMax bounds each log: at 10 ms buckets this is minutes of a busy
@@ -86,8 +91,8 @@ func (s *Server) StartTrace(bucket time.Duration) {
 	if bucket <= 0 {
 		bucket = 10 * time.Millisecond
 	}
-	t := &trace{bucket: int64(bucket), cur: map[traceKey]*TraceBucket{}, max: traceMax}
-	t.lastRead.Store(s.now().UnixNano())
+	t := &trace{bucket: int64(bucket), cur: map[traceKey]*TraceBucket{}, max: traceMax, started: s.now().UnixNano()}
+	t.lastRead.Store(t.started)
 	s.trace.CompareAndSwap(nil, t)
 }
 
@@ -118,7 +123,7 @@ func (s *Server) TraceSince(fromB, fromN uint64) (TraceRead, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.advance(now / t.bucket)
-	r := TraceRead{Bucket: time.Duration(t.bucket), Lost: t.lost}
+	r := TraceRead{Bucket: time.Duration(t.bucket), Lost: t.lost, Started: t.started}
 	if fromB < t.closedBase {
 		fromB = t.closedBase
 	}
