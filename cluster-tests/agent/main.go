@@ -115,11 +115,12 @@ func handle(r Request) Reply {
 	case "clock":
 		rep.Out = strconv.FormatInt(time.Now().UnixNano(), 10)
 	case "sample":
-		// Cmd is the glob, Path the output file, TimeoutMS the interval.
+		// Cmd is the globs (space-separated), Path the output file,
+		// TimeoutMS the interval.
 		every := time.Duration(max(r.TimeoutMS, 1)) * time.Millisecond
 		glob := r.Cmd
 		if glob == "" {
-			glob = "/sys/block/sd*/stat"
+			glob = "/sys/block/sd*/stat /sys/block/dm-*/stat"
 		}
 		if err := startSampler(glob, r.Path, every); err != nil {
 			rep.RC, rep.Err = 1, err.Error()

@@ -92,11 +92,11 @@ func TestSampler(t *testing.T) {
 	var last string
 	for _, l := range lines {
 		f := strings.Fields(l)
-		if len(f) != 4 {
-			t.Fatalf("line %q", l)
+		if len(f) != 5 || f[1] >= f[0] {
+			t.Fatalf("line %q: want NS PREV_NS DEV READS WRITES, PREV_NS before NS", l)
 		}
-		if f[1] == "sda" {
-			last = f[2] + " " + f[3]
+		if f[2] == "sda" {
+			last = f[3] + " " + f[4]
 		}
 	}
 	if last != "3 2" {

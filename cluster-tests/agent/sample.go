@@ -13,11 +13,14 @@ import (
 
 // The sampler is the guest's own view of where its I/O goes, for the
 // lab to compare with the array's: every interval it reads the completed
-// reads and writes of each block device matching a glob
-// (/sys/block/sd*/stat: one per path of a multipath device) and writes a
-// line "UNIX_NS DEV READS WRITES" to a file whenever a device's counts
-// changed. Times are the guest's clock; the lab measures its offset with
-// the "clock" op.
+// reads and writes of each block device matching its globs
+// (/sys/block/sd*/stat: one per path of a multipath device;
+// /sys/block/dm-*/stat: the multipath devices) and writes a line
+// "UNIX_NS PREV_NS DEV READS WRITES" to a file whenever a device's counts
+// changed: the change happened after PREV_NS (the sampler's previous
+// read) and by UNIX_NS, so a guest starved of CPU shows as a wide
+// interval, not as a wrong time. Times are the guest's clock; the lab
+// measures its offset with the "clock" op.
 type sampler struct {
 	stop chan struct{}
 	done chan struct{}
@@ -45,7 +48,7 @@ func statCounts(b []byte) (reads, writes uint64, ok bool) {
 // devName is the device a stat path belongs to (/sys/block/sdb/stat: sdb).
 func devName(path string) string { return filepath.Base(filepath.Dir(path)) }
 
-func startSampler(glob, out string, every time.Duration) error {
+func startSampler(globs, out string, every time.Duration) error {
 	sampling.Lock()
 	defer sampling.Unlock()
 	if sampling.s != nil {
@@ -62,11 +65,16 @@ func startSampler(glob, out string, every time.Duration) error {
 		w := bufio.NewWriterSize(f, 1<<16)
 		last := map[string][2]uint64{}
 		var paths []string
+		prev := time.Now().UnixNano()
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for i := 0; ; i++ {
-			if i%100 == 0 {
-				paths, _ = filepath.Glob(glob)
+			if i%10 == 0 { // a path's disk comes back under a new name after a relogin
+				paths = paths[:0]
+				for _, g := range strings.Fields(globs) {
+					m, _ := filepath.Glob(g)
+					paths = append(paths, m...)
+				}
 			}
 			now := time.Now().UnixNano()
 			for _, p := range paths {
@@ -80,9 +88,10 @@ func startSampler(glob, out string, every time.Duration) error {
 					continue
 				}
 				last[dev] = [2]uint64{r, wr}
-				fmt.Fprintf(w, "%d %s %d %d\n", now, dev, r, wr)
+				fmt.Fprintf(w, "%d %d %s %d %d\n", now, prev, dev, r, wr)
 				s.n++
 			}
+			prev = now
 			select {
 			case <-s.stop:
 				s.err = w.Flush()

@@ -12,9 +12,10 @@ type Request struct {
 	// Path; "ping" answers at once; "clock" answers the guest's time (Unix
 	// ns) in Out; "sample" starts writing to Path, every TimeoutMS, the
 	// completed reads and writes of the block devices whose stat files
-	// match the glob Cmd (/sys/block/sd*/stat when empty), a line
-	// "UNIX_NS DEV READS WRITES" when they change; "sample-stop" ends it
-	// (Out: the lines written).
+	// match the globs Cmd (space-separated; /sys/block/sd*/stat and
+	// /sys/block/dm-*/stat when empty), a line "UNIX_NS PREV_NS DEV READS
+	// WRITES" when they change (between the previous read and this one);
+	// "sample-stop" ends it (Out: the lines written).
 	Op        string `json:"op,omitempty"`
 	Cmd       string `json:"cmd,omitempty"`
 	Path      string `json:"path,omitempty"`

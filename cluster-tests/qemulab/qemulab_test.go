@@ -299,3 +299,30 @@ func TestMarkdown(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(b), `"scenario": "full"`)
 }
+
+// mpFollows reads multipathd's topology: the active group's paths all on
+// the owner, with a dead controller's removed paths left out.
+func TestMPFollows(t *testing.T) {
+	c := &ClientResult{disks: map[string]DiskPath{
+		"sda": {Dev: "sda", Portal: PortAddr(0, 0) + ":3260", LUN: 0},
+		"sdb": {Dev: "sdb", Portal: PortAddr(1, 0) + ":3260", LUN: 0},
+	}}
+	out := `mpatha (36001405aaaa) dm-0 ALUAD,aluad
+size=64M features='1 queue_if_no_path' hwhandler='1 alua' wp=rw
+|-+- policy='service-time 0' prio=50 status=active
+| |- 3:0:0:0 sdb 8:16 active ready running
+| ` + "`" + `- #:#:#:# -   #:#  failed faulty running
+` + "`" + `-+- policy='service-time 0' prio=0 status=enabled
+  ` + "`" + `- 2:0:0:0 sda 8:0  failed faulty running
+`
+	got := c.mpFollows(out, 0, "b")
+	if got == nil || !*got {
+		t.Fatalf("the active group is b's: %v", got)
+	}
+	if got := c.mpFollows(out, 0, "a"); got == nil || *got {
+		t.Fatalf("not a's: %v", got)
+	}
+	if got := c.mpFollows(out, 1, "a"); got != nil {
+		t.Fatalf("no map for LUN 1: %v", *got)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aluad/aluad/pkg/qualify"
@@ -17,36 +18,32 @@ import (
 
 // The qualify scenario runs aluad qualify against the guests, as a user
 // would against their own hosts, and checks it against the guests' own
-// view: fio's per-I/O completion log for the stalls, a sampler of the
-// guest's per-path disk counters (/sys/block/sdX/stat every 10 ms) for
-// the follows, and `multipath -ll` at the end of each step for the
-// verdicts.
+// view: a sampler of the guest's disk counters every 10 ms
+// (/sys/block/dm-N/stat, the multipath device the application uses, for
+// the stalls; /sys/block/sdX/stat, one per path, for the follows), and
+// multipathd's topology at the end of each step for the verdicts.
 
-// QualifyAgreement is one host, LUN and step: qualify's figures against
-// the guest's own.
+// QualifyAgreement is one host and event (step): qualify's figures
+// against the guest's own.
 type QualifyAgreement struct {
 	Host string `json:"host"`
-	LUN  uint64 `json:"lun"`
 	Step int    `json:"step"`
 	Name string `json:"step_name"`
 	// Stall and follow in ms, array side (qualify) and guest side; -1:
 	// never followed.
+	// The guest's figures are ranges "lo-hi" (ms): its counters are read
+	// every 10 ms when the guest gets the CPU, and a rise is known to lie
+	// between two reads.
 	ArrayStall  float64  `json:"array_stall_ms"`
-	GuestStall  float64  `json:"guest_stall_ms"`
+	GuestStall  string   `json:"guest_stall_ms"`
 	ArrayFollow *float64 `json:"array_follow_ms,omitempty"`
-	GuestFollow *float64 `json:"guest_follow_ms,omitempty"`
-	// MultipathFollows: at the end of the step `multipath -ll` shows the
-	// active path group on the LUN's owner.
-	MultipathFollows *bool `json:"multipath_follows,omitempty"`
-	StallOK          bool  `json:"stall_ok"`
-	FollowOK         bool  `json:"follow_ok"`
-	VerdictOK        bool  `json:"verdict_ok"`
-}
-
-// within: a and b agree within 20% or 100 ms, whichever is larger.
-func within(a, b float64) bool {
-	tol := max(0.2*max(a, b), 100)
-	return a-b <= tol && b-a <= tol
+	GuestFollow string   `json:"guest_follow_ms,omitempty"`
+	// Topology: per LUN that moved, whether multipathd's active path
+	// group at the end of the step is on the LUN's owner.
+	Topology  []string `json:"topology,omitempty"`
+	StallOK   bool     `json:"stall_ok"`
+	FollowOK  bool     `json:"follow_ok"`
+	VerdictOK bool     `json:"verdict_ok"`
 }
 
 const guestSamples = "/tmp/aluad-paths.log"
@@ -82,18 +79,36 @@ func (l *lab) qualifyRun(ctx context.Context) error {
 	defer pw.Close()
 	rep, err := qualify.Run(ctx, qualify.Options{Source: l.arr.Client, Schedule: s, Hosts: names, Wait: 2 * time.Minute,
 		Progress: pw, AfterStep: func(st qualify.Step) {
-			for _, c := range l.res.Clients {
-				out, _ := c.vm.Sh(ctx, 30*time.Second, "multipath -ll")
+			t := time.Now()
+			outs := make([]string, len(l.res.Clients))
+			var wg sync.WaitGroup
+			for i, c := range l.res.Clients {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					// multipathd's view (multipath -ll's format, without running
+					// the path checkers, which block on a dead controller's paths).
+					out, err := c.vm.Sh(ctx, 30*time.Second, "multipathd show topology")
+					if err != nil || !strings.Contains(out, "policy=") {
+						out, _ = c.vm.Sh(ctx, 30*time.Second, "multipath -ll")
+					}
+					outs[i] = out
+				}()
+			}
+			wg.Wait()
+			for i, c := range l.res.Clients {
 				if l.mpll[c.Spec.Name] == nil {
 					l.mpll[c.Spec.Name] = map[int]string{}
 				}
-				l.mpll[c.Spec.Name][st.Index] = out
+				l.mpll[c.Spec.Name][st.Index] = outs[i]
 			}
+			l.opt.Log("multipathd's topology of every client after step %d in %v", st.Index, time.Since(t).Round(10*time.Millisecond))
 		}})
 	if rep == nil {
 		return err
 	}
 	l.qrep = rep
+	l.res.Topology = l.mpll
 	dir := filepath.Join(l.dir, "qualify")
 	if werr := writeQualify(dir, rep); werr != nil && err == nil {
 		err = werr
@@ -125,81 +140,124 @@ func writeQualify(dir string, rep *qualify.Report) error {
 	return nil
 }
 
-// guestView is what one guest recorded: per LUN its fio completions and
-// per path device its completion counts over time, on the lab's clock.
+// guestView is what one guest recorded: for each block device (the
+// paths sdX and the multipath devices dm-N), when its completed I/O
+// count rose, each rise known to within the sampler's interval, on the
+// lab's clock.
 type guestView struct {
-	done  map[uint64][]time.Time
-	steps map[string][]pathStep // dev -> counts
+	steps map[string][]rise
 }
 
-type pathStep struct {
-	t     time.Time
-	count uint64
+// rise: the device's count rose to count after lo and by hi.
+type rise struct {
+	lo, hi time.Time
+	count  uint64
 }
 
-// collectGuest stops the sampler and reads the guest's logs (after fio
-// has stopped and written its completion logs).
+// span is a guest measurement with its resolution: the true value lies
+// in [lo, hi].
+type span struct{ lo, hi time.Duration }
+
+// agrees: the array's value a is within 20% or 100 ms (whichever is
+// larger) of some value the guest's measurement allows.
+func (s span) agrees(a time.Duration) bool {
+	tol := func(x time.Duration) time.Duration { return max(x/5, 100*time.Millisecond) }
+	return a >= s.lo-tol(s.lo) && a <= s.hi+tol(s.hi)
+}
+
+func (s span) String() string {
+	if s.hi-s.lo < time.Millisecond {
+		return fmt.Sprintf("%.0f", float64(s.lo.Microseconds())/1000)
+	}
+	return fmt.Sprintf("%.0f-%.0f", float64(s.lo.Microseconds())/1000, float64(s.hi.Microseconds())/1000)
+}
+
+// collectGuest stops the sampler and reads what it wrote.
 func (l *lab) collectGuest(ctx context.Context, c *ClientResult) (*guestView, error) {
-	g := &guestView{done: map[uint64][]time.Time{}, steps: map[string][]pathStep{}}
+	g := &guestView{steps: map[string][]rise{}}
 	if _, err := c.vm.StopSampler(ctx); err != nil {
 		return nil, err
 	}
-	out, err := c.vm.Sh(ctx, time.Minute, "cat "+guestSamples)
+	out, err := c.vm.Sh(ctx, 2*time.Minute, "cat "+guestSamples)
 	if err != nil {
 		return nil, err
 	}
+	last := map[string]uint64{}
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
-		if len(f) != 4 {
+		if len(f) != 5 {
 			continue
 		}
 		ns, _ := strconv.ParseInt(f[0], 10, 64)
-		r, _ := strconv.ParseUint(f[2], 10, 64)
-		w, _ := strconv.ParseUint(f[3], 10, 64)
-		g.steps[f[1]] = append(g.steps[f[1]], pathStep{time.Unix(0, ns).Add(-c.ClockOffset), r + w})
-	}
-	for i, m := range c.maps {
-		lun, ok := c.lunOf(m)
-		if !ok {
-			continue
+		prev, _ := strconv.ParseInt(f[1], 10, 64)
+		r, _ := strconv.ParseUint(f[3], 10, 64)
+		w, _ := strconv.ParseUint(f[4], 10, 64)
+		dev, n := f[2], r+w
+		if old, seen := last[dev]; seen && n > old {
+			g.steps[dev] = append(g.steps[dev], rise{time.Unix(0, prev).Add(-c.ClockOffset), time.Unix(0, ns).Add(-c.ClockOffset), n})
 		}
-		out, err := c.vm.Sh(ctx, time.Minute, fmt.Sprintf("cat /tmp/lat_lat.%d.log", i+1))
-		if err != nil {
-			return nil, err
-		}
-		for _, line := range strings.Split(out, "\n") {
-			f := strings.Split(line, ",")
-			if len(f) < 2 {
-				continue
-			}
-			msec, err := strconv.ParseInt(strings.TrimSpace(f[0]), 10, 64)
-			if err != nil {
-				continue
-			}
-			g.done[lun] = append(g.done[lun], time.UnixMilli(msec).Add(-c.ClockOffset))
-		}
-		sort.Slice(g.done[lun], func(a, b int) bool { return g.done[lun][a].Before(g.done[lun][b]) })
+		last[dev] = n
 	}
 	return g, nil
 }
 
-// gapIn is the longest time without a completion inside [from, to).
-func gapIn(done []time.Time, from, to time.Time) time.Duration {
-	var best time.Duration
-	var prev time.Time
-	for _, t := range done {
-		if !prev.IsZero() && t.After(from) && prev.Before(to) {
-			best = max(best, minT(t, to).Sub(maxT(prev, from)))
+// guestStall is the longest time inside [from, to) without a completion
+// at the LUN's multipath device, as the guest's counters bound it.
+func (g *guestView) guestStall(dm string, from, to time.Time) span {
+	rs := g.steps[dm]
+	var best span
+	clip := func(a, b time.Time) time.Duration { return max(minT(b, to).Sub(maxT(a, from)), 0) }
+	for i := 1; i < len(rs); i++ {
+		p, n := rs[i-1], rs[i]
+		if !n.hi.After(from) || !p.lo.Before(to) {
+			continue
 		}
-		prev = t
+		best.lo = max(best.lo, clip(p.hi, n.lo))
+		best.hi = max(best.hi, clip(p.lo, n.hi))
 	}
-	if !prev.IsZero() && prev.Before(to) {
-		best = max(best, to.Sub(maxT(prev, from)))
-	}
-	if prev.IsZero() {
-		best = to.Sub(from)
+	// Nothing more by the end.
+	i := sort.Search(len(rs), func(i int) bool { return !rs[i].lo.Before(to) })
+	if i > 0 {
+		p := rs[i-1]
+		best.lo = max(best.lo, clip(p.hi, to))
+		best.hi = max(best.hi, clip(p.lo, to))
+	} else {
+		best = span{to.Sub(from), to.Sub(from)}
 	}
 	return best
+}
+
+// guestFollow is qualify's follow from the guest's per-path counters:
+// from the change at tc until all of the LUN's completions were on paths
+// to node to (the later of the first rise there and the last one
+// elsewhere), with the counters' resolution; false if a path elsewhere
+// still rose within a second of end, or none to node to did.
+func (g *guestView) guestFollow(c *ClientResult, lun uint64, to string, tc, end time.Time) (span, bool) {
+	var newLo, newHi, oldLo, oldHi time.Time
+	for dev, rs := range g.steps {
+		d, ok := c.disks[dev]
+		if !ok || d.LUN != lun {
+			continue
+		}
+		node := nodeOfPortal(d.Portal)
+		for _, r := range rs {
+			if !r.hi.After(tc) || !r.lo.Before(end) {
+				continue
+			}
+			lo := maxT(r.lo, tc)
+			if node == to {
+				if newHi.IsZero() || r.hi.Before(newHi) {
+					newLo, newHi = lo, r.hi
+				}
+			} else if r.hi.After(oldHi) {
+				oldLo, oldHi = lo, r.hi
+			}
+		}
+	}
+	if newHi.IsZero() || oldLo.After(end.Add(-time.Second)) {
+		return span{}, false
+	}
+	return span{maxT(newLo, oldLo).Sub(tc), maxT(newHi, oldHi).Sub(tc)}, true
 }
 
 func minT(a, b time.Time) time.Time {
@@ -216,42 +274,18 @@ func maxT(a, b time.Time) time.Time {
 	return b
 }
 
-// guestFollow is qualify's follow from the guest's per-path counters:
-// from the change at tc until all of the LUN's completions were on paths
-// to node to (the later of the first count rise there and the last one
-// elsewhere); false if that had not happened by end (or a path elsewhere
-// still rose within 2 s of it).
-func (g *guestView) guestFollow(c *ClientResult, lun uint64, to string, tc, end time.Time) (time.Duration, bool) {
-	var firstNew, lastOld time.Time
-	for dev, st := range g.steps {
-		d, ok := c.disks[dev]
-		if !ok || d.LUN != lun {
-			continue
-		}
-		node := nodeOfPortal(d.Portal)
-		for i := 1; i < len(st); i++ {
-			if st[i].count == st[i-1].count || st[i].t.Before(tc) || !st[i].t.Before(end) {
-				continue
-			}
-			if node == to {
-				if firstNew.IsZero() || st[i].t.Before(firstNew) {
-					firstNew = st[i].t
-				}
-			} else if st[i].t.After(lastOld) {
-				lastOld = st[i].t
-			}
-		}
-	}
-	if firstNew.IsZero() || lastOld.After(end.Add(-2*time.Second)) {
-		return 0, false
-	}
-	return maxT(firstNew, lastOld).Sub(tc), true
-}
-
 // mpFollows reads `multipath -ll`: whether the LUN's active path group
 // is all on node to (nil: the map was not found).
 func (c *ClientResult) mpFollows(out string, lun uint64, to string) *bool {
-	maps, err := ParseMultipathLL(out)
+	// A path whose disk is gone (a dead controller's) prints as
+	// "#:#:#:# - #:# ...": it is in no group that carries I/O.
+	var keep []string
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.Contains(line, "#:#:#:#") {
+			keep = append(keep, line)
+		}
+	}
+	maps, err := ParseMultipathLL(strings.Join(keep, "\n"))
 	if err != nil {
 		return nil
 	}
@@ -295,37 +329,52 @@ func (l *lab) judgeQualify(views map[string]*guestView) {
 		var bad []string
 		n := 0
 		for _, res := range rep.Results {
-			if res.Host != c.Spec.Name || res.Step == 0 {
+			if res.Host != c.Spec.Name || res.Step == 0 || len(res.LUNs) == 0 {
 				continue
 			}
 			st := rep.Steps[res.Step]
+			// The event's figures, as qualify reports them: the longest
+			// stall over the host's LUNs, the slowest follow over the LUNs
+			// that moved.
+			a := QualifyAgreement{Host: c.Spec.Name, Step: st.Index, Name: st.Name, ArrayStall: res.StallMs, ArrayFollow: res.FollowMs,
+				FollowOK: true, VerdictOK: true}
+			var gs, gf span
+			never, moved, dmOK := false, 0, true
 			for _, lr := range res.LUNs {
-				a := QualifyAgreement{Host: c.Spec.Name, LUN: lr.LUN, Step: st.Index, Name: st.Name, ArrayStall: lr.StallMs,
-					GuestStall: float64(gapIn(g.done[lr.LUN], onLab(st.Start), onLab(st.End)).Microseconds()) / 1000}
-				a.StallOK = within(a.ArrayStall, a.GuestStall)
-				a.FollowOK, a.VerdictOK = true, true
-				if lr.Moved {
-					a.ArrayFollow = lr.FollowMs
-					v := -1.0
-					if d, ok := g.guestFollow(c, lr.LUN, lr.To, onLab(lr.MovedAt), onLab(st.End)); ok {
-						v = float64(d.Microseconds()) / 1000
-					}
-					a.GuestFollow = &v
-					af := *lr.FollowMs
-					a.FollowOK = (af < 0 && v < 0) || (af >= 0 && v >= 0 && within(af, v))
-					a.MultipathFollows = c.mpFollows(l.mpll[c.Spec.Name][st.Index], lr.LUN, lr.To)
-					a.VerdictOK = a.MultipathFollows != nil && *a.MultipathFollows == (af >= 0)
+				dm := c.dmOf(lr.LUN)
+				dmOK = dmOK && dm != ""
+				s := g.guestStall(dm, onLab(st.Start), onLab(st.End))
+				gs.lo, gs.hi = max(gs.lo, s.lo), max(gs.hi, s.hi)
+				if !lr.Moved {
+					continue
 				}
-				n++
-				if !a.StallOK || !a.FollowOK || !a.VerdictOK {
-					bad = append(bad, fmt.Sprintf("step %d %s LUN %d: stall %.0f/%.0f ms, follow %s/%s, multipath -ll follows %s",
-						st.Index, st.Name, lr.LUN, a.ArrayStall, a.GuestStall, fptr(a.ArrayFollow), fptr(a.GuestFollow), bptr(a.MultipathFollows)))
-				}
-				l.res.Qualify = append(l.res.Qualify, a)
+				moved++
+				f, ok := g.guestFollow(c, lr.LUN, lr.To, onLab(lr.MovedAt), onLab(st.End))
+				never = never || !ok
+				gf.lo, gf.hi = max(gf.lo, f.lo), max(gf.hi, f.hi)
+				mf := c.mpFollows(l.mpll[c.Spec.Name][st.Index], lr.LUN, lr.To)
+				a.Topology = append(a.Topology, fmt.Sprintf("LUN %d: %s", lr.LUN, bptr(mf)))
+				a.VerdictOK = a.VerdictOK && mf != nil && *mf == (*lr.FollowMs >= 0)
 			}
+			a.GuestStall = gs.String()
+			a.StallOK = dmOK && gs.agrees(time.Duration(res.StallMs*1e6))
+			if moved > 0 {
+				a.GuestFollow = "never"
+				if !never {
+					a.GuestFollow = gf.String()
+				}
+				af := *res.FollowMs
+				a.FollowOK = (af < 0 && never) || (af >= 0 && !never && gf.agrees(time.Duration(af*1e6)))
+			}
+			n++
+			if !a.StallOK || !a.FollowOK || !a.VerdictOK {
+				bad = append(bad, fmt.Sprintf("step %d %s: stall %.0f/%s ms, follow %s/%s, active group on the owner %v",
+					st.Index, st.Name, a.ArrayStall, a.GuestStall, fptr(a.ArrayFollow), a.GuestFollow, a.Topology))
+			}
+			l.res.Qualify = append(l.res.Qualify, a)
 		}
-		l.res.check(fmt.Sprintf("%s (%s): qualify's stall and follow agree with the guest's within 20%% or 100 ms, and its follow verdicts with multipath -ll", c.Spec.Name, c.Spec.HostType),
-			len(bad) == 0 && n > 0, "%d host/LUN/steps; %s", n, strings.Join(bad, "; "))
+		l.res.check(fmt.Sprintf("%s (%s): qualify's stall and follow of every event agree with the guest's within 20%% or 100 ms, and its follow verdicts with multipathd's active group", c.Spec.Name, c.Spec.HostType),
+			len(bad) == 0 && n > 0, "%d events; %s", n, strings.Join(bad, "; "))
 	}
 	// What a reader of `multipath -ll` would say of the followover client:
 	// it never leaves the old owner after a planned move.
@@ -358,4 +407,14 @@ func bptr(p *bool) string {
 		return "?"
 	}
 	return strconv.FormatBool(*p)
+}
+
+// dmOf is the multipath device of a LUN (dm-N; "" if none).
+func (c *ClientResult) dmOf(lun uint64) string {
+	for _, m := range c.maps {
+		if l, ok := c.lunOf(m); ok && l == lun {
+			return m.DM
+		}
+	}
+	return ""
 }

@@ -74,11 +74,18 @@ func (r *Results) Markdown() string {
 		}
 	}
 	if len(r.Qualify) > 0 {
-		b.WriteString("\n## aluad qualify against the guests' own measurements\n\nArray side: qualify's command trace. Guest side: fio's per-I/O completion log (stall) and the guest's per-path disk counters sampled every 10 ms (follow), moved onto the lab's clock by the guest's measured clock offset; `multipath -ll` at the end of each step. Agreement: within 20% or 100 ms, whichever is larger.\n\n")
-		b.WriteString("| client | step | LUN | stall array / guest | follow array / guest | multipath -ll on the owner | agree |\n|---|---|---|---|---|---|---|\n")
+		b.WriteString("\n## aluad qualify against the guests' own measurements\n\nArray side: qualify's command trace. Guest side: the guest's disk counters read every 10 ms when it gets the CPU (the multipath device's for the stall, each path's for the follow), moved onto the lab's clock by the guest's measured clock offset; a guest figure is a range when a count rose between two reads more than 1 ms apart. Verdict: multipathd's topology at the end of each step (`multipathd show topology`, multipath -ll's format): is the LUN's active path group on its owner. Agreement: within 20% or 100 ms, whichever is larger, of the guest's range.\n\n")
+		b.WriteString("| client | step | stall array / guest (ms) | follow array / guest (ms) | active group on the owner | agree |\n|---|---|---|---|---|---|\n")
 		for _, a := range r.Qualify {
-			fmt.Fprintf(&b, "| %s | %d %s | %d | %.0f / %.0f ms | %s / %s | %s | %v |\n", a.Host, a.Step, a.Name, a.LUN, a.ArrayStall, a.GuestStall,
-				fptr(a.ArrayFollow), fptr(a.GuestFollow), bptr(a.MultipathFollows), a.StallOK && a.FollowOK && a.VerdictOK)
+			fmt.Fprintf(&b, "| %s | %d %s | %.0f / %s | %s / %s | %s | %v |\n", a.Host, a.Step, a.Name, a.ArrayStall, a.GuestStall,
+				fptr(a.ArrayFollow), a.GuestFollow, strings.Join(a.Topology, ", "), a.StallOK && a.FollowOK && a.VerdictOK)
+		}
+		for _, c := range r.Clients {
+			for i := 1; i < len(r.Topology[c.Spec.Name])+1; i++ {
+				if out, ok := r.Topology[c.Spec.Name][i]; ok {
+					fmt.Fprintf(&b, "\n%s after qualify step %d (multipathd show topology):\n\n```\n%s```\n", c.Spec.Name, i, out)
+				}
+			}
 		}
 	}
 	b.WriteString("\n## Checks\n\n")

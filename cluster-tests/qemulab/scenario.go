@@ -119,6 +119,12 @@ var Scenarios = map[string]Scenario{
 	// its array-side figures against the guests' own, its verdicts
 	// against multipath -ll.
 	"qualify": {Name: "qualify", Clients: []ClientSpec{cALUA, cALUADMMP, cFollowover}, Qualify: "quick"},
+	// qualify-linux, qualify-dmmp: one guest each (dm-multipath with
+	// failback immediate declared linux; the same declared linux-dmmp), so
+	// that the guest's own counters are read on time: with three TCG
+	// guests on two cores a guest goes without the CPU for up to a second.
+	"qualify-linux": {Name: "qualify-linux", Clients: []ClientSpec{cALUA}, Qualify: "quick"},
+	"qualify-dmmp":  {Name: "qualify-dmmp", Clients: []ClientSpec{cALUADMMP}, Qualify: "quick"},
 	"full": {Name: "full", Clients: []ClientSpec{cDefaultsDMMP, cDefaultsANO, cALUA, cFollowover, cLibISCSIShared},
 		Steps: []string{"move", "rebalance", "failover", "failback"}},
 }
@@ -206,8 +212,10 @@ type Results struct {
 	Pass     bool            `json:"pass"`
 	// Polling: how often the array's counters were actually read.
 	Polling PollStats `json:"polling"`
-	// Qualify: the qualify scenario's figures against the guests' own.
-	Qualify []QualifyAgreement `json:"qualify,omitempty"`
+	// Qualify: the qualify scenario's figures against the guests' own;
+	// Topology each client's multipathd topology after each of its steps.
+	Qualify  []QualifyAgreement        `json:"qualify,omitempty"`
+	Topology map[string]map[int]string `json:"topology,omitempty"`
 }
 
 func (r *Results) check(name string, ok bool, format string, a ...any) {
@@ -630,14 +638,8 @@ func (l *lab) startFio(ctx context.Context, c *ClientResult) error {
 			}
 		}
 	}
-	// The qualify scenario keeps every I/O's completion time (Unix ms):
-	// the guest's own stalls.
-	latLog := ""
-	if l.opt.Scenario.Qualify != "" {
-		latLog = "--write_lat_log=/tmp/lat --log_avg_msec=0 --log_unix_epoch=1 "
-	}
 	cmd := "fio --output-format=json --output=/tmp/fio.json --ioengine=libaio --direct=1 --rw=randrw --rwmixread=70 " +
-		"--bs=4k --iodepth=2 --rate_iops=70,30 --time_based --runtime=3600 " + latLog + strings.Join(jobs, " ") +
+		"--bs=4k --iodepth=2 --rate_iops=70,30 --time_based --runtime=3600 " + strings.Join(jobs, " ") +
 		" >/tmp/fio.log 2>&1 & echo $! >/tmp/fio.pid"
 	_, err := c.vm.Sh(ctx, 30*time.Second, cmd)
 	return err

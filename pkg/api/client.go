@@ -231,11 +231,11 @@ func (c *Client) ReportHistory() ([]ReportRecord, error) {
 	return out, c.Do("GET", "/v1/reports/history", nil, &out)
 }
 
-// Trace reads the command trace from the cursors (GET /v1/trace), turning
-// it on at the first read.
-func (c *Client) Trace(bucket, note uint64) (TraceReply, error) {
+// Trace reads the command trace from the cursors (GET /v1/trace) as
+// reader, turning it on at the first read.
+func (c *Client) Trace(bucket, note uint64, reader string) (TraceReply, error) {
 	var out TraceReply
-	return out, c.Do("GET", fmt.Sprintf("/v1/trace?bucket=%d&note=%d", bucket, note), nil, &out)
+	return out, c.Do("GET", fmt.Sprintf("/v1/trace?bucket=%d&note=%d&reader=%s", bucket, note, url.QueryEscape(reader)), nil, &out)
 }
 
 // StopTrace turns the command trace off (DELETE /v1/trace).

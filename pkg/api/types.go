@@ -483,6 +483,13 @@ type TraceReply struct {
 	NextNote   uint64        `json:"next_note"`
 	// Lost counts rows the array's bounded trace dropped before a read.
 	Lost uint64 `json:"lost"`
+	// DelayNs: buckets stay open this long after their time; a read sees
+	// the older ones.
+	DelayNs int64 `json:"delay_ns"`
+	// Readers counts the other readers (the reader= of their reads) that
+	// read the trace in the last 5 s: the trace keeps one reader's unread
+	// rows, so a second one would take the first one's.
+	Readers int `json:"other_readers"`
 	// Started is when the trace was turned on (Unix ns): when it changes
 	// between two reads, the trace was stopped and started again (by
 	// DELETE, or a minute unread) and the cursors start from 0.
@@ -501,7 +508,8 @@ type TraceNexus struct {
 // TraceBucket counts one nexus's commands to one LUN in one bucket:
 // Arrived media commands (READ, WRITE, SYNCHRONIZE CACHE, VERIFY) that
 // arrived, whatever their status; Good media commands that completed
-// GOOD; Checks commands that ended in CHECK CONDITION; NonOptimized
+// GOOD (Done: completed, whatever their status); Checks commands that
+// ended in CHECK CONDITION; NonOptimized
 // arrivals on an active/non-optimized port. Start is Unix nanoseconds;
 // the First/Last times are nanoseconds after Start (0 when the count is 0).
 type TraceBucket struct {
@@ -509,6 +517,7 @@ type TraceBucket struct {
 	LUN          uint64 `json:"lun"`
 	Start        int64  `json:"start"`
 	Arrived      uint32 `json:"arrived,omitempty"`
+	Done         uint32 `json:"done,omitempty"`
 	Good         uint32 `json:"good,omitempty"`
 	Checks       uint32 `json:"checks,omitempty"`
 	NonOptimized uint32 `json:"non_optimized,omitempty"`

@@ -17,7 +17,7 @@ import (
 // RESET come back as notes; bad cursors are refused; DELETE turns it off.
 func TestTraceAPI(t *testing.T) {
 	d, c := apiDaemon(t, 50*time.Millisecond)
-	first, err := c.Trace(0, 0)
+	first, err := c.Trace(0, 0, "t")
 	require.NoError(t, err)
 	assert.Equal(t, int64(10*time.Millisecond), first.BucketNs)
 	s := dial(t, d, 0, 1, hostIQN)
@@ -34,8 +34,9 @@ func TestTraceAPI(t *testing.T) {
 	code, err := s.TaskMgmt(ctx, initiator.TMFLUNReset, 0, 0)
 	require.NoError(t, err)
 	require.Zero(t, code)
-	time.Sleep(30 * time.Millisecond) // past the bucket the reads ended in
-	r, err := c.Trace(first.NextBucket, first.NextNote)
+	// Buckets stay open for the trace's delay after their time.
+	time.Sleep(time.Duration(first.DelayNs) + 30*time.Millisecond)
+	r, err := c.Trace(first.NextBucket, first.NextNote, "t")
 	require.NoError(t, err)
 	var good uint32
 	for _, b := range r.Buckets {
@@ -55,7 +56,7 @@ func TestTraceAPI(t *testing.T) {
 		kinds = append(kinds, n.Kind+" "+n.Sense+n.Function)
 	}
 	assert.Equal(t, []string{api.TraceCheck + " 6/29/00", api.TraceTMF + " lun-reset"}, kinds)
-	r2, err := c.Trace(r.NextBucket, r.NextNote)
+	r2, err := c.Trace(r.NextBucket, r.NextNote, "t")
 	require.NoError(t, err)
 	assert.Empty(t, r2.Notes, "a read from the cursors returns only what is new")
 

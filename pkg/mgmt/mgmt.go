@@ -71,7 +71,7 @@ type Array interface {
 	PathIOs() []api.PathIO
 	// Trace reads the command trace from the cursors, turning it on;
 	// StopTrace turns it off.
-	Trace(bucket, note uint64) api.TraceReply
+	Trace(bucket, note uint64, reader string) api.TraceReply
 	StopTrace()
 	Latency() []api.PortLatency
 	Reports() ([]reports.Report, error)
@@ -206,7 +206,7 @@ func Handler(a Array, audit *Audit) http.Handler {
 				cur[i] = n
 			}
 		}
-		writeJSON(w, http.StatusOK, a.Trace(cur[0], cur[1]))
+		writeJSON(w, http.StatusOK, a.Trace(cur[0], cur[1], r.URL.Query().Get("reader")))
 	})
 	mux.HandleFunc("DELETE /v1/trace", func(w http.ResponseWriter, r *http.Request) {
 		a.StopTrace()

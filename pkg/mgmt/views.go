@@ -7,6 +7,7 @@ package mgmt
 import (
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/aluad/aluad/ownership"
@@ -36,6 +37,9 @@ type View struct {
 	// Controller is the node this process serves when the controllers
 	// run as processes (empty: the embedded array, every node here).
 	Controller string
+	// traceReaders: when each reader of the trace last read it.
+	traceMu      sync.Mutex
+	traceReaders map[string]time.Time
 }
 
 // FrontEnd is what the views read of the front end.
@@ -540,7 +544,26 @@ const traceIdle = time.Minute
 // Trace reads the command trace from the cursors, turning it on (10 ms
 // buckets) at the first read; a watcher turns it off once nobody has read
 // it for traceIdle, so a qualification that dies leaves no cost behind.
-func (vw *View) Trace(bucket, note uint64) api.TraceReply {
+func (vw *View) Trace(bucket, note uint64, reader string) api.TraceReply {
+	now := time.Now()
+	if vw.Now != nil {
+		now = vw.Now()
+	}
+	vw.traceMu.Lock()
+	if vw.traceReaders == nil {
+		vw.traceReaders = map[string]time.Time{}
+	}
+	others := 0
+	for id, t := range vw.traceReaders {
+		switch {
+		case now.Sub(t) > 5*time.Second:
+			delete(vw.traceReaders, id)
+		case id != reader:
+			others++
+		}
+	}
+	vw.traceReaders[reader] = now
+	vw.traceMu.Unlock()
 	if _, on := vw.SCSI.TraceIdle(); !on {
 		vw.SCSI.StartTrace(0)
 		go func() {
@@ -559,6 +582,7 @@ func (vw *View) Trace(bucket, note uint64) api.TraceReply {
 	}
 	r, _ := vw.SCSI.TraceSince(bucket, note)
 	out := api.TraceReply{BucketNs: int64(r.Bucket), NextBucket: r.NextBucket, NextNote: r.NextNote, Lost: r.Lost, Started: r.Started,
+		DelayNs: int64(r.Delay), Readers: others,
 		Buckets: make([]api.TraceBucket, 0, len(r.Buckets)), Notes: make([]api.TraceNote, 0, len(r.Notes))}
 	names := map[scsi.Nexus]api.TraceNexus{}
 	nexus := func(n scsi.Nexus) api.TraceNexus {
@@ -578,7 +602,7 @@ func (vw *View) Trace(bucket, note uint64) api.TraceReply {
 	}
 	for _, b := range r.Buckets {
 		out.Buckets = append(out.Buckets, api.TraceBucket{TraceNexus: nexus(b.Nexus), LUN: b.LUN, Start: b.Start,
-			Arrived: b.Arrived, Good: b.Good, Checks: b.Checks, NonOptimized: b.NonOptimized,
+			Arrived: b.Arrived, Done: b.Done, Good: b.Good, Checks: b.Checks, NonOptimized: b.NonOptimized,
 			FirstArrival: rel(b.FirstArrival, b.Start), LastArrival: rel(b.LastArrival, b.Start),
 			FirstGood: rel(b.FirstGood, b.Start), LastGood: rel(b.LastGood, b.Start)})
 	}

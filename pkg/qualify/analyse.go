@@ -11,7 +11,7 @@ import (
 
 // tailQuiet: a host whose I/O still arrived at a non-owner this close to
 // the end of a step has not followed.
-const tailQuiet = 2 * time.Second
+const tailQuiet = time.Second
 
 // TimelineBucket is the charts' resolution.
 const TimelineBucket = 250 * time.Millisecond
@@ -28,12 +28,14 @@ func (r *runner) analyse(hosts map[string]HostReport) {
 	rep := r.rep
 	for i := range rep.Steps {
 		st := &rep.Steps[i]
+		st.Changes = []Change{}
 		for _, e := range r.col.changes(st.Start, st.End) {
 			c := e.Change
 			st.Changes = append(st.Changes, Change{Time: e.Time, LUNs: c.LUNs, From: c.From, To: c.To, Cause: c.Cause, HoldMs: ms(c.Stop)})
 		}
 	}
 	events := r.col.eventsSince(r.t0)
+	changes := r.col.changes(r.t0, r.rep.End.Add(time.Hour))
 	notes := r.col.notesCopy()
 	for _, name := range sortedHosts(hosts) {
 		h := hosts[name]
@@ -43,12 +45,21 @@ func (r *runner) analyse(hosts map[string]HostReport) {
 			if st.Class == ClassDiscovery {
 				res.Verdict = "pass"
 				for _, n := range r.nodes {
-					if v := h.Nodes[n]; v != "reaches" {
+					if v := h.Nodes[n]; v != "reaches" && v != "logged-in" {
 						res.fails = append(res.fails, discoveryFailure(n, v))
 					}
 				}
+				// A stall is told from a pause only under steady I/O.
+				for _, l := range h.LUNs {
+					g, _, _ := longestGap(r.col.series(name, l), st.Start.UnixNano(), st.End.UnixNano())
+					res.StallMs = max(res.StallMs, ms(g))
+					if g > lim.PlannedStall/2 {
+						res.fails = append(res.fails, failure{"steady I/O", fmt.Sprintf("LUN %d: a gap of %s in its I/O before any event", l, fmtMs(ms(g))),
+							"qualify tells a stall from a pause only under steady I/O: run a steady load on every LUN through the run (fio --rate_iops, vdbench)"})
+					}
+				}
 			} else {
-				r.measure(&res, h, st, events, notes)
+				r.measure(&res, h, st, events, changes, notes)
 				judge(&res, st, lim, r.hadSessions(name, st))
 			}
 			if len(res.fails) > 0 {
@@ -96,9 +107,18 @@ func (r *runner) analyse(hosts map[string]HostReport) {
 		detail += fmt.Sprintf("; the trace was turned off and on %s during the run (DELETE /v1/trace): what it held then is missing", plural(restarts, "time"))
 	}
 	rep.Array = append(rep.Array, Check{Name: "the array's trace kept every command", OK: lost == 0 && restarts == 0, Detail: detail})
+	r.col.mu.Lock()
+	evLost, errs, lastErr := r.col.evLost, r.col.errs, r.col.lastErr
+	r.col.mu.Unlock()
+	detail = plural(int(evLost), "event") + " lost"
+	if errs > 0 {
+		detail += fmt.Sprintf("; %s of the trace or the feed failed (the next read caught up), the last: %v", plural(errs, "read"), lastErr)
+	}
+	rep.Array = append(rep.Array, Check{Name: "the array's event feed kept every event", OK: evLost == 0, Detail: detail})
 	for _, c := range rep.Array {
 		rep.Pass = rep.Pass && c.OK
 	}
+	rep.Pass = rep.Pass && rep.Error == ""
 	rep.TimelineBucket = TimelineBucket
 	rep.Timeline = r.timeline(hosts)
 }
@@ -118,29 +138,44 @@ func (r *runner) ownerAt(l uint64, t time.Time, changes []api.Event) string {
 	return o
 }
 
-func (r *runner) measure(res *Result, h HostReport, st Step, events []api.Event, notes []api.TraceNote) {
-	all := r.col.changes(r.t0, r.rep.End.Add(time.Hour))
+func (r *runner) measure(res *Result, h HostReport, st Step, events, all []api.Event, notes []api.TraceNote) {
 	start, end := st.Start.UnixNano(), st.End.UnixNano()
 	var uaSeen, rtpgAfter = 0, 0
 	for _, l := range h.LUNs {
 		lr := LUNResult{LUN: l}
 		series := r.col.series(h.Name, l)
-		// The last change of the LUN in the step.
+		// The step's change of the LUN (the first of the step's cause, or
+		// the first at all), and the next change after it, if any: the
+		// follow is measured up to that.
+		var mine []api.Event
 		for _, e := range all {
-			if e.Time.Before(st.Start) || !e.Time.Before(st.End) || !slices.Contains(e.Change.LUNs, l) {
-				continue
+			if !e.Time.Before(st.Start) && e.Time.Before(st.End) && slices.Contains(e.Change.LUNs, l) {
+				mine = append(mine, e)
 			}
+		}
+		pick := slices.IndexFunc(mine, func(e api.Event) bool { return st.Cause == "" || e.Change.Cause == st.Cause })
+		if pick < 0 && len(mine) > 0 {
+			pick = 0
+		}
+		winEnd := st.End
+		if pick >= 0 {
+			e := mine[pick]
 			lr.Moved, lr.From, lr.To, lr.MovedAt = true, e.Change.From, e.Change.To, e.Time
+			if pick+1 < len(mine) {
+				n := mine[pick+1]
+				winEnd = n.Time
+				lr.Then = fmt.Sprintf("%s to %s %s later", n.Change.Cause, n.Change.To, fmtMs(ms(n.Time.Sub(e.Time))))
+			}
 		}
 		if lr.Moved {
 			never := -1.0
 			lr.FollowMs = &never
-			if d, ok := follow(series, lr.To, lr.MovedAt.UnixNano(), end); ok {
+			if d, ok := follow(series, lr.To, lr.MovedAt.UnixNano(), winEnd.UnixNano()); ok {
 				lr.FollowMs = msp(d)
 			}
 			for _, e := range events {
 				if e.Kind == api.EventUA && e.Reason == "2A/06" && r.eventHost(e) == h.Name && e.LUN != nil && *e.LUN == l &&
-					!e.Time.Before(lr.MovedAt.Add(-100*time.Millisecond)) && e.Time.Before(st.End) {
+					!e.Time.Before(lr.MovedAt.Add(-100*time.Millisecond)) && e.Time.Before(winEnd) {
 					lr.UA, lr.UAMs = true, msp(max(e.Time.Sub(lr.MovedAt), 0))
 					for _, x := range events {
 						if x.Kind == api.EventRTPG && r.eventHost(x) == h.Name && !x.Time.Before(e.Time) && x.Time.Before(st.End) &&
@@ -218,6 +253,9 @@ func (r *runner) measure(res *Result, h HostReport, st Step, events []api.Event,
 		switch e.Kind {
 		case api.EventLogin:
 			res.Relogins++
+			if (st.Port != "" && e.TargetPort == r.portID[st.Port]) || (st.Node != "" && st.Port == "" && e.Node == st.Node) {
+				res.LoginsHere++
+			}
 		case api.EventLogout:
 			if e.Reason == "logout" {
 				res.Logouts++
@@ -320,7 +358,7 @@ func add(m map[string]int, k string, v int) map[string]int {
 // timeline counts each host's GOOD completions per TimelineBucket and node.
 func (r *runner) timeline(hosts map[string]HostReport) map[string]map[string][]int {
 	t0, t1 := r.rep.Steps[0].Start.UnixNano(), r.rep.End.UnixNano()
-	n := int((t1-t0)/int64(TimelineBucket)) + 1
+	n := max(int((t1-t0)/int64(TimelineBucket))+1, 1)
 	out := map[string]map[string][]int{}
 	for name, h := range hosts {
 		per := map[string][]int{}
@@ -332,8 +370,8 @@ func (r *runner) timeline(hosts map[string]HostReport) map[string]map[string][]i
 				if s.good == 0 || s.lastGood < t0 || s.lastGood >= t1 {
 					continue
 				}
-				if c := per[s.node]; c != nil {
-					c[(s.lastGood-t0)/int64(TimelineBucket)] += int(s.good)
+				if c, i := per[s.node], (s.lastGood-t0)/int64(TimelineBucket); c != nil && i >= 0 && i < int64(len(c)) {
+					c[i] += int(s.good)
 				}
 			}
 		}

@@ -2,6 +2,10 @@ package qualify
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
 	"sort"
 	"sync"
 	"time"
@@ -19,17 +23,18 @@ type Source interface {
 	Rebalance() (api.RebalanceReply, error)
 	Inject(f api.Fault) (api.FaultResult, error)
 	Events(seq uint64) (api.EventsReply, error)
-	Trace(bucket, note uint64) (api.TraceReply, error)
+	Trace(bucket, note uint64, reader string) (api.TraceReply, error)
 }
 
 // slot is one host's commands to one LUN through one node in one trace
 // bucket (the nexuses merged).
 type slot struct {
-	start                 int64
-	node                  string
-	arrived, good, checks uint32
-	firstArr, lastArr     int64 // absolute Unix ns
-	firstGood, lastGood   int64
+	start               int64
+	node                string
+	arrived, done, good uint32
+	checks              uint32
+	firstArr, lastArr   int64 // absolute Unix ns
+	firstGood, lastGood int64
 }
 
 type hlKey struct {
@@ -54,6 +59,12 @@ type collector struct {
 	polled  time.Time
 	// the cursors of the trace's buckets and notes and of the feed
 	curB, curN, curE uint64
+	// reader names this run to the trace; others is how many other
+	// readers the first read found; delay how long buckets stay open.
+	reader string
+	others int
+	delay  time.Duration
+	first  bool
 	// started is the trace's start; restarts counts the times it changed
 	// (the trace was turned off and on by someone else), lostBefore the
 	// rows lost in the traces before.
@@ -72,12 +83,26 @@ func hostOf(n api.TraceNexus) string {
 	return n.Initiator
 }
 
-func startCollector(src Source, every time.Duration) *collector {
+func startCollector(src Source, every time.Duration) (*collector, error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &collector{src: src, every: every, slots: map[hlKey]map[[2]any]*slot{}, stop: cancel, done: make(chan struct{})}
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	c := &collector{src: src, every: every, slots: map[hlKey]map[[2]any]*slot{}, stop: cancel, done: make(chan struct{}),
+		reader: "qualify-" + hex.EncodeToString(id[:]), first: true}
 	c.poll() // turns the trace on before anything is measured
+	c.mu.Lock()
+	err, others := c.lastErr, c.others
+	c.mu.Unlock()
+	switch {
+	case err != nil:
+		cancel()
+		return nil, fmt.Errorf("qualify: the array's trace (GET /v1/trace): %w", err)
+	case others > 0:
+		cancel()
+		return nil, errors.New("qualify: another qualification is reading the array's trace: one run at a time (each moves LUNs and injects faults, and the trace keeps one reader's rows)")
+	}
 	go c.loop(ctx)
-	return c
+	return c, nil
 }
 
 func (c *collector) loop(ctx context.Context) {
@@ -100,7 +125,7 @@ func (c *collector) poll() {
 	b, n, e := c.cursor()
 	c.mu.Unlock()
 	t0 := time.Now()
-	tr, err := c.src.Trace(b, n)
+	tr, err := c.src.Trace(b, n, c.reader)
 	var ev api.EventsReply
 	var err2 error
 	if err == nil {
@@ -118,6 +143,10 @@ func (c *collector) poll() {
 	if err != nil {
 		return
 	}
+	if c.first {
+		c.others = tr.Readers
+	}
+	c.delay = time.Duration(tr.DelayNs)
 	if c.started != 0 && tr.Started != c.started {
 		// The trace was stopped and started again (another reader's
 		// DELETE): what it held is gone; read the new one from 0.
@@ -148,6 +177,7 @@ func (c *collector) poll() {
 			m[sk] = s
 		}
 		s.arrived += r.Arrived
+		s.done += r.Done
 		s.good += r.Good
 		s.checks += r.Checks
 		if r.Arrived > 0 {
@@ -160,11 +190,14 @@ func (c *collector) poll() {
 	c.notes = append(c.notes, tr.Notes...)
 	c.setCursor(tr.NextBucket, tr.NextNote, 0)
 	if err2 == nil {
-		c.evLost += ev.Lost
+		if !c.first {
+			c.evLost += ev.Lost // the first read's are from before the run
+		}
 		c.events = append(c.events, ev.Events...)
 		if len(ev.Events) > 0 {
 			c.setCursor(tr.NextBucket, tr.NextNote, ev.Events[len(ev.Events)-1].Seq)
 		}
+		c.first = false
 	}
 }
 
@@ -194,9 +227,13 @@ func (c *collector) close() {
 	<-c.done
 }
 
-// sync waits until a poll has read everything up to now (plus a bucket).
+// sync waits until a poll has read everything up to now (buckets stay
+// open for the trace's delay).
 func (c *collector) sync(ctx context.Context) {
-	want := time.Now().Add(c.bucketLen())
+	c.mu.Lock()
+	delay := c.delay
+	c.mu.Unlock()
+	want := time.Now().Add(delay + 2*c.bucketLen())
 	for ctx.Err() == nil {
 		c.mu.Lock()
 		ok := c.polled.After(want)

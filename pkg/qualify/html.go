@@ -61,6 +61,15 @@ th{background:#f4f4f4} tr.fail td{background:#fdecea} .small{color:#666;font-siz
 		}
 		b.WriteString("</div>\n")
 	}
+	if rep.Error != "" {
+		fmt.Fprintf(&b, "<h2>The run ended early</h2><p>%s</p>\n", e(rep.Error))
+		if len(rep.NotRun) > 0 {
+			fmt.Fprintf(&b, "<p>Not run: %s</p>\n", e(strings.Join(rep.NotRun, "; ")))
+		}
+		if len(rep.Restored) > 0 {
+			fmt.Fprintf(&b, "<p>Restored: %s</p>\n", e(strings.Join(rep.Restored, "; ")))
+		}
+	}
 	b.WriteString("<h2>Array checks</h2><ul>\n")
 	for _, c := range rep.Array {
 		m := "ok"
@@ -77,7 +86,7 @@ th{background:#f4f4f4} tr.fail td{background:#fdecea} .small{color:#666;font-siz
 	for _, st := range rep.Steps {
 		var ch []string
 		for _, c := range st.Changes {
-			ch = append(ch, fmt.Sprintf("LUN %v %s->%s (%s, held %.1f ms)", c.LUNs, c.From, c.To, c.Cause, c.HoldMs))
+			ch = append(ch, fmt.Sprintf("LUN %v %s->%s (%s, held %.1f ms)", c.LUNs, c.From, c.To, c.Cause, c.HoldMs)) // escaped below
 		}
 		fmt.Fprintf(&b, "<tr><td>%d</td><td>%s</td><td>%.1f s</td><td>%.1f s</td><td>%s</td><td>%s</td></tr>\n", st.Index, e(st.Name),
 			st.Start.Sub(rep.Steps[0].Start).Seconds(), st.End.Sub(st.Start).Seconds(), e(strings.Join(ch, "; ")), e(st.Note))
@@ -133,8 +142,8 @@ func hostChart(rep *Report, host string) string {
 		fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%.0f" y2="%.0f" stroke="#777" stroke-dasharray="4 3"><title>%d %s</title></line><text x="%.1f" y="%.0f" fill="#333">%d</text>`+"\n",
 			x(st.Start), x(st.Start), mt, mt+H, st.Index, html.EscapeString(st.Name), x(st.Start)+2, mt+10, st.Index)
 		for _, c := range st.Changes {
-			fmt.Fprintf(&b, `<path d="M%.1f %.0f l-4 8 h8 z" fill="#ff7f0e"><title>LUN %v %s->%s (%s)</title></path>`+"\n",
-				x(c.Time), mt+H-8, c.LUNs, c.From, c.To, c.Cause)
+			fmt.Fprintf(&b, `<path d="M%.1f %.0f l-4 8 h8 z" fill="#ff7f0e"><title>%s</title></path>`+"\n",
+				x(c.Time), mt+H-8, html.EscapeString(fmt.Sprintf("LUN %v %s->%s (%s)", c.LUNs, c.From, c.To, c.Cause)))
 		}
 	}
 	for i, node := range rep.Nodes {

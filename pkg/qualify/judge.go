@@ -184,15 +184,19 @@ func judge(res *Result, st Step, lim TypeLimits, hadPort int) {
 				continue
 			}
 			f := *lr.FollowMs
+			then := ""
+			if lr.Then != "" {
+				then = " (the array then moved it again: " + lr.Then + ")"
+			}
 			switch {
 			case f < 0 && !lr.UA:
-				fail("follow", fmt.Sprintf("LUN %d moved %s -> %s; the host's I/O never all reached %s and it was given no 2A/06", lr.LUN, lr.From, lr.To, lr.To),
+				fail("follow", fmt.Sprintf("LUN %d moved %s -> %s; the host's I/O never all reached %s and it was given no 2A/06%s", lr.LUN, lr.From, lr.To, lr.To, then),
 					"the host sent no command to the LUN on a path that would carry the unit attention: its I/O stopped, or only its paths to the new owner were used")
 			case f < 0 && !lr.RTPG:
-				fail("follow", fmt.Sprintf("LUN %d moved %s -> %s; I/O still arrived at %s at the end, and no RTPG after the 2A/06", lr.LUN, lr.From, lr.To, lr.From),
+				fail("follow", fmt.Sprintf("LUN %d moved %s -> %s; I/O still arrived at %s at the end, and no RTPG after the 2A/06%s", lr.LUN, lr.From, lr.To, lr.From, then),
 					"the host never read RTPG after the unit attention, so it cannot learn the new owner: the ALUA device handler is not attached (Linux: scsi_dh_alua, `multipath -ll` should show hwhandler='1 alua' and prio alua), or multipath uses a fixed priority")
 			case f < 0:
-				fail("follow", fmt.Sprintf("LUN %d moved %s -> %s; it read RTPG after the 2A/06 but its I/O still arrived at %s at the end", lr.LUN, lr.From, lr.To, lr.From),
+				fail("follow", fmt.Sprintf("LUN %d moved %s -> %s; it read RTPG after the 2A/06 but its I/O still arrived at %s at the end%s", lr.LUN, lr.From, lr.To, lr.From, then),
 					"the host sees the new states and keeps the path group in use: dm-multipath's failback manual, or failback followover (followover never follows a planned move). Set failback immediate, or declare the host as the Linux DM-MP type (linux-dmmp: the old owner's paths turn STANDBY, so it must leave them)")
 			case f > ms(lim.PlannedFollow):
 				adv := fmt.Sprintf("it follows %s after the unit attention: its path selector re-reads ALUA states only at its path checker's interval; shorten that interval", fmtMs(f-deref(lr.UAMs)))
@@ -244,12 +248,12 @@ func judge(res *Result, st Step, lim TypeLimits, hadPort int) {
 			fail("port stall", fmt.Sprintf("no command completed for %s (limit %s)", fmtMs(res.StallMs), fmtMs(ms(lim.PortStall))),
 				"the host's other path to the same controller should take over: check it has one, and its path failure detection (NOP-Out, fast_io_fail_tmo)")
 		}
-		if strings.HasSuffix(st.Name, " up") && hadPort > 0 && res.Relogins == 0 {
+		if strings.HasSuffix(st.Name, " up") && hadPort > 0 && res.LoginsHere == 0 {
 			fail("relogin", fmt.Sprintf("no login to port %s after it came back", st.Port),
 				"the host did not log back in to a port that returned: open-iscsi retries a lost session until replacement_timeout and then gives up; check node.session.reopen_max / the initiator's login retries")
 		}
 	case ClassRestart:
-		if hadPort > 0 && res.Relogins == 0 {
+		if hadPort > 0 && res.LoginsHere == 0 {
 			fail("relogin", fmt.Sprintf("no login to node %s after its restart", st.Node),
 				"the host did not log back in to the restarted controller: without those paths the next failover has nowhere to go")
 		}

@@ -54,6 +54,15 @@ func WriteTable(w io.Writer, rep *Report) {
 			fmt.Fprintf(w, "- %s (%s), step %d %s: %s: %s\n  -> %s\n", f.Host, f.Type, f.Step, f.StepName, f.Check, f.Observed, f.Advice)
 		}
 	}
+	if rep.Error != "" {
+		fmt.Fprintf(w, "\nThe run ended early: %s\n", rep.Error)
+		if len(rep.NotRun) > 0 {
+			fmt.Fprintf(w, "Not run: %s\n", strings.Join(rep.NotRun, "; "))
+		}
+		for _, x := range rep.Restored {
+			fmt.Fprintf(w, "Restored: %s\n", x)
+		}
+	}
 	verdict := "PASS"
 	if !rep.Pass {
 		verdict = "FAIL"
@@ -121,6 +130,7 @@ type junitCase struct {
 	Classname string        `xml:"classname,attr"`
 	Time      string        `xml:"time,attr"`
 	Skipped   *junitMessage `xml:"skipped"`
+	Errors    []junitFail   `xml:"error"`
 	Failures  []junitFail   `xml:"failure"`
 	SystemOut string        `xml:"system-out,omitempty"`
 }
@@ -171,6 +181,36 @@ func WriteJUnit(w io.Writer, rep *Report) error {
 		out.Failures += s.Failures
 		out.Suites = append(out.Suites, s)
 	}
+	// The array's own checks, and the run's error and the steps it did
+	// not run: a CI gate fails on these too.
+	arr := junitSuite{Name: "array", Timestamp: rep.Start.UTC().Format("2006-01-02T15:04:05"), Time: secs(rep.End.Sub(rep.Start)),
+		Properties: []junitProperty{{"array", rep.Target}, {"schedule", rep.Schedule}}}
+	for _, c := range rep.Array {
+		jc := junitCase{Name: c.Name, Classname: "aluad.qualify.array", Time: "0", SystemOut: c.Detail}
+		if !c.OK {
+			jc.Failures = []junitFail{{Message: c.Name, Type: "array", Body: c.Detail}}
+			arr.Failures++
+		}
+		arr.Tests++
+		arr.Cases = append(arr.Cases, jc)
+	}
+	if rep.Error != "" {
+		body := rep.Error
+		if len(rep.NotRun) > 0 {
+			body += "\nnot run: " + strings.Join(rep.NotRun, "; ")
+		}
+		if len(rep.Restored) > 0 {
+			body += "\nrestored: " + strings.Join(rep.Restored, "; ")
+		}
+		arr.Cases = append(arr.Cases, junitCase{Name: "the schedule ran to the end", Classname: "aluad.qualify.array", Time: "0",
+			Errors: []junitFail{{Message: rep.Error, Type: "error", Body: body}}})
+		arr.Tests++
+		arr.Errors++
+	}
+	out.Tests += arr.Tests
+	out.Failures += arr.Failures
+	out.Errors += arr.Errors
+	out.Suites = append(out.Suites, arr)
 	if _, err := io.WriteString(w, xml.Header); err != nil {
 		return err
 	}

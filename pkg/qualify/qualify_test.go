@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -118,7 +119,7 @@ func TestFollow(t *testing.T) {
 		{"moves at once", []slot{sl("a", 900, 1), sl("b", 1003, 1), sl("b", 2000, 1)}, 3 * time.Millisecond, true},
 		{"old owner until 1.5 s", []slot{sl("a", 1200, 1), sl("a", 1500, 1), sl("b", 1600, 1), sl("b", 5000, 1)}, 600 * time.Millisecond, true},
 		{"new owner late, old meanwhile", []slot{sl("b", 1400, 1), sl("a", 1800, 1), sl("b", 1900, 1)}, 800 * time.Millisecond, true},
-		{"still on the old owner near the end", []slot{sl("b", 1100, 1), sl("a", 9000, 1)}, 0, false},
+		{"still on the old owner near the end", []slot{sl("b", 1100, 1), sl("a", 9500, 1)}, 0, false},
 		{"no I/O on the new owner", []slot{sl("a", 1100, 1)}, 0, false},
 		{"already on the new owner", []slot{sl("b", 500, 1), sl("b", 1001, 1)}, time.Millisecond, true},
 	} {
@@ -236,19 +237,29 @@ func sample() *Report {
 func TestJUnitValidates(t *testing.T) {
 	var b bytes.Buffer
 	require.NoError(t, WriteJUnit(&b, sample()))
-	checkJUnit(t, b.Bytes(), 3, 1, 1)
+	checkJUnit(t, b.Bytes(), 4, 1, 1, 0)
+	// A run that ended early: an error case in the array's suite, and a
+	// failed array check fails the gate too.
+	rep := sample()
+	rep.Error, rep.NotRun = "step 2 (port a0 down): inject: refused", []string{"port a0 up"}
+	rep.Array = append(rep.Array, Check{Name: "every LUN on its preferred owner", Detail: "LUN 1 on a"})
+	b.Reset()
+	require.NoError(t, WriteJUnit(&b, rep))
+	checkJUnit(t, b.Bytes(), 4, 2, 1, 1)
+	assert.Contains(t, b.String(), "not run: port a0 up")
 }
 
 // checkJUnit validates doc against testdata/junit.xsd and checks its
 // totals.
-func checkJUnit(t *testing.T, doc []byte, suites, failures, skipped int) {
+func checkJUnit(t *testing.T, doc []byte, suites, failures, skipped, errs int) {
 	t.Helper()
 	var got junitSuites
 	require.NoError(t, xml.Unmarshal(doc, &got))
 	require.Len(t, got.Suites, suites)
-	f, s, n := 0, 0, 0
+	f, s, n, e := 0, 0, 0, 0
 	for _, su := range got.Suites {
 		cf, cs := 0, 0
+		e += su.Errors
 		for _, c := range su.Cases {
 			if len(c.Failures) > 0 {
 				cf++
@@ -269,6 +280,8 @@ func checkJUnit(t *testing.T, doc []byte, suites, failures, skipped int) {
 	assert.Equal(t, skipped, s)
 	assert.Equal(t, got.Tests, n)
 	assert.Equal(t, got.Failures, f)
+	assert.Equal(t, errs, e)
+	assert.Equal(t, got.Errors, e)
 	xmllint, err := exec.LookPath("xmllint")
 	if err != nil {
 		if os.Getenv("ALUAD_REQUIRE_EXTERNAL") != "" {
@@ -303,8 +316,9 @@ func TestOutputsEscapeAndSay(t *testing.T) {
 
 // fakeSource is an array's API with canned answers, for the refusals.
 type fakeSource struct {
-	st    api.StatusInfo
-	hosts []api.HostInfo
+	st      api.StatusInfo
+	hosts   []api.HostInfo
+	readers int
 }
 
 func (f *fakeSource) Status() (api.StatusInfo, error) { return f.st, nil }
@@ -316,8 +330,8 @@ func (f *fakeSource) Move(uint64, string) (*api.ChangeInfo, error) { return nil,
 func (f *fakeSource) Rebalance() (api.RebalanceReply, error)       { return api.RebalanceReply{}, nil }
 func (f *fakeSource) Inject(api.Fault) (api.FaultResult, error)    { return api.FaultResult{}, nil }
 func (f *fakeSource) Events(uint64) (api.EventsReply, error)       { return api.EventsReply{}, nil }
-func (f *fakeSource) Trace(uint64, uint64) (api.TraceReply, error) {
-	return api.TraceReply{BucketNs: 1e7}, nil
+func (f *fakeSource) Trace(uint64, uint64, string) (api.TraceReply, error) {
+	return api.TraceReply{BucketNs: 1e7, Readers: f.readers}, nil
 }
 func (f *fakeSource) StopTrace() error { return nil }
 
@@ -332,6 +346,7 @@ func TestRunRefuses(t *testing.T) {
 	}{
 		{"a controller process", &fakeSource{st: api.StatusInfo{Nodes: two, Controller: "a"}}, "controller a's"},
 		{"one node", &fakeSource{st: api.StatusInfo{Nodes: two[:1]}}, "fewer than two nodes"},
+		{"another run", &fakeSource{st: api.StatusInfo{Nodes: two}, readers: 1}, "another qualification"},
 		{"nobody logged in", &fakeSource{st: api.StatusInfo{Nodes: two}}, "no host logged in"},
 		{"a declared host without a session", &fakeSource{st: api.StatusInfo{Nodes: two},
 			hosts: []api.HostInfo{{Name: "h1", Declared: true}}}, "h1: no session"},
@@ -347,4 +362,70 @@ func TestRunRefuses(t *testing.T) {
 	_, err = Run(context.Background(), Options{Source: &fakeSource{st: api.StatusInfo{Nodes: two}}, Schedule: s, Hosts: []string{"h9"},
 		Wait: 300 * time.Millisecond})
 	assert.ErrorContains(t, err, "h9: not known to the array")
+}
+
+// TestHTMLInBrowser loads a report in headless Chromium and checks what
+// it rendered: the verdict, a card per finding and a chart per host.
+func TestHTMLInBrowser(t *testing.T) {
+	bin := os.Getenv("ALUAD_CHROMIUM")
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if bin != "" {
+			break
+		}
+		bin, _ = exec.LookPath(name)
+	}
+	if bin == "" {
+		if os.Getenv("ALUAD_REQUIRE_EXTERNAL") != "" {
+			t.Fatal("ALUAD_REQUIRE_EXTERNAL is set but no chromium is installed")
+		}
+		t.Skip("no chromium")
+	}
+	dir := t.TempDir()
+	f, err := os.Create(dir + "/report.html")
+	require.NoError(t, err)
+	require.NoError(t, WriteHTML(f, sample()))
+	require.NoError(t, f.Close())
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+		"--no-first-run", "--user-data-dir="+dir+"/profile", "--dump-dom", "file://"+dir+"/report.html")
+	out, err := cmd.Output()
+	require.NoError(t, err)
+	dom := string(out)
+	assert.Contains(t, dom, `<span class="verdict fail">FAIL</span>`)
+	assert.Equal(t, 1, strings.Count(dom, `<div class="card">`))
+	assert.Equal(t, 2, strings.Count(dom, "<svg"))
+	assert.Contains(t, dom, "<polyline")
+}
+
+// recorder is a source that records the calls undo makes.
+type recorder struct {
+	fakeSource
+	calls []string
+}
+
+func (r *recorder) Inject(f api.Fault) (api.FaultResult, error) {
+	r.calls = append(r.calls, f.Kind+" "+f.Port+f.Node)
+	return api.FaultResult{}, nil
+}
+
+func (r *recorder) Move(l uint64, to string) (*api.ChangeInfo, error) {
+	r.calls = append(r.calls, fmt.Sprintf("move %d %s", l, to))
+	return nil, nil
+}
+
+func (r *recorder) LUNs() ([]api.LUNInfo, error) {
+	return []api.LUNInfo{{ID: 0, Owner: "b", Preferred: "a"}, {ID: 1, Owner: "b", Preferred: "b"}}, nil
+}
+
+// A run that ends early brings back the port and the node it took down
+// and moves the LUNs back to where they were.
+func TestUndo(t *testing.T) {
+	rec := &recorder{}
+	r := &runner{src: rec, rep: &Report{}, pref: map[uint64]string{}, owner: map[uint64]string{},
+		downPorts: map[string]bool{"a0": true}, downNodes: map[string]bool{"a": true}, owner0: map[uint64]string{0: "a", 1: "b"},
+		undoWait: time.Millisecond}
+	r.undo()
+	assert.Equal(t, []string{"port-up a0", "restart a", "move 0 a"}, rec.calls)
+	assert.Len(t, r.rep.Restored, 3)
 }

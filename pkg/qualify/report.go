@@ -24,6 +24,13 @@ type Report struct {
 	Timeline       map[string]map[string][]int `json:"timeline"`
 	TimelineBucket time.Duration               `json:"timeline_bucket_ns"`
 	Pass           bool                        `json:"pass"`
+	// Error is why the run ended early ("": it ran every step); NotRun
+	// lists the steps it did not run.
+	Error  string   `json:"error,omitempty"`
+	NotRun []string `json:"not_run,omitempty"`
+	// Restored says what the run undid after an error (a port it had
+	// taken down, a node it had failed, LUNs it had moved).
+	Restored []string `json:"restored,omitempty"`
 }
 
 // HostReport is one qualified host.
@@ -49,7 +56,11 @@ type Step struct {
 	// (a controller failed: the hosts must move), port (a port fault or
 	// repair), restart (a drained controller restarted), discovery (the
 	// paths at the start).
-	Class   string    `json:"class"`
+	Class string `json:"class"`
+	// Cause is the cause of the ownership changes the step makes (manual,
+	// balance, failover, failback; empty: none expected): the change a
+	// host's follow is measured from.
+	Cause   string    `json:"cause,omitempty"`
 	Start   time.Time `json:"start"`
 	End     time.Time `json:"end"`
 	Marks   []Mark    `json:"marks"`
@@ -96,6 +107,9 @@ type Result struct {
 	Drops    int            `json:"session_drops"`
 	Logouts  int            `json:"logouts"`
 	Relogins int            `json:"relogins"`
+	// LoginsHere counts the logins through the port or to the node the
+	// step acted on.
+	LoginsHere int `json:"logins_here"`
 	// RTPG: "yes" (it read RTPG after every unit attention 2A/06 it was
 	// given), "no", or "" (no such unit attention).
 	RTPG     string      `json:"rtpg_after_ua,omitempty"`
@@ -110,11 +124,15 @@ type LUNResult struct {
 	LUN uint64 `json:"lun"`
 	// Moved: the LUN changed owner in the step (From -> To, the last
 	// change at Moved).
-	Moved    bool      `json:"moved"`
-	From     string    `json:"from,omitempty"`
-	To       string    `json:"to,omitempty"`
-	MovedAt  time.Time `json:"moved_at,omitempty"`
-	FollowMs *float64  `json:"follow_ms,omitempty"`
+	Moved   bool      `json:"moved"`
+	From    string    `json:"from,omitempty"`
+	To      string    `json:"to,omitempty"`
+	MovedAt time.Time `json:"moved_at,omitempty"`
+	// Then: the array moved the LUN again within the step (shipping it
+	// back to where a host's I/O stayed, say): its cause, node and when,
+	// after MovedAt. Follow is measured up to it.
+	Then     string   `json:"then,omitempty"`
+	FollowMs *float64 `json:"follow_ms,omitempty"`
 	// UAMs: from the change to the host's first 2A/06 for the LUN.
 	UAMs    *float64 `json:"ua_ms,omitempty"`
 	StallMs float64  `json:"stall_ms"`

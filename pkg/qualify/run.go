@@ -45,6 +45,9 @@ type planned struct {
 	name  string
 	class string
 	run   func(ctx context.Context, st *Step) error
+	// cause is the cause of the ownership changes the step makes ("":
+	// none expected).
+	cause string
 }
 
 type runner struct {
@@ -54,6 +57,7 @@ type runner struct {
 	rep    *Report
 	nodes  []string
 	ports  map[string][]string // node -> port names
+	portID map[string]uint16   // port name -> relative target port id
 	pref   map[uint64]string
 	owner  map[uint64]string
 	owner0 map[uint64]string // at t0
@@ -61,6 +65,11 @@ type runner struct {
 	luns   []uint64
 	active map[string][]uint64
 	prog   *progress
+	// downPorts and downNodes are what the run has taken down and not yet
+	// brought back (undo restores them after an error).
+	downPorts map[string]bool
+	downNodes map[string]bool
+	undoWait  time.Duration // how long undo lets a restarted node fail back
 	// offset is the array's clock minus ours.
 	offset time.Duration
 	// start is each port's sessions per host once the hosts are ready.
@@ -83,7 +92,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.Limits == nil {
 		o.Limits = DefaultLimits()
 	}
-	r := &runner{o: o, src: o.Source, ports: map[string][]string{}, pref: map[uint64]string{}, owner: map[uint64]string{}}
+	r := &runner{o: o, src: o.Source, ports: map[string][]string{}, pref: map[uint64]string{}, owner: map[uint64]string{},
+		downPorts: map[string]bool{}, downNodes: map[string]bool{}, undoWait: 10 * time.Second}
 	st, err := r.src.Status()
 	if err != nil {
 		return nil, fmt.Errorf("qualify: the array's status: %w", err)
@@ -95,10 +105,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	// Times are the array's: its trace and feed are stamped by its clock.
 	r.offset = clockOffset(r.src)
 	r.rep = &Report{Schedule: o.Schedule.Name, Target: st.Target, ALUA: st.ALUA, Start: r.now()}
+	r.portID = map[string]uint16{}
 	for _, n := range st.Nodes {
 		r.nodes = append(r.nodes, n.Name)
 		for _, p := range n.Ports {
 			r.ports[n.Name] = append(r.ports[n.Name], p.Name)
+			r.portID[p.Name] = p.RelativeID
 		}
 	}
 	r.rep.Nodes = r.nodes
@@ -108,7 +120,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := r.readLUNs(); err != nil {
 		return nil, err
 	}
-	r.col = startCollector(r.src, o.Poll)
+	if r.col, err = startCollector(r.src, o.Poll); err != nil {
+		return nil, err
+	}
 	if err := r.readLUNs(); err != nil {
 		r.col.close()
 		return nil, err
@@ -140,19 +154,31 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	disc.End = r.now()
 	r.rep.Steps = append(r.rep.Steps, disc)
 	var runErr error
+	done := 0
 	for i, p := range plan {
 		r.prog.set(i+1, p.name)
-		s := Step{Index: i + 1, Event: p.event, Name: p.name, Class: p.class, Start: r.now()}
+		s := Step{Index: i + 1, Event: p.event, Name: p.name, Class: p.class, Cause: p.cause, Start: r.now()}
 		err := p.run(ctx, &s)
 		s.End = r.now()
 		r.rep.Steps = append(r.rep.Steps, s)
 		if o.AfterStep != nil {
 			o.AfterStep(s)
 		}
+		done++
+		if err == nil && ctx.Err() != nil {
+			err = ctx.Err()
+		}
 		if err != nil {
 			runErr = fmt.Errorf("step %d (%s): %w", s.Index, s.Name, err)
 			break
 		}
+	}
+	for _, p := range plan[done:] {
+		r.rep.NotRun = append(r.rep.NotRun, p.name)
+	}
+	if runErr != nil {
+		r.rep.Error = runErr.Error()
+		r.undo()
 	}
 	r.prog.set(len(plan)+1, "analysing")
 	r.col.sync(context.Background())
@@ -300,17 +326,17 @@ func (r *runner) plan() ([]planned, error) {
 			if !r.hasNode(onto) {
 				return nil, bad("no node %q", onto)
 			}
-			out = append(out, planned{ev.Kind, "skew: every LUN onto " + onto, ClassPlanned, r.skew(onto)},
-				planned{ev.Kind, "rebalance by the array", ClassPlanned, r.rebalance},
-				planned{ev.Kind, "restore: every LUN to its preferred owner", ClassPlanned, r.restore})
+			out = append(out, planned{ev.Kind, "skew: every LUN onto " + onto, ClassPlanned, r.skew(onto), "manual"},
+				planned{ev.Kind, "rebalance by the array", ClassPlanned, r.rebalance, "balance"},
+				planned{ev.Kind, "restore: every LUN to its preferred owner", ClassPlanned, r.restore, "manual"})
 		case EvPort:
 			ports, err := r.pickPorts(ev.Args["ports"])
 			if err != nil {
 				return nil, bad("%v", err)
 			}
 			for _, p := range ports {
-				out = append(out, planned{ev.Kind, "port " + p + " down", ClassPort, r.portDown(p)},
-					planned{ev.Kind, "port " + p + " up", ClassPort, r.portUp(p)})
+				out = append(out, planned{ev.Kind, "port " + p + " down", ClassPort, r.portDown(p), ""},
+					planned{ev.Kind, "port " + p + " up", ClassPort, r.portUp(p), ""})
 			}
 		case EvFail:
 			n, kind := ev.Args["node"], ev.Args["kind"]
@@ -321,8 +347,8 @@ func (r *runner) plan() ([]planned, error) {
 				return nil, bad("no node %q", n)
 			}
 			down := ev.duration("down", 10*time.Second)
-			out = append(out, planned{ev.Kind, "node " + n + " " + kind + " (failover)", ClassFailure, r.fail(n, kind, down)},
-				planned{ev.Kind, "node " + n + " restart (failback)", ClassPlanned, r.restartFailback(n)})
+			out = append(out, planned{ev.Kind, "node " + n + " " + kind + " (failover)", ClassFailure, r.fail(n, kind, down), "failover"},
+				planned{ev.Kind, "node " + n + " restart (failback)", ClassPlanned, r.restartFailback(n), "failback"})
 		case EvUpgrade:
 			down := ev.duration("down", 10*time.Second)
 			nodes := r.nodes
@@ -335,9 +361,9 @@ func (r *runner) plan() ([]planned, error) {
 				}
 			}
 			for _, n := range nodes {
-				out = append(out, planned{ev.Kind, "upgrade " + n + ": drain", ClassPlanned, r.drain(n)},
-					planned{ev.Kind, "upgrade " + n + ": restart", ClassRestart, r.upgradeRestart(n, down)},
-					planned{ev.Kind, "upgrade " + n + ": failback", ClassPlanned, r.redistribute(n)})
+				out = append(out, planned{ev.Kind, "upgrade " + n + ": drain", ClassPlanned, r.drain(n), "manual"},
+					planned{ev.Kind, "upgrade " + n + ": restart", ClassRestart, r.upgradeRestart(n, down), ""},
+					planned{ev.Kind, "upgrade " + n + ": failback", ClassPlanned, r.redistribute(n), "manual"})
 			}
 		}
 	}
@@ -414,7 +440,7 @@ func (r *runner) move(st *Step, l uint64, to string) {
 }
 
 func (r *runner) moveStep(event string, l uint64, to string) planned {
-	return planned{event, fmt.Sprintf("move LUN %d to %s", l, to), ClassPlanned, func(ctx context.Context, st *Step) error {
+	return planned{event: event, name: fmt.Sprintf("move LUN %d to %s", l, to), class: ClassPlanned, cause: "manual", run: func(ctx context.Context, st *Step) error {
 		r.move(st, l, to)
 		if !r.waitOwners(ctx, r.o.Schedule.Follow, func(o map[uint64]string) bool { return o[l] == to }) {
 			st.Note = strings.TrimSpace(st.Note + fmt.Sprintf(" LUN %d not on %s after %v.", l, to, r.o.Schedule.Follow))
@@ -514,6 +540,7 @@ func (r *runner) portDown(port string) func(context.Context, *Step) error {
 	return func(ctx context.Context, st *Step) error {
 		st.Port = port
 		r.mark(st, "port %s down", port)
+		r.downPorts[port] = true
 		if _, err := r.src.Inject(api.Fault{Kind: api.FaultPortDown, Port: port}); err != nil {
 			return err
 		}
@@ -529,6 +556,7 @@ func (r *runner) portUp(port string) func(context.Context, *Step) error {
 		if _, err := r.src.Inject(api.Fault{Kind: api.FaultPortUp, Port: port}); err != nil {
 			return err
 		}
+		delete(r.downPorts, port)
 		if !r.waitRelogin(ctx, []string{port}, r.o.Schedule.Follow) {
 			st.Note = fmt.Sprintf("not every host logged back in to %s within %v", port, r.o.Schedule.Follow)
 		}
@@ -567,6 +595,7 @@ func (r *runner) fail(node, kind string, down time.Duration) func(context.Contex
 	return func(ctx context.Context, st *Step) error {
 		st.Node = node
 		r.mark(st, "node %s %s", node, kind)
+		r.downNodes[node] = true
 		if _, err := r.src.Inject(api.Fault{Kind: kind, Node: node}); err != nil {
 			return err
 		}
@@ -593,7 +622,10 @@ func (r *runner) restartFailback(node string) func(context.Context, *Step) error
 		if _, err := r.src.Inject(api.Fault{Kind: api.FaultRestart, Node: node}); err != nil {
 			return err
 		}
-		if !r.waitOwners(ctx, r.o.Schedule.Follow, func(o map[uint64]string) bool {
+		delete(r.downNodes, node)
+		// The hosts log back in, their multipath reinstates the paths, and
+		// the array waits its failback window: twice the follow time.
+		if !r.waitOwners(ctx, 2*r.o.Schedule.Follow, func(o map[uint64]string) bool {
 			for _, l := range r.luns {
 				if r.pref[l] == node && o[l] != node {
 					return false
@@ -602,7 +634,7 @@ func (r *runner) restartFailback(node string) func(context.Context, *Step) error
 			return true
 		}) {
 			st.Note = fmt.Sprintf("the array did not fail every LUN back to %s within %v (it fails back once every host using them reaches %s again)",
-				node, r.o.Schedule.Follow, node)
+				node, 2*r.o.Schedule.Follow, node)
 		}
 		r.waitFollow(ctx, st)
 		return r.settle(ctx)
@@ -640,6 +672,7 @@ func (r *runner) upgradeRestart(node string, down time.Duration) func(context.Co
 	return func(ctx context.Context, st *Step) error {
 		st.Node = node
 		r.mark(st, "node %s stops (firmware upgrade)", node)
+		r.downNodes[node] = true
 		if _, err := r.src.Inject(api.Fault{Kind: api.FaultCrash, Node: node}); err != nil {
 			return err
 		}
@@ -650,6 +683,7 @@ func (r *runner) upgradeRestart(node string, down time.Duration) func(context.Co
 		if _, err := r.src.Inject(api.Fault{Kind: api.FaultRestart, Node: node}); err != nil {
 			return err
 		}
+		delete(r.downNodes, node)
 		if !r.waitRelogin(ctx, r.ports[node], r.o.Schedule.Follow) {
 			st.Note = fmt.Sprintf("not every host logged back in to %s's ports within %v", node, r.o.Schedule.Follow)
 		}
@@ -808,4 +842,37 @@ func clockOffset(src Source) time.Duration {
 		}
 	}
 	return off
+}
+
+// undo brings back what a run that ended early had taken down: its ports,
+// its nodes, and the LUNs to the owners they had at the start.
+func (r *runner) undo() {
+	for _, p := range sortedHosts(r.downPorts) {
+		_, err := r.src.Inject(api.Fault{Kind: api.FaultPortUp, Port: p})
+		r.rep.Restored = append(r.rep.Restored, fmt.Sprintf("port %s up: %s", p, errText(err)))
+	}
+	for _, n := range sortedHosts(r.downNodes) {
+		_, err := r.src.Inject(api.Fault{Kind: api.FaultRestart, Node: n})
+		r.rep.Restored = append(r.rep.Restored, fmt.Sprintf("node %s restarted: %s", n, errText(err)))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// A restarted node's LUNs may fail back by themselves first.
+	r.waitOwners(ctx, r.undoWait, func(o map[uint64]string) bool { return maps.Equal(o, r.owner0) })
+	if err := r.readLUNs(); err != nil {
+		return
+	}
+	for _, l := range r.luns {
+		if to := r.owner0[l]; to != "" && r.owner[l] != to {
+			_, err := r.src.Move(l, to)
+			r.rep.Restored = append(r.rep.Restored, fmt.Sprintf("LUN %d moved back to %s: %s", l, to, errText(err)))
+		}
+	}
+}
+
+func errText(err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return "done"
 }

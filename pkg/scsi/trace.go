@@ -1,6 +1,7 @@
 package scsi
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,17 +16,18 @@ import (
 
 // TraceBucket is one nexus's commands to one LU in one bucket of time.
 // Arrived counts the media commands (READ, WRITE, SYNCHRONIZE CACHE,
-// VERIFY) that arrived in the bucket, whatever their status; Good the
-// media commands that completed GOOD in it; Checks the commands of any
-// kind that ended in CHECK CONDITION in it. The times are Unix
-// nanoseconds (zero when the count is zero).
+// VERIFY) that arrived in the bucket, whatever their status; Done the
+// media commands that completed in it, whatever their status; Good those
+// of them that completed GOOD; Checks the commands of any kind that ended
+// in CHECK CONDITION in it. The times are Unix nanoseconds (zero when the
+// count is zero).
 type TraceBucket struct {
 	Nexus Nexus
 	LUN   uint64
 	// Start is the bucket's start, Unix nanoseconds.
 	Start                     int64
-	Arrived, Good, Checks     uint32
-	NonOptimized              uint32
+	Arrived, Done, Good       uint32
+	Checks, NonOptimized      uint32
 	FirstArrival, LastArrival int64
 	FirstGood, LastGood       int64
 }
@@ -45,7 +47,7 @@ type TraceNote struct {
 
 // TraceRead is what TraceSince returns: the buckets closed and the notes
 // made since the cursors, and the cursors to ask from next; Lost counts
-// what the bounded log dropped before it was read.
+// what the bounded logs dropped before it was read.
 type TraceRead struct {
 	Buckets    []TraceBucket
 	Notes      []TraceNote
@@ -53,6 +55,10 @@ type TraceRead struct {
 	NextNote   uint64
 	Lost       uint64
 	Bucket     time.Duration
+	// Delay is how long a bucket stays open after its time (a command
+	// that completes within it still counts its arrival there): a read
+	// sees the buckets older than this.
+	Delay time.Duration
 	// Started is when this trace was turned on (Unix ns): a reader that
 	// sees it change knows the trace was stopped and started again, and
 	// that its cursors no longer apply.
@@ -65,24 +71,78 @@ type traceKey struct {
 	idx int64
 }
 
+// ringLog is a bounded log read from cursors: seq numbers count every
+// entry ever appended; a read acknowledges what is below its cursor, and
+// entries past max unread are dropped from the front (counted as lost).
+type ringLog[T any] struct {
+	buf  []T
+	head int    // buf[head:] are kept
+	base uint64 // seq of buf[head]
+	max  int
+	lost uint64
+}
+
+func (l *ringLog[T]) add(v ...T) {
+	l.buf = append(l.buf, v...)
+	if over := len(l.buf) - l.head - l.max; over > 0 {
+		l.head += over
+		l.base += uint64(over)
+		l.lost += uint64(over)
+	}
+	l.compact()
+}
+
+// ack drops what is below seq (the reader has it).
+func (l *ringLog[T]) ack(seq uint64) {
+	if seq <= l.base {
+		return
+	}
+	n := min(seq-l.base, uint64(len(l.buf)-l.head))
+	l.head += int(n)
+	l.base += n
+	l.compact()
+}
+
+// compact moves the kept entries down once the dropped half is large, so
+// each entry is copied O(1) times.
+func (l *ringLog[T]) compact() {
+	if l.head > 4096 && l.head > len(l.buf)/2 {
+		l.buf = append(l.buf[:0], l.buf[l.head:]...)
+		l.head = 0
+	}
+}
+
+// since returns the entries from seq on and the next seq.
+func (l *ringLog[T]) since(seq uint64) ([]T, uint64) {
+	seq = max(seq, l.base)
+	next := l.base + uint64(len(l.buf)-l.head)
+	if seq >= next {
+		return nil, next
+	}
+	return append([]T(nil), l.buf[l.head+int(seq-l.base):]...), next
+}
+
+// traceOpen is how many buckets stay open after their time: a command
+// that completes within that long of its arrival counts both in one row.
+const traceOpen = 20
+
 // trace is the recorder; one per server while on.
 type trace struct {
 	mu     sync.Mutex
 	bucket int64 // ns
-	open   int64 // index of the open bucket
-	cur    map[traceKey]*TraceBucket
-	// closed and notes are bounded logs: seq of closed[0] is base.
-	closed               []TraceBucket
-	notes                []TraceNote
-	closedBase, noteBase uint64
-	lost                 uint64
-	max                  int
-	lastRead             atomic.Int64
-	started              int64
+	// cur holds the open buckets, byIdx their keys by bucket; every
+	// bucket up to closedTo is closed.
+	cur      map[traceKey]*TraceBucket
+	byIdx    map[int64][]traceKey
+	closedTo int64
+	closed   ringLog[TraceBucket]
+	notes    ringLog[TraceNote]
+	lastRead atomic.Int64
+	started  int64
 }
 
 // traceMax bounds each log: at 10 ms buckets this is minutes of a busy
-// array between two reads.
+// array that nobody reads.
 const traceMax = 1 << 20
 
 // StartTrace turns the command trace on with buckets of the given length
@@ -91,8 +151,11 @@ func (s *Server) StartTrace(bucket time.Duration) {
 	if bucket <= 0 {
 		bucket = 10 * time.Millisecond
 	}
-	t := &trace{bucket: int64(bucket), cur: map[traceKey]*TraceBucket{}, max: traceMax, started: s.now().UnixNano()}
-	t.lastRead.Store(t.started)
+	now := s.now().UnixNano()
+	t := &trace{bucket: int64(bucket), cur: map[traceKey]*TraceBucket{}, byIdx: map[int64][]traceKey{},
+		closedTo: now/int64(bucket) - 1, started: now}
+	t.closed.max, t.notes.max = traceMax, traceMax
+	t.lastRead.Store(now)
 	s.trace.CompareAndSwap(nil, t)
 }
 
@@ -110,9 +173,9 @@ func (s *Server) TraceIdle() (time.Duration, bool) {
 }
 
 // TraceSince returns the buckets closed since bucket cursor fromB and the
-// notes since note cursor fromN (false: the trace is off). Buckets whose
-// time has passed are closed first, so a read sees everything up to the
-// current bucket.
+// notes since note cursor fromN (false: the trace is off). The cursors
+// acknowledge what is below them: the trace keeps one reader's unread
+// rows. Buckets older than the open window are closed first.
 func (s *Server) TraceSince(fromB, fromN uint64) (TraceRead, bool) {
 	t := s.trace.Load()
 	if t == nil {
@@ -123,61 +186,63 @@ func (s *Server) TraceSince(fromB, fromN uint64) (TraceRead, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.advance(now / t.bucket)
-	r := TraceRead{Bucket: time.Duration(t.bucket), Lost: t.lost, Started: t.started}
-	if fromB < t.closedBase {
-		fromB = t.closedBase
-	}
-	if i := fromB - t.closedBase; i < uint64(len(t.closed)) {
-		r.Buckets = append([]TraceBucket(nil), t.closed[i:]...)
-	}
-	r.NextBucket = t.closedBase + uint64(len(t.closed))
-	if fromN < t.noteBase {
-		fromN = t.noteBase
-	}
-	if i := fromN - t.noteBase; i < uint64(len(t.notes)) {
-		r.Notes = append([]TraceNote(nil), t.notes[i:]...)
-	}
-	r.NextNote = t.noteBase + uint64(len(t.notes))
+	t.closed.ack(fromB)
+	t.notes.ack(fromN)
+	r := TraceRead{Bucket: time.Duration(t.bucket), Delay: time.Duration(traceOpen * t.bucket), Started: t.started}
+	r.Buckets, r.NextBucket = t.closed.since(fromB)
+	r.Notes, r.NextNote = t.notes.since(fromN)
+	r.Lost = t.closed.lost + t.notes.lost
 	return r, true
 }
 
-// advance closes the open buckets when idx has moved past them. t.mu held.
+// advance closes the buckets that fell out of the open window at bucket
+// idx. t.mu held.
 func (t *trace) advance(idx int64) {
-	if idx <= t.open {
+	to := idx - traceOpen
+	if to <= t.closedTo {
 		return
 	}
-	for _, b := range t.cur {
-		t.closed = append(t.closed, *b)
+	var rows []TraceBucket
+	closeIdx := func(i int64) {
+		for _, k := range t.byIdx[i] {
+			rows = append(rows, *t.cur[k])
+			delete(t.cur, k)
+		}
+		delete(t.byIdx, i)
 	}
-	clear(t.cur)
-	t.open = idx
-	if over := len(t.closed) - t.max; over > 0 {
-		t.closed = append(t.closed[:0], t.closed[over:]...)
-		t.closedBase += uint64(over)
-		t.lost += uint64(over)
+	if to-t.closedTo > int64(len(t.byIdx)) {
+		// A long quiet: visit the open buckets, not every index.
+		idxs := make([]int64, 0, len(t.byIdx))
+		for i := range t.byIdx {
+			if i <= to {
+				idxs = append(idxs, i)
+			}
+		}
+		slices.Sort(idxs)
+		for _, i := range idxs {
+			closeIdx(i)
+		}
+	} else {
+		for i := t.closedTo + 1; i <= to; i++ {
+			closeIdx(i)
+		}
 	}
+	t.closedTo = to
+	t.closed.add(rows...)
 }
 
-func (t *trace) note(n TraceNote) {
-	t.notes = append(t.notes, n)
-	if over := len(t.notes) - t.max; over > 0 {
-		t.notes = append(t.notes[:0], t.notes[over:]...)
-		t.noteBase += uint64(over)
-		t.lost += uint64(over)
-	}
-}
-
-// row returns the bucket of (n, lun) at time ns: the open one, or, for a
-// time already closed (a command that arrived buckets ago), a fresh row
-// appended to the closed log. t.mu held.
+// row returns the bucket of (n, lun) at time ns: an open one, or, for a
+// time already closed (a command that took longer than the open window),
+// a fresh row appended to late. t.mu held.
 func (t *trace) row(n Nexus, lun uint64, ns int64, late *[]TraceBucket) *TraceBucket {
 	idx := ns / t.bucket
-	if idx >= t.open {
+	if idx > t.closedTo {
 		k := traceKey{n, lun, idx}
 		b := t.cur[k]
 		if b == nil {
 			b = &TraceBucket{Nexus: n, LUN: lun, Start: idx * t.bucket}
 			t.cur[k] = b
+			t.byIdx[idx] = append(t.byIdx[idx], k)
 		}
 		return b
 	}
@@ -214,19 +279,20 @@ func (t *trace) command(n Nexus, lun uint64, class ioClass, opcode byte, r *Resp
 			b.NonOptimized++
 		}
 		mark(&b.FirstArrival, &b.LastArrival, a)
-	}
-	if media && r.Status == StatusGood {
-		b := t.row(n, lun, d, &late)
-		b.Good++
-		mark(&b.FirstGood, &b.LastGood, d)
+		b = t.row(n, lun, d, &late)
+		b.Done++
+		if r.Status == StatusGood {
+			b.Good++
+			mark(&b.FirstGood, &b.LastGood, d)
+		}
 	}
 	if check {
 		b := t.row(n, lun, d, &late)
 		b.Checks++
 		key, asc, ascq := senseCodes(r.Sense)
-		t.note(TraceNote{Time: d, Nexus: n, LUN: lun, Check: true, Opcode: opcode, Key: key, ASC: asc, ASCQ: ascq})
+		t.notes.add(TraceNote{Time: d, Nexus: n, LUN: lun, Check: true, Opcode: opcode, Key: key, ASC: asc, ASCQ: ascq})
 	}
-	t.closed = append(t.closed, late...)
+	t.closed.add(late...)
 }
 
 // senseCodes reads the sense key, ASC and ASCQ of fixed or descriptor
@@ -254,5 +320,5 @@ func (s *Server) TaskManagement(n Nexus, fn TMF, lun uint64) {
 	now := s.now().UnixNano()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.note(TraceNote{Time: now, Nexus: n, LUN: lun, TMF: fn})
+	t.notes.add(TraceNote{Time: now, Nexus: n, LUN: lun, TMF: fn})
 }
