@@ -34,7 +34,7 @@ var (
 	reMap   = regexp.MustCompile(`^(\S+) \((\S+)\) (dm-\d+) (.*)$`)
 	reMap2  = regexp.MustCompile(`^(\S+) (dm-\d+) (.*)$`) // user_friendly_names no
 	reGroup = regexp.MustCompile(`policy='([^']*)' prio=(-?\d+) status=(\w+)`)
-	rePath  = regexp.MustCompile(`(\d+:\d+:\d+:\d+) (\S+) +\d+:\d+ +(\w+) (\w+) (\w+)`)
+	rePath  = regexp.MustCompile(`(\d+:\d+:\d+:\d+) (\S+) +\d+:\d+ +(\w+) +(\w+) +(\w+)`)
 	reFeat  = regexp.MustCompile(`features='([^']*)' hwhandler='([^']*)'`)
 )
 

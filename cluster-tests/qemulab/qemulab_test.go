@@ -310,7 +310,8 @@ func TestMPFollows(t *testing.T) {
 	out := `mpatha (36001405aaaa) dm-0 ALUAD,aluad
 size=64M features='1 queue_if_no_path' hwhandler='1 alua' wp=rw
 |-+- policy='service-time 0' prio=50 status=active
-| |- 3:0:0:0 sdb 8:16 active ready running
+| |- 3:0:0:0 sdb 8:16 active ready  running
+| |- 2:0:0:0 sda 8:0  failed faulty running
 | ` + "`" + `- #:#:#:# -   #:#  failed faulty running
 ` + "`" + `-+- policy='service-time 0' prio=0 status=enabled
   ` + "`" + `- 2:0:0:0 sda 8:0  failed faulty running

@@ -182,6 +182,7 @@ func (l *lab) collectGuest(ctx context.Context, c *ClientResult) (*guestView, er
 	if err != nil {
 		return nil, err
 	}
+	_ = os.WriteFile(filepath.Join(l.dir, c.Spec.Name+".samples.log"), []byte(out), 0o644)
 	last := map[string]uint64{}
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
@@ -297,12 +298,18 @@ func (c *ClientResult) mpFollows(out string, lun uint64, to string) *bool {
 		if g == nil {
 			return nil
 		}
-		ok := len(g.Paths) > 0
+		// I/O goes to the group's paths that dm-multipath has active.
+		n, ok := 0, true
 		for _, p := range g.Paths {
+			if p.DMState != "active" {
+				continue
+			}
+			n++
 			if d, known := c.disks[p.Dev]; !known || nodeOfPortal(d.Portal) != to {
 				ok = false
 			}
 		}
+		ok = ok && n > 0
 		return &ok
 	}
 	return nil
