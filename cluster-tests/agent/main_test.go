@@ -87,12 +87,12 @@ func TestSampler(t *testing.T) {
 	b, _ := os.ReadFile(out)
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	if n != 3 || len(lines) != 3 {
-		t.Fatalf("want 3 lines (sda, sdb, sda again), got %d: %q", n, lines)
+		t.Fatalf("want 3 lines (sda, sdb at first sight, sda again), got %d: %q", n, lines)
 	}
 	var last string
 	for _, l := range lines {
 		f := strings.Fields(l)
-		if len(f) != 5 || f[1] >= f[0] {
+		if len(f) != 5 || f[1] > f[0] {
 			t.Fatalf("line %q: want NS PREV_NS DEV READS WRITES, PREV_NS before NS", l)
 		}
 		if f[2] == "sda" {

@@ -16,9 +16,10 @@ import (
 // reads and writes of each block device matching its globs
 // (/sys/block/sd*/stat: one per path of a multipath device;
 // /sys/block/dm-*/stat: the multipath devices) and writes a line
-// "UNIX_NS PREV_NS DEV READS WRITES" to a file whenever a device's counts
-// changed: the change happened after PREV_NS (the sampler's previous
-// read) and by UNIX_NS, so a guest starved of CPU shows as a wide
+// "UNIX_NS PREV_NS DEV READS WRITES" to a file when it first sees a
+// device and whenever its counts changed: the change happened after
+// PREV_NS (when the previous read of that device began) and by UNIX_NS
+// (when this read ended), so a guest starved of CPU shows as a wide
 // interval, not as a wrong time. Times are the guest's clock; the lab
 // measures its offset with the "clock" op.
 type sampler struct {
@@ -64,8 +65,10 @@ func startSampler(globs, out string, every time.Duration) error {
 		defer close(s.done)
 		w := bufio.NewWriterSize(f, 1<<16)
 		last := map[string][2]uint64{}
+		// prevRead is when each device's previous read began: a rise seen
+		// now happened after it, and by the end of this read.
+		prevRead := map[string]int64{}
 		var paths []string
-		prev := time.Now().UnixNano()
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for i := 0; ; i++ {
@@ -76,22 +79,27 @@ func startSampler(globs, out string, every time.Duration) error {
 					paths = append(paths, m...)
 				}
 			}
-			now := time.Now().UnixNano()
 			for _, p := range paths {
+				start := time.Now().UnixNano()
 				b, err := os.ReadFile(p)
+				end := time.Now().UnixNano()
 				if err != nil {
 					continue
 				}
 				r, wr, ok := statCounts(b)
 				dev := devName(p)
-				if !ok || last[dev] == [2]uint64{r, wr} {
+				prev, seen := prevRead[dev]
+				prevRead[dev] = start
+				if !ok || (seen && last[dev] == [2]uint64{r, wr}) {
 					continue
 				}
+				if !seen {
+					prev = start // first sight: the counts so far, not a rise
+				}
 				last[dev] = [2]uint64{r, wr}
-				fmt.Fprintf(w, "%d %d %s %d %d\n", now, prev, dev, r, wr)
+				fmt.Fprintf(w, "%d %d %s %d %d\n", end, prev, dev, r, wr)
 				s.n++
 			}
-			prev = now
 			select {
 			case <-s.stop:
 				s.err = w.Flush()

@@ -481,8 +481,11 @@ type TraceReply struct {
 	Notes      []TraceNote   `json:"notes"`
 	NextBucket uint64        `json:"next_bucket"`
 	NextNote   uint64        `json:"next_note"`
-	// Lost counts rows the array's bounded trace dropped before a read.
-	Lost uint64 `json:"lost"`
+	// Lost counts rows the array's bounded trace dropped before a read;
+	// Skipped the rows this read's cursors asked for that were no longer
+	// kept (dropped unread, or taken by another reader's cursor).
+	Lost    uint64 `json:"lost"`
+	Skipped uint64 `json:"skipped"`
 	// DelayNs: buckets stay open this long after their time; a read sees
 	// the older ones.
 	DelayNs int64 `json:"delay_ns"`

@@ -556,7 +556,7 @@ func (vw *View) Trace(bucket, note uint64, reader string) api.TraceReply {
 	others := 0
 	for id, t := range vw.traceReaders {
 		switch {
-		case now.Sub(t) > 5*time.Second:
+		case now.Sub(t) > 2*time.Second:
 			delete(vw.traceReaders, id)
 		case id != reader:
 			others++
@@ -569,12 +569,7 @@ func (vw *View) Trace(bucket, note uint64, reader string) api.TraceReply {
 		go func() {
 			for {
 				time.Sleep(traceIdle / 12)
-				idle, on := vw.SCSI.TraceIdle()
-				if !on {
-					return
-				}
-				if idle >= traceIdle {
-					vw.SCSI.StopTrace()
+				if vw.SCSI.StopTraceIfIdle(traceIdle) {
 					return
 				}
 			}
@@ -582,7 +577,7 @@ func (vw *View) Trace(bucket, note uint64, reader string) api.TraceReply {
 	}
 	r, _ := vw.SCSI.TraceSince(bucket, note)
 	out := api.TraceReply{BucketNs: int64(r.Bucket), NextBucket: r.NextBucket, NextNote: r.NextNote, Lost: r.Lost, Started: r.Started,
-		DelayNs: int64(r.Delay), Readers: others,
+		DelayNs: int64(r.Delay), Readers: others, Skipped: r.Skipped,
 		Buckets: make([]api.TraceBucket, 0, len(r.Buckets)), Notes: make([]api.TraceNote, 0, len(r.Notes))}
 	names := map[scsi.Nexus]api.TraceNexus{}
 	nexus := func(n scsi.Nexus) api.TraceNexus {

@@ -100,13 +100,19 @@ func (r *runner) analyse(hosts map[string]HostReport) {
 		}
 	}
 	r.col.mu.Lock()
-	lost, restarts := r.col.lost+r.col.lostBefore, r.col.restarts
+	lost, restarts, others, synced := r.col.lost+r.col.lostBefore, r.col.restarts, r.col.othersSeen, r.col.synced
 	r.col.mu.Unlock()
 	detail := plural(int(lost), "trace row") + " dropped"
 	if restarts > 0 {
 		detail += fmt.Sprintf("; the trace was turned off and on %s during the run (DELETE /v1/trace): what it held then is missing", plural(restarts, "time"))
 	}
-	rep.Array = append(rep.Array, Check{Name: "the array's trace kept every command", OK: lost == 0 && restarts == 0, Detail: detail})
+	if others {
+		detail += "; another reader read the trace during the run (the trace keeps one reader's rows)"
+	}
+	if !synced {
+		detail += "; the trace and the feed could not be read to the end of the run"
+	}
+	rep.Array = append(rep.Array, Check{Name: "the array's trace kept every command", OK: lost == 0 && restarts == 0 && !others && synced, Detail: detail})
 	r.col.mu.Lock()
 	evLost, errs, lastErr := r.col.evLost, r.col.errs, r.col.lastErr
 	r.col.mu.Unlock()
@@ -163,7 +169,7 @@ func (r *runner) measure(res *Result, h HostReport, st Step, events, all []api.E
 			lr.Moved, lr.From, lr.To, lr.MovedAt = true, e.Change.From, e.Change.To, e.Time
 			if pick+1 < len(mine) {
 				n := mine[pick+1]
-				winEnd = n.Time
+				winEnd, lr.Until = n.Time, n.Time
 				lr.Then = fmt.Sprintf("%s to %s %s later", n.Change.Cause, n.Change.To, fmtMs(ms(n.Time.Sub(e.Time))))
 			}
 		}
@@ -285,7 +291,8 @@ func follow(series []slot, to string, tc, end int64) (time.Duration, bool) {
 			lastOld = max(lastOld, s.lastArr)
 		}
 	}
-	if firstNew == 0 || lastOld > end-int64(tailQuiet) {
+	tail := min(int64(tailQuiet), (end-tc)/2)
+	if firstNew == 0 || lastOld > end-tail {
 		return 0, false
 	}
 	return time.Duration(max(firstNew, lastOld) - tc), true

@@ -71,6 +71,15 @@ type collector struct {
 	started    int64
 	restarts   int
 	lostBefore uint64
+	// lostBase is what the trace had dropped before the run; skipped what
+	// another reader's cursor took before this one read it; othersSeen:
+	// another reader read the trace during the run.
+	lostBase, skipped uint64
+	othersSeen        bool
+	// feedPolled is the start of the last good read of the feed; synced:
+	// a final read covered the end of the run.
+	feedPolled time.Time
+	synced     bool
 
 	stop context.CancelFunc
 	done chan struct{}
@@ -145,6 +154,9 @@ func (c *collector) poll() {
 	}
 	if c.first {
 		c.others = tr.Readers
+		c.lostBase = tr.Lost // dropped before this run
+	} else if tr.Readers > 0 {
+		c.othersSeen = true
 	}
 	c.delay = time.Duration(tr.DelayNs)
 	if c.started != 0 && tr.Started != c.started {
@@ -154,12 +166,14 @@ func (c *collector) poll() {
 		c.curB, c.curN = 0, 0
 		c.started = tr.Started
 		c.lostBefore += c.lost
+		c.lost, c.lostBase = 0, 0
 		return
 	}
 	c.started = tr.Started
 	c.polled = t0
 	c.bucket = time.Duration(tr.BucketNs)
-	c.lost = tr.Lost
+	c.skipped += tr.Skipped
+	c.lost = tr.Lost - min(c.lostBase, tr.Lost) + c.skipped
 	for _, r := range tr.Buckets {
 		if r.LUN > 1<<40 {
 			continue
@@ -190,6 +204,7 @@ func (c *collector) poll() {
 	c.notes = append(c.notes, tr.Notes...)
 	c.setCursor(tr.NextBucket, tr.NextNote, 0)
 	if err2 == nil {
+		c.feedPolled = t0
 		if !c.first {
 			c.evLost += ev.Lost // the first read's are from before the run
 		}
@@ -227,16 +242,19 @@ func (c *collector) close() {
 	<-c.done
 }
 
-// sync waits until a poll has read everything up to now (buckets stay
-// open for the trace's delay).
+// sync waits until a poll has read the trace and the feed up to now
+// (buckets stay open for the trace's delay), for at most 15 s: an array
+// that stopped answering leaves the run unsynced, and the report says so.
 func (c *collector) sync(ctx context.Context) {
 	c.mu.Lock()
 	delay := c.delay
 	c.mu.Unlock()
 	want := time.Now().Add(delay + 2*c.bucketLen())
-	for ctx.Err() == nil {
+	deadline := want.Add(15 * time.Second)
+	for ctx.Err() == nil && time.Now().Before(deadline) {
 		c.mu.Lock()
-		ok := c.polled.After(want)
+		ok := c.polled.After(want) && c.feedPolled.After(want)
+		c.synced = ok
 		c.mu.Unlock()
 		if ok {
 			return

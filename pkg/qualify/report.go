@@ -131,8 +131,11 @@ type LUNResult struct {
 	// Then: the array moved the LUN again within the step (shipping it
 	// back to where a host's I/O stayed, say): its cause, node and when,
 	// after MovedAt. Follow is measured up to it.
-	Then     string   `json:"then,omitempty"`
-	FollowMs *float64 `json:"follow_ms,omitempty"`
+	Then string `json:"then,omitempty"`
+	// Until is when that next change came (zero: none; the follow window
+	// is the step's end).
+	Until    time.Time `json:"until,omitempty"`
+	FollowMs *float64  `json:"follow_ms,omitempty"`
 	// UAMs: from the change to the host's first 2A/06 for the LUN.
 	UAMs    *float64 `json:"ua_ms,omitempty"`
 	StallMs float64  `json:"stall_ms"`
@@ -170,3 +173,11 @@ type Check struct {
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func msp(d time.Duration) *float64 { v := ms(d); return &v }
+
+// Failed is the report of a run that could not start (hosts not ready,
+// another run reading the trace): its outputs say why, so a CI gate reading
+// junit.xml fails instead of reading an old file.
+func Failed(schedule string, err error) *Report {
+	now := time.Now()
+	return &Report{Schedule: schedule, Start: now, End: now, Error: err.Error(), Steps: []Step{{Name: "not started", Start: now, End: now}}}
+}

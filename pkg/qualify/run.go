@@ -835,7 +835,7 @@ func clockOffset(src Source) time.Duration {
 		st, err := src.Status()
 		rtt := time.Since(t0)
 		if err != nil || st.Time.IsZero() {
-			return 0
+			continue
 		}
 		if best < 0 || rtt < best {
 			best, off = rtt, st.Time.Sub(t0.Add(rtt/2))

@@ -54,7 +54,10 @@ type TraceRead struct {
 	NextBucket uint64
 	NextNote   uint64
 	Lost       uint64
-	Bucket     time.Duration
+	// Skipped counts the entries the cursors asked for that were no
+	// longer kept (dropped unread, or taken by another reader).
+	Skipped uint64
+	Bucket  time.Duration
 	// Delay is how long a bucket stays open after its time (a command
 	// that completes within it still counts its arrival there): a read
 	// sees the buckets older than this.
@@ -92,9 +95,11 @@ func (l *ringLog[T]) add(v ...T) {
 	l.compact()
 }
 
-// ack drops what is below seq (the reader has it).
+// ack drops what is below seq (the reader has it). A cursor past the end
+// is not this log's (a reader of a trace since stopped and started): it
+// acknowledges nothing.
 func (l *ringLog[T]) ack(seq uint64) {
-	if seq <= l.base {
+	if seq <= l.base || seq > l.base+uint64(len(l.buf)-l.head) {
 		return
 	}
 	n := min(seq-l.base, uint64(len(l.buf)-l.head))
@@ -112,14 +117,19 @@ func (l *ringLog[T]) compact() {
 	}
 }
 
-// since returns the entries from seq on and the next seq.
-func (l *ringLog[T]) since(seq uint64) ([]T, uint64) {
-	seq = max(seq, l.base)
+// since returns the entries from seq on and the next seq, and how many
+// below the first kept one the cursor asked for (dropped unread, or taken
+// by another reader's cursor).
+func (l *ringLog[T]) since(seq uint64) ([]T, uint64, uint64) {
+	var skipped uint64
+	if seq < l.base {
+		skipped, seq = l.base-seq, l.base
+	}
 	next := l.base + uint64(len(l.buf)-l.head)
 	if seq >= next {
-		return nil, next
+		return nil, next, skipped
 	}
-	return append([]T(nil), l.buf[l.head+int(seq-l.base):]...), next
+	return append([]T(nil), l.buf[l.head+int(seq-l.base):]...), next, skipped
 }
 
 // traceOpen is how many buckets stay open after their time: a command
@@ -162,6 +172,20 @@ func (s *Server) StartTrace(bucket time.Duration) {
 // StopTrace turns the command trace off and drops what it held.
 func (s *Server) StopTrace() { s.trace.Store(nil) }
 
+// StopTraceIfIdle turns the trace off if nobody has read it for d, and
+// reports whether it is off now. A trace started again meanwhile is left
+// on.
+func (s *Server) StopTraceIfIdle(d time.Duration) bool {
+	t := s.trace.Load()
+	if t == nil {
+		return true
+	}
+	if s.now().Sub(time.Unix(0, t.lastRead.Load())) < d {
+		return false
+	}
+	return s.trace.CompareAndSwap(t, nil)
+}
+
 // TraceIdle returns how long ago the trace was last read (false: it is
 // off), so an owner can stop a trace nobody reads.
 func (s *Server) TraceIdle() (time.Duration, bool) {
@@ -189,8 +213,10 @@ func (s *Server) TraceSince(fromB, fromN uint64) (TraceRead, bool) {
 	t.closed.ack(fromB)
 	t.notes.ack(fromN)
 	r := TraceRead{Bucket: time.Duration(t.bucket), Delay: time.Duration(traceOpen * t.bucket), Started: t.started}
-	r.Buckets, r.NextBucket = t.closed.since(fromB)
-	r.Notes, r.NextNote = t.notes.since(fromN)
+	var sb, sn uint64
+	r.Buckets, r.NextBucket, sb = t.closed.since(fromB)
+	r.Notes, r.NextNote, sn = t.notes.since(fromN)
+	r.Skipped = sb + sn
 	r.Lost = t.closed.lost + t.notes.lost
 	return r, true
 }

@@ -80,7 +80,7 @@ func TestTraceLogs(t *testing.T) {
 	l.max = 3
 	for i := 0; i < 10; i++ {
 		l.add(i)
-		got, next := l.since(uint64(i))
+		got, next, _ := l.since(uint64(i))
 		assert.Equal(t, []int{i}, got, "read %d", i)
 		l.ack(next)
 	}
@@ -89,12 +89,16 @@ func TestTraceLogs(t *testing.T) {
 	for i := 10; i < 15; i++ {
 		l.add(i)
 	}
-	got, next := l.since(10)
+	got, next, skipped := l.since(10)
 	assert.Equal(t, []int{12, 13, 14}, got)
+	assert.Equal(t, uint64(2), skipped)
 	assert.Equal(t, uint64(15), next)
 	assert.Equal(t, uint64(2), l.lost)
-	got, _ = l.since(100)
+	got, _, _ = l.since(100)
 	assert.Empty(t, got)
+	l.ack(100) // a cursor past the end is another trace's: nothing acknowledged
+	got, _, _ = l.since(12)
+	assert.Equal(t, []int{12, 13, 14}, got)
 	// Compaction keeps the kept entries in order.
 	var m ringLog[int]
 	m.max = 1 << 20
@@ -104,7 +108,7 @@ func TestTraceLogs(t *testing.T) {
 			m.ack(uint64(i - 10))
 		}
 	}
-	got, _ = m.since(19990)
+	got, _, _ = m.since(19990)
 	assert.Equal(t, []int{19990, 19991, 19992, 19993, 19994, 19995, 19996, 19997, 19998, 19999}, got)
 	assert.Less(t, len(m.buf), 10000)
 }
