@@ -327,3 +327,33 @@ size=64M features='1 queue_if_no_path' hwhandler='1 alua' wp=rw
 		t.Fatalf("no map for LUN 1: %v", *got)
 	}
 }
+
+// guestFollow: the later of the first completion on the new owner's paths
+// and the last on the old owner's before it; an old path's completion
+// after the new owner carried I/O is a failed command being retried.
+func TestGuestFollow(t *testing.T) {
+	c := &ClientResult{disks: map[string]DiskPath{
+		"sda": {Dev: "sda", Portal: PortAddr(0, 0) + ":3260", LUN: 0},
+		"sdb": {Dev: "sdb", Portal: PortAddr(1, 0) + ":3260", LUN: 0},
+	}}
+	t0 := time.Unix(100, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	g := &guestView{steps: map[string][]rise{
+		"sda": {{at(-20), at(-10), 1}, {at(40), at(50), 2}, {at(700), at(750), 3}}, // the last: a failed command
+		"sdb": {{at(90), at(100), 1}, {at(200), at(210), 2}},
+	}}
+	s, ok := g.guestFollow(c, 0, "b", t0, at(10000))
+	if !ok || s.lo != 90*time.Millisecond || s.hi != 100*time.Millisecond {
+		t.Fatalf("follow %v %v, want 90-100 ms", s, ok)
+	}
+	// Still on the old owner near the end: not followed.
+	g.steps["sda"] = append(g.steps["sda"], rise{at(9500), at(9510), 4})
+	if _, ok := g.guestFollow(c, 0, "b", t0, at(10000)); ok {
+		t.Fatal("I/O on the old owner near the end followed")
+	}
+	// Never on the new owner: not followed.
+	delete(g.steps, "sdb")
+	if _, ok := g.guestFollow(c, 0, "b", t0, at(10000)); ok {
+		t.Fatal("followed to a node whose paths carried nothing")
+	}
+}

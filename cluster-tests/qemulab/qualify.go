@@ -233,26 +233,45 @@ func (g *guestView) guestStall(dm string, from, to time.Time) span {
 // to node to (the later of the first rise there and the last one
 // elsewhere), with the counters' resolution; false if a path elsewhere
 // still rose within a second of end, or none to node to did.
+//
+// A path's counter also counts the commands that failed on it. The
+// clients group paths by priority and send I/O to one group at a time, so
+// a rise on an old path after the new owner's paths carried I/O is a
+// command that failed there (02/04/0B on a standby path) and was retried:
+// it is not I/O running on the old owner, and is not counted.
 func (g *guestView) guestFollow(c *ClientResult, lun uint64, to string, tc, end time.Time) (span, bool) {
 	var newLo, newHi, oldLo, oldHi time.Time
+	type pathRise struct {
+		rise
+		onNew bool
+	}
+	var rises []pathRise
 	for dev, rs := range g.steps {
 		d, ok := c.disks[dev]
 		if !ok || d.LUN != lun {
 			continue
 		}
-		node := nodeOfPortal(d.Portal)
 		for _, r := range rs {
-			if !r.hi.After(tc) || !r.lo.Before(end) {
-				continue
+			if r.hi.After(tc) && r.lo.Before(end) {
+				rises = append(rises, pathRise{r, nodeOfPortal(d.Portal) == to})
 			}
-			lo := maxT(r.lo, tc)
-			if node == to {
-				if newHi.IsZero() || r.hi.Before(newHi) {
-					newLo, newHi = lo, r.hi
-				}
-			} else if r.hi.After(oldHi) {
-				oldLo, oldHi = lo, r.hi
-			}
+		}
+	}
+	for _, r := range rises {
+		if r.onNew && (newHi.IsZero() || r.hi.Before(newHi)) {
+			newLo, newHi = maxT(r.lo, tc), r.hi
+		}
+	}
+	for _, r := range rises {
+		if !r.onNew && (newHi.IsZero() || !r.lo.After(newHi)) && r.hi.After(oldHi) {
+			oldLo, oldHi = maxT(r.lo, tc), r.hi
+		}
+	}
+	// I/O still on the old owner near the end: any rise there after the
+	// new owner's first.
+	for _, r := range rises {
+		if !r.onNew && !newHi.IsZero() && r.lo.After(end.Add(-time.Second)) {
+			oldLo = r.lo
 		}
 	}
 	if newHi.IsZero() || oldLo.After(end.Add(-time.Second)) {
