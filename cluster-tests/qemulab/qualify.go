@@ -231,14 +231,16 @@ func (g *guestView) guestStall(dm string, from, to time.Time) span {
 // guestFollow is qualify's follow from the guest's per-path counters:
 // from the change at tc until all of the LUN's completions were on paths
 // to node to (the later of the first rise there and the last one
-// elsewhere), with the counters' resolution; false if a path elsewhere
-// still rose within a second of end, or none to node to did.
+// elsewhere), with the counters' resolution; false if no path to node
+// to rose.
 //
-// A path's counter also counts the commands that failed on it. The
-// clients group paths by priority and send I/O to one group at a time, so
-// a rise on an old path after the new owner's paths carried I/O is a
-// command that failed there (02/04/0B on a standby path) and was retried:
-// it is not I/O running on the old owner, and is not counted.
+// A path's counter also counts the commands that failed on it, at the
+// array (02/04/0B on a standby path) or in the guest without reaching it
+// (scsi_dh_alua fails I/O to a path it knows is standby at once: udev's
+// probe of a path that changed state). The clients group paths by
+// priority and send I/O to one group at a time, so a rise on an old path
+// after the new owner's paths carried I/O is such a failure, not I/O
+// running on the old owner, and is not counted.
 func (g *guestView) guestFollow(c *ClientResult, lun uint64, to string, tc, end time.Time) (span, bool) {
 	var newLo, newHi, oldLo, oldHi time.Time
 	type pathRise struct {
@@ -267,13 +269,7 @@ func (g *guestView) guestFollow(c *ClientResult, lun uint64, to string, tc, end 
 			oldLo, oldHi = maxT(r.lo, tc), r.hi
 		}
 	}
-	// I/O still on the old owner near the end: any rise there after the
-	// new owner's first.
-	for _, r := range rises {
-		if !r.onNew && !newHi.IsZero() && r.lo.After(end.Add(-time.Second)) {
-			oldLo = r.lo
-		}
-	}
+
 	if newHi.IsZero() || oldLo.After(end.Add(-time.Second)) {
 		return span{}, false
 	}

@@ -429,3 +429,10 @@ func TestUndo(t *testing.T) {
 	assert.Equal(t, []string{"port-up a0", "restart a", "move 0 a"}, rec.calls)
 	assert.Len(t, r.rep.Restored, 3)
 }
+
+// The JUnit file of the real-guest example run in docs/ validates too.
+func TestExampleJUnit(t *testing.T) {
+	b, err := os.ReadFile("../../docs/qualify-example/junit.xml")
+	require.NoError(t, err)
+	checkJUnit(t, b, 4, 6, 0, 0)
+}
