@@ -110,34 +110,13 @@ func (l *lab) qualifyRun(ctx context.Context) error {
 	l.qrep = rep
 	l.res.Topology = l.mpll
 	dir := filepath.Join(l.dir, "qualify")
-	if werr := writeQualify(dir, rep); werr != nil && err == nil {
+	if werr := qualify.WriteFiles(dir, rep); werr != nil && err == nil {
 		err = werr
 	}
 	var tab strings.Builder
 	qualify.WriteTable(&tab, rep)
 	_ = os.WriteFile(filepath.Join(dir, "table.txt"), []byte(tab.String()), 0o644)
 	return err
-}
-
-func writeQualify(dir string, rep *qualify.Report) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	for name, w := range map[string]func(io.Writer, *qualify.Report) error{
-		"report.html": qualify.WriteHTML, "results.json": qualify.WriteJSON, "junit.xml": qualify.WriteJUnit} {
-		f, err := os.Create(filepath.Join(dir, name))
-		if err != nil {
-			return err
-		}
-		err = w(f, rep)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // guestView is what one guest recorded: for each block device (the

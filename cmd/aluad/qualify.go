@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -99,13 +98,13 @@ func qualifyCmd(args []string) error {
 	rep, runErr := qualify.Run(ctx, o)
 	if rep == nil {
 		// The outputs still say why: a CI gate must not read an old file.
-		if err := writeQualifyFiles(*out, qualify.Failed(s.Name, runErr)); err != nil {
+		if err := qualify.WriteFiles(*out, qualify.Failed(s.Name, runErr)); err != nil {
 			return err
 		}
 		return runErr
 	}
 	qualify.WriteTable(os.Stdout, rep)
-	if err := writeQualifyFiles(*out, rep); err != nil {
+	if err := qualify.WriteFiles(*out, rep); err != nil {
 		return err
 	}
 	fmt.Printf("report: %s\n", filepath.Join(*out, "report.html"))
@@ -124,27 +123,6 @@ func labHostNames() string {
 		n = append(n, h.Name+" ("+h.Stack+", declared "+h.Type+")")
 	}
 	return strings.Join(n, ", ")
-}
-
-func writeQualifyFiles(dir string, rep *qualify.Report) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	for name, w := range map[string]func(io.Writer, *qualify.Report) error{
-		"report.html": qualify.WriteHTML, "results.json": qualify.WriteJSON, "junit.xml": qualify.WriteJUnit} {
-		f, err := os.Create(filepath.Join(dir, name))
-		if err != nil {
-			return err
-		}
-		err = w(f, rep)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-	}
-	return nil
 }
 
 func isTerminal(f *os.File) bool {

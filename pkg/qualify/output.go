@@ -5,6 +5,8 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -243,4 +245,28 @@ func caseOut(res Result, st Step) string {
 		b.WriteString("array: " + st.Note + "\n")
 	}
 	return b.String()
+}
+
+// WriteFiles writes report.html, results.json and junit.xml to dir.
+func WriteFiles(dir string, rep *Report) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, o := range []struct {
+		name string
+		w    func(io.Writer, *Report) error
+	}{{"report.html", WriteHTML}, {"results.json", WriteJSON}, {"junit.xml", WriteJUnit}} {
+		f, err := os.Create(filepath.Join(dir, o.name))
+		if err != nil {
+			return err
+		}
+		err = o.w(f, rep)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", o.name, err)
+		}
+	}
+	return nil
 }
