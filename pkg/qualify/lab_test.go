@@ -65,9 +65,6 @@ func within(a, b float64) bool {
 // every host, LUN and step agrees with the host's own within 20% or
 // 100 ms, and that the JUnit output validates.
 func TestQuickScheduleOnEmulatedHosts(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a three-minute run")
-	}
 	ctx := context.Background()
 	stacks := lab.QualifyStacks()
 	q, err := lab.StartQualifyLab(ctx, stacks, 2, 100, t.TempDir())
@@ -158,9 +155,6 @@ func TestQuickScheduleOnEmulatedHosts(t *testing.T) {
 // acknowledged write lost, every LUN back on its preferred owner, and
 // hosts that follow pass every step.
 func TestRollingUpgradeKeepsWrites(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a one-minute run")
-	}
 	ctx := context.Background()
 	dir := t.TempDir()
 	const size = 64 << 20
