@@ -545,6 +545,9 @@ func (c *conn) onLogout(p *PDU) {
 	switch reason {
 	case 0, 1:
 		c.waitTasksExcept(nil)
+		if c.sess != nil {
+			c.sess.releaseForLogout() // one connection per session: the session ends
+		}
 		r[2] = 0
 	default:
 		r[2] = 2 // connection recovery is not supported

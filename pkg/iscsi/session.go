@@ -35,8 +35,11 @@ type session struct {
 	// its login, and a session announced once is announced once.
 	evMu      sync.Mutex
 	announced bool
-	ended     chan struct{} // closed when end has run
-	prev      *session      // the session this one reinstated
+	// released: a Logout already ended the nexus at the device server
+	// (releaseForLogout), before its response.
+	released bool
+	ended    chan struct{} // closed when end has run
+	prev     *session      // the session this one reinstated
 
 	// The fabric's view of the nexus: commands answered and their summed
 	// exchange time (command PDU in to status PDU out).
@@ -213,7 +216,9 @@ func (s *session) end(reason string) {
 	defer s.evMu.Unlock()
 	defer close(s.ended)
 	if s.announced {
-		s.t.handler.NexusLost(s.nexus)
+		if !s.released {
+			s.t.handler.NexusLost(s.nexus)
+		}
 		s.t.event(fabric.Event{Kind: "logout", Nexus: s.nexus, Portal: s.portal, Reason: reason})
 	}
 	if s.prev != nil {
@@ -224,4 +229,18 @@ func (s *session) end(reason string) {
 	// session and waits for it, so it cannot announce before the logout
 	// of the session this one reinstated.
 	s.t.dropSession(s)
+}
+
+// releaseForLogout ends the nexus at the device server before the Logout
+// Response goes out: once the initiator has its response, what the nexus
+// held (SPC-2 reservations) is released, and another initiator's RESERVE
+// sent right after it succeeds (libiscsi's Reserve6 Logout test). The
+// logout event still comes with the session's end.
+func (s *session) releaseForLogout() {
+	s.evMu.Lock()
+	defer s.evMu.Unlock()
+	if s.announced && !s.released {
+		s.released = true
+		s.t.handler.NexusLost(s.nexus)
+	}
 }

@@ -54,16 +54,22 @@ func hostStall(samples []lab.Sample, host int, lun uint64, from, to time.Time) t
 	return best
 }
 
-func within(a, b float64) bool {
-	tol := max(0.2*max(a, b), 100)
+// roughly: a and b agree within half the larger or a second. The
+// emulated host's completion is the array's plus the trip back, which a
+// loaded machine (the race detector in CI) can stretch by hundreds of
+// milliseconds for one command; a stall put in the wrong step or counted
+// in the wrong unit is off by far more.
+func roughly(a, b float64) bool {
+	tol := max(0.5*max(a, b), 1000)
 	return a-b <= tol && b-a <= tol
 }
 
 // TestQuickScheduleOnEmulatedHosts runs the quick schedule in process
 // against one emulated host of each multipath stack, and checks the
 // verdicts each stack's behaviour calls for, that the array-side stall of
-// every host, LUN and step agrees with the host's own within 20% or
-// 100 ms, and that the JUnit output validates.
+// every host, LUN and step is the host's own (roughly: the real-guest
+// check in the QEMU lab holds qualify to 20% or 100 ms), and that the
+// JUnit output validates.
 func TestQuickScheduleOnEmulatedHosts(t *testing.T) {
 	ctx := context.Background()
 	stacks := lab.QualifyStacks()
@@ -119,7 +125,7 @@ func TestQuickScheduleOnEmulatedHosts(t *testing.T) {
 		require.Len(t, res.LUNs, 2, "%s uses both LUNs", res.Host)
 		for _, lr := range res.LUNs {
 			host := hostStall(samples, idx[res.Host], lr.LUN, st.Start, st.End)
-			assert.True(t, within(lr.StallMs, ms(host)), "%s LUN %d step %d %s: array-side stall %.1f ms, the host's own %.1f ms",
+			assert.True(t, roughly(lr.StallMs, ms(host)), "%s LUN %d step %d %s: array-side stall %.1f ms, the host's own %.1f ms",
 				res.Host, lr.LUN, st.Index, st.Name, lr.StallMs, ms(host))
 		}
 		if st.Class == ClassFailure {
