@@ -5,12 +5,12 @@
 package media
 
 import (
-	"container/heap"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"syscall"
 	"time"
@@ -30,11 +30,20 @@ type Store interface {
 	Close() error
 }
 
-// File is a Store on one sparse file.
+// File is a Store on one sparse file. Reads copy from a shared read-only
+// mapping of the file (no system call per read: the page cache is the
+// mapping's memory); writes, punches and syncs are system calls on the
+// descriptor. Both see the same page cache, so a read sees every write
+// that completed before it. Where the file cannot be mapped, reads use
+// pread.
 type File struct {
 	f    *os.File
 	size int64
 	path string
+	// mu: reads hold it shared while they copy from mapped; Close holds
+	// it to unmap.
+	mu     sync.RWMutex
+	mapped []byte
 }
 
 // OpenFile opens or creates a sparse file of size bytes. An existing file
@@ -66,7 +75,11 @@ func OpenFile(path string, size int64) (*File, error) {
 		return nil, fmt.Errorf("media: %s holds %d bytes but the LUN is configured for %d; refusing to resize existing data",
 			path, st.Size(), size)
 	}
-	return &File{f: f, size: size, path: path}, nil
+	m := &File{f: f, size: size, path: path}
+	if b, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED); err == nil {
+		m.mapped = b
+	}
+	return m, nil
 }
 
 // ErrRange is returned for an access outside the store.
@@ -79,12 +92,31 @@ func (m *File) check(off int64, n int) error {
 	return nil
 }
 
-func (m *File) ReadAt(p []byte, off int64) error {
+func (m *File) ReadAt(p []byte, off int64) (err error) {
 	if err := m.check(off, len(p)); err != nil {
 		return err
 	}
-	_, err := m.f.ReadAt(p, off)
-	return err
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.mapped == nil {
+		_, err := m.f.ReadAt(p, off)
+		return err
+	}
+	return copyMapped(p, m.mapped[off:off+int64(len(p))])
+}
+
+// copyMapped copies from a mapping, turning the fault a failed page-in
+// raises (an I/O error under the page cache, the file cut short by
+// another process) into an error instead of a crash.
+func copyMapped(dst, src []byte) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("media: read fault: %v", r)
+		}
+	}()
+	copy(dst, src)
+	return nil
 }
 
 func (m *File) WriteAt(p []byte, off int64) error {
@@ -151,6 +183,15 @@ type CacheDropper interface {
 // next reads come from the storage: what another machine wrote to it
 // (NFS, a shared block device) is read, not this machine's older copy.
 func (m *File) DropCache() error {
+	m.mu.RLock()
+	if m.mapped != nil {
+		// The mapping's pages first: the kernel keeps mapped pages.
+		if err := unix.Madvise(m.mapped, unix.MADV_DONTNEED); err != nil {
+			m.mu.RUnlock()
+			return err
+		}
+	}
+	m.mu.RUnlock()
 	return m.onFD(func(fd int) error { return unix.Fadvise(fd, 0, 0, unix.FADV_DONTNEED) })
 }
 
@@ -170,8 +211,16 @@ func (m *File) onFD(f func(fd int) error) error {
 	}
 	return ferr
 }
-func (m *File) Size() int64  { return m.size }
-func (m *File) Close() error { return m.f.Close() }
+func (m *File) Size() int64 { return m.size }
+func (m *File) Close() error {
+	m.mu.Lock()
+	if m.mapped != nil {
+		unix.Munmap(m.mapped)
+		m.mapped = nil
+	}
+	m.mu.Unlock()
+	return m.f.Close()
+}
 
 // Path returns the backing file.
 func (m *File) Path() string { return m.path }
@@ -227,14 +276,15 @@ func (s *profiled) WriteAt(p []byte, off int64) error {
 	return s.Store.WriteAt(p, off)
 }
 
-// PreciseWait waits for d by the clock. OS timers on some machines (this
-// one and the project's CI VMs among them) fire no sooner than ~1 ms, far
-// coarser than an SSD access or an interlink hop, so time.Sleep(50µs)
-// would wait 1 ms. Short waits are therefore woken by one clock goroutine
-// that spins on the clock, yielding between checks, while any wait is
-// pending; only the part of a long wait beyond 2 ms sleeps. One spinner
-// for all waiters (not one per waiter) keeps dozens of concurrent waits
-// from starving the goroutines that serve I/O on a machine with few cores.
+// PreciseWait waits for d by the clock. Go's timers fire no sooner than
+// ~1 ms on this machine (and the project's CI VMs), far coarser than an SSD
+// access or an interlink hop: time.Sleep(50µs) waits 1 ms. Short waits are
+// therefore woken by one clock thread blocked on a Linux timerfd (with
+// 1 ns timer slack), armed for the earliest pending deadline less the
+// wake-up's own latency; the waiter then yields until the deadline itself.
+// No core spins while waits are pending. Where no timerfd can be made,
+// one clock goroutine spins on the clock instead, yielding between
+// checks. Only the part of a long wait beyond 2 ms sleeps.
 func PreciseWait(d time.Duration) {
 	if d <= 0 {
 		return
@@ -246,16 +296,39 @@ func PreciseWait(d time.Duration) {
 	if !time.Now().Before(deadline) {
 		return
 	}
-	<-waker.add(deadline)
+	ch := waker.add(deadline)
+	<-ch
+	wakeups.Put(ch)
+	for time.Now().Before(deadline) {
+		runtime.Gosched() // the last few microseconds: woken early on purpose
+	}
 }
 
-// waker is the clock goroutine's queue of pending waits.
-var waker = &clock{}
+// wakeEarly is how long before a deadline the clock thread wakes its
+// waiter: about what the thread's and then the goroutine's wake-ups take.
+const wakeEarly = 20 * time.Microsecond
+
+// waker is the clock's queue of pending waits.
+var waker = newClock()
 
 type clock struct {
-	mu      sync.Mutex
-	waits   waitHeap
+	mu    sync.Mutex
+	waits waitHeap
+	// running: the spinning goroutine runs (no timerfd).
 	running bool
+	// fd is the timerfd (-1: none); armed is the deadline it is set
+	// for (zero: disarmed); started: its thread runs.
+	fd      int
+	armed   time.Time
+	started bool
+}
+
+func newClock() *clock {
+	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_CLOEXEC)
+	if err != nil {
+		fd = -1
+	}
+	return &clock{fd: fd}
 }
 
 type wait struct {
@@ -263,30 +336,113 @@ type wait struct {
 	ch chan struct{}
 }
 
+// waitHeap is a min-heap of waits by deadline (by hand: container/heap
+// would box every wait it pushes and pops).
 type waitHeap []wait
 
-func (h waitHeap) Len() int           { return len(h) }
-func (h waitHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
-func (h waitHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *waitHeap) Push(x any)        { *h = append(*h, x.(wait)) }
-func (h *waitHeap) Pop() any {
-	old := *h
-	w := old[len(old)-1]
-	*h = old[:len(old)-1]
+func (h waitHeap) Len() int { return len(h) }
+
+func (h *waitHeap) push(w wait) {
+	*h = append(*h, w)
+	s := *h
+	for i := len(s) - 1; i > 0; {
+		up := (i - 1) / 2
+		if !s[i].at.Before(s[up].at) {
+			break
+		}
+		s[i], s[up] = s[up], s[i]
+		i = up
+	}
+}
+
+func (h *waitHeap) pop() wait {
+	s := *h
+	w := s[0]
+	n := len(s) - 1
+	s[0] = s[n]
+	s[n] = wait{}
+	s = s[:n]
+	for i := 0; ; {
+		l, small := 2*i+1, i
+		if l < n && s[l].at.Before(s[small].at) {
+			small = l
+		}
+		if r := l + 1; r < n && s[r].at.Before(s[small].at) {
+			small = r
+		}
+		if small == i {
+			break
+		}
+		s[i], s[small] = s[small], s[i]
+		i = small
+	}
+	*h = s
 	return w
 }
 
-// add queues a wait and returns the channel closed at its deadline.
+// wakeups are the waits' channels (one slot each: the clock sends one
+// token), reused once their wait has taken the token.
+var wakeups = sync.Pool{New: func() any { return make(chan struct{}, 1) }}
+
+// add queues a wait and returns the channel that receives a token at its
+// deadline (a little before it, with the timerfd).
 func (c *clock) add(at time.Time) chan struct{} {
-	ch := make(chan struct{})
+	ch := wakeups.Get().(chan struct{})
 	c.mu.Lock()
-	heap.Push(&c.waits, wait{at, ch})
-	if !c.running {
-		c.running = true
-		go c.spin()
+	defer c.mu.Unlock()
+	c.waits.push(wait{at, ch})
+	if c.fd < 0 {
+		if !c.running {
+			c.running = true
+			go c.spin()
+		}
+		return ch
 	}
-	c.mu.Unlock()
+	if !c.started {
+		c.started = true
+		go c.sleeper()
+	}
+	if c.armed.IsZero() || at.Before(c.armed) {
+		c.arm(at)
+	}
 	return ch
+}
+
+// arm sets the timerfd to fire wakeEarly before at. c.mu is held.
+func (c *clock) arm(at time.Time) {
+	c.armed = at
+	d := max(time.Until(at)-wakeEarly, time.Nanosecond)
+	unix.TimerfdSettime(c.fd, 0, &unix.ItimerSpec{Value: unix.NsecToTimespec(int64(d))}, nil)
+}
+
+// sleeper is the clock thread: blocked in a read of the timerfd until it
+// fires, it wakes the waits then due and arms the timer for the next.
+func (c *clock) sleeper() {
+	runtime.LockOSThread() // the timer slack below is this thread's
+	unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
+	var buf [8]byte
+	for {
+		if _, err := unix.Read(c.fd, buf[:]); err != nil && err != unix.EINTR && err != unix.EAGAIN {
+			c.mu.Lock()
+			c.fd = -1 // broken: the spinning goroutine takes over
+			if !c.running && len(c.waits) > 0 {
+				c.running = true
+				go c.spin()
+			}
+			c.mu.Unlock()
+			return
+		}
+		now := time.Now().Add(wakeEarly)
+		c.mu.Lock()
+		for len(c.waits) > 0 && !c.waits[0].at.After(now) {
+			c.waits.pop().ch <- struct{}{}
+		}
+		c.armed = time.Time{}
+		if len(c.waits) > 0 {
+			c.arm(c.waits[0].at)
+		}
+		c.mu.Unlock()
+	}
 }
 
 // spin wakes waits as their deadlines pass and exits when none is left.
@@ -295,7 +451,7 @@ func (c *clock) spin() {
 		now := time.Now()
 		c.mu.Lock()
 		for len(c.waits) > 0 && !c.waits[0].at.After(now) {
-			close(heap.Pop(&c.waits).(wait).ch)
+			c.waits.pop().ch <- struct{}{}
 		}
 		if len(c.waits) == 0 {
 			c.running = false
