@@ -129,8 +129,12 @@ type Cache struct {
 	clean  list.List // clean, not busy pages; front is least recently used
 	dirtyQ list.List // dirty pages in the order they became dirty
 	bytes  int64     // all pages held
-	dirty  int64     // dirty bytes
-	gen    uint64    // bumps on Crash: work started before is void
+	free   [][]byte  // evicted pages' buffers, for reuse (pageBuf)
+	// applied and mirrorBuf are WriteAt's scratch (under mu).
+	applied   []*page
+	mirrorBuf []MirrorPage
+	dirty     int64  // dirty bytes
+	gen       uint64 // bumps on Crash: work started before is void
 	// writing counts destage batches on their way to media; a crash
 	// waits for them (a write already issued to the drives lands).
 	writing int

@@ -29,7 +29,8 @@ func (c *Cache) ReadAt(id uint64, p []byte, off int64) error {
 		c.mu.Unlock()
 		return ErrDown
 	}
-	var missing []int64
+	var few [fillMaxPages]int64
+	missing := few[:0]
 	for idx := first; idx <= last; idx++ {
 		pg := ls.pages[idx]
 		if pg == nil {
@@ -59,9 +60,16 @@ func (c *Cache) ReadAt(id uint64, p []byte, off int64) error {
 		}
 		i = j
 	}
-	c.fill(ls, p, off, missing, epoch, gen)
+	if len(missing) <= fillMaxPages {
+		c.fill(ls, p, off, missing, epoch, gen)
+	}
 	return nil
 }
+
+// fillMaxPages: a read that misses more pages than this does not fill
+// the cache (a sequential stream would only evict the working set, at the
+// cost of a page allocation and copy per 4 KiB).
+const fillMaxPages = 16
 
 // fill inserts the whole pages of a read as clean pages, if the LUN's
 // epoch shows nothing changed since the read looked at the cache.
@@ -78,7 +86,8 @@ func (c *Cache) fill(ls *lunState, p []byte, off int64, idxs []int64, epoch, gen
 		if po != 0 || n != ps || ls.pages[idx] != nil {
 			continue
 		}
-		pg := &page{lun: ls, idx: idx, data: append([]byte(nil), p[bo:bo+n]...)}
+		pg := &page{lun: ls, idx: idx, data: c.pageBuf()}
+		copy(pg.data, p[bo:bo+n])
 		ls.pages[idx] = pg
 		c.bytes += ps
 		pg.elem = c.clean.PushBack(pg)
@@ -138,21 +147,34 @@ func (c *Cache) WriteAt(id uint64, p []byte, off int64, fua bool) error {
 	c.writes++
 	var copies []MirrorPage
 	var held func() error
-	if !through && (partner != nil || remote != nil) {
-		copies = make([]MirrorPage, len(pages))
-		for i, pg := range pages {
-			copies[i] = MirrorPage{Idx: pg.idx, Ver: pg.ver, Data: append([]byte(nil), pg.data...)}
-		}
+	mirrored := !through && (partner != nil || remote != nil)
+	if mirrored {
 		// Under c.mu: the copy lands (or is queued for the link) before
 		// any destage can release it.
 		if remote != nil {
+			copies = make([]MirrorPage, len(pages))
+			for i, pg := range pages {
+				copies[i] = MirrorPage{Idx: pg.idx, Ver: pg.ver, Data: append([]byte(nil), pg.data...)}
+			}
 			held = remote.Put(id, copies)
 		} else {
+			// The partner's copies come from its pool and go back to it
+			// when released.
+			copies = c.mirrorBuf[:0]
+			for _, pg := range pages {
+				copies = append(copies, MirrorPage{Idx: pg.idx, Ver: pg.ver, Data: partner.mirror.copyOf(pg.data)})
+			}
 			partner.mirror.put(id, copies)
+			clear(copies)
+			c.mirrorBuf = copies[:0]
 		}
 	}
+	if len(pages) > 0 {
+		clear(pages)
+		c.applied = pages[:0] // the scratch apply fills
+	}
 	c.mu.Unlock()
-	if copies != nil {
+	if mirrored {
 		if held != nil {
 			if err := held(); err != nil {
 				// The partner does not hold the copy: the write is made
@@ -244,12 +266,16 @@ func (c *Cache) readPage(ls *lunState, idx int64) error {
 func (c *Cache) apply(ls *lunState, p []byte, off int64, first, last int64) []*page {
 	ps := int64(c.cfg.PageSize)
 	end := off + int64(len(p))
-	pages := make([]*page, 0, last-first+1)
+	pages := c.applied[:0]
 	for idx := first; idx <= last; idx++ {
 		po, bo, n := c.span(idx, off, end)
 		pg := ls.pages[idx]
 		if pg == nil {
-			pg = &page{lun: ls, idx: idx, data: make([]byte, ps)}
+			buf := c.pageBuf()
+			if n != ps {
+				clear(buf) // not reached: partialMissing read the page in
+			}
+			pg = &page{lun: ls, idx: idx, data: buf}
 			ls.pages[idx] = pg
 			c.bytes += ps
 		}
@@ -288,6 +314,20 @@ func (c *Cache) touch(pg *page) {
 	}
 }
 
+// maxFree bounds the evicted page buffers kept for reuse.
+const maxFree = 1024
+
+// pageBuf is a page's buffer: an evicted page's, or a new one. Its
+// contents are stale: the caller overwrites all of it. c.mu is held.
+func (c *Cache) pageBuf() []byte {
+	if n := len(c.free); n > 0 {
+		b := c.free[n-1]
+		c.free = c.free[:n-1]
+		return b
+	}
+	return make([]byte, c.cfg.PageSize)
+}
+
 // evict drops least recently used clean pages above capacity. c.mu is held.
 func (c *Cache) evict() {
 	ps := int64(c.cfg.PageSize)
@@ -301,6 +341,10 @@ func (c *Cache) evict() {
 		delete(pg.lun.pages, pg.idx)
 		pg.lun.epoch++
 		c.bytes -= ps
+		if len(c.free) < maxFree {
+			c.free = append(c.free, pg.data) // no one else holds a clean page's data
+		}
+		pg.data = nil
 		c.stats.evicted.Add(1)
 	}
 }

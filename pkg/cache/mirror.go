@@ -23,6 +23,37 @@ type mirrorStore struct {
 	mu    sync.Mutex
 	pages map[uint64]map[int64]MirrorPage
 	bytes int64
+	// free holds released copies' buffers for copyOf: only copies this
+	// store held alone (put, then superseded or released) go back.
+	free [][]byte
+}
+
+// maxMirrorFree bounds the buffers a mirror store keeps for reuse.
+const maxMirrorFree = 1024
+
+// copyOf is a copy of b for the store to hold, in a reused buffer when
+// one of b's size is free.
+func (m *mirrorStore) copyOf(b []byte) []byte {
+	m.mu.Lock()
+	var buf []byte
+	if n := len(m.free); n > 0 && len(m.free[n-1]) == len(b) {
+		buf = m.free[n-1]
+		m.free[n-1] = nil
+		m.free = m.free[:n-1]
+	}
+	m.mu.Unlock()
+	if buf == nil {
+		return append([]byte(nil), b...)
+	}
+	copy(buf, b)
+	return buf
+}
+
+// recycle keeps a copy's buffer the store no longer holds. m.mu is held.
+func (m *mirrorStore) recycle(b []byte) {
+	if len(m.free) < maxMirrorFree {
+		m.free = append(m.free, b)
+	}
 }
 
 func (m *mirrorStore) put(id uint64, ps []MirrorPage) {
@@ -39,6 +70,7 @@ func (m *mirrorStore) put(id uint64, ps []MirrorPage) {
 				continue
 			}
 			m.bytes -= int64(len(old.Data))
+			m.recycle(old.Data)
 		}
 		l[p.Idx] = p
 		m.bytes += int64(len(p.Data))
@@ -54,6 +86,7 @@ func (m *mirrorStore) release(id uint64, ps []MirrorPage) {
 		if old, ok := l[p.Idx]; ok && old.Ver <= p.Ver {
 			delete(l, p.Idx)
 			m.bytes -= int64(len(old.Data))
+			m.recycle(old.Data)
 		}
 	}
 }
