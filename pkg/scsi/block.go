@@ -86,10 +86,19 @@ func (x *exec) read(a rwArgs) ([]byte, error) {
 	if a.blocks == 0 {
 		return nil, nil
 	}
-	buf := make([]byte, int(a.blocks)*x.lu.blockSize())
+	n := int(a.blocks) * x.lu.blockSize()
+	pb := getBuffer(n)
+	var buf []byte
+	if pb != nil {
+		buf = pb.b
+	} else {
+		buf = make([]byte, n)
+	}
 	if err := x.lu.cfg.Backend.ReadAt(x.via(), buf, x.off(a.lba)); err != nil {
+		pb.Release()
 		return nil, x.lu.countMediaErr(mediaErr(err, false))
 	}
+	x.buf = pb
 	return buf, nil
 }
 
@@ -184,7 +193,7 @@ func (x *exec) writeAt(p []byte, off int64, fua bool) error {
 	fua = fua || x.lu.writeThrough.Load()
 	var err error
 	if g, ok := x.lu.cfg.Backend.(GuardedBackend); ok {
-		err = g.WriteAtIf(x.via(), p, off, fua, x.live)
+		err = g.WriteAtIf(x.via(), p, off, fua, x)
 	} else if !x.live() {
 		return statusErr(StatusTaskAborted)
 	} else {
@@ -200,7 +209,7 @@ func (x *exec) writeAt(p []byte, off int64, fua bool) error {
 func (x *exec) unmapAt(off, length int64) error {
 	var err error
 	if g, ok := x.lu.cfg.Backend.(GuardedBackend); ok {
-		err = g.UnmapIf(x.via(), off, length, x.live)
+		err = g.UnmapIf(x.via(), off, length, x)
 	} else if !x.live() {
 		return statusErr(StatusTaskAborted)
 	} else {
@@ -257,6 +266,7 @@ func verify(x *exec) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer func() { x.buf.Release(); x.buf = nil }() // compared, not sent
 	for i := 0; i < int(a.blocks); i++ {
 		want := x.c.Data[:bs]
 		if bytchk == 1 {

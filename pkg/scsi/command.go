@@ -48,6 +48,9 @@ type Command struct {
 	Data []byte
 	// DataInLen is the length of the initiator's data-in buffer.
 	DataInLen int
+
+	// x is the command's state in the device server, allocated with it.
+	x exec
 }
 
 // Response is the outcome of a command.
@@ -60,6 +63,9 @@ type Response struct {
 	// DataOutLen is the data-out length the CDB asks for (for the fabric's
 	// residual count against the Expected Data Transfer Length).
 	DataOutLen int
+	// Buf, when set, is the pooled buffer Data lies in: the fabric
+	// releases it once Data has been sent (or will never be).
+	Buf *Buffer
 }
 
 // TMF is a task management function (SAM-5 7).

@@ -88,6 +88,24 @@ func (lu *LU) reset(all []Nexus) {
 type uaQueues struct {
 	mu sync.Mutex
 	q  map[Nexus][]Reason
+	// n counts the nexuses with a pending UA: take reads it without the
+	// lock, so a command on a LU with none pending takes no lock.
+	n atomic.Int32
+}
+
+// setLocked stores n's queue and keeps the count. u.mu is held.
+func (u *uaQueues) setLocked(n Nexus, q []Reason) {
+	_, had := u.q[n]
+	switch {
+	case len(q) == 0 && had:
+		delete(u.q, n)
+		u.n.Add(-1)
+	case len(q) > 0:
+		u.q[n] = q
+		if !had {
+			u.n.Add(1)
+		}
+	}
 }
 
 // add queues r for n unless it is already pending. A POWER ON/RESET
@@ -100,31 +118,29 @@ func (u *uaQueues) add(n Nexus, r Reason) {
 			return
 		}
 	}
-	u.q[n] = append(u.q[n], r)
+	u.setLocked(n, append(u.q[n], r))
 }
 
 // reset replaces everything pending for n with r.
 func (u *uaQueues) reset(n Nexus, r Reason) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.q[n] = []Reason{r}
+	u.setLocked(n, []Reason{r})
 }
 
 // take removes and returns the oldest pending UA for n.
 func (u *uaQueues) take(n Nexus) (Reason, bool) {
+	if u.n.Load() == 0 {
+		return 0, false
+	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	q := u.q[n]
 	if len(q) == 0 {
 		return 0, false
 	}
-	r := q[0]
-	if len(q) == 1 {
-		delete(u.q, n)
-	} else {
-		u.q[n] = q[1:]
-	}
-	return r, true
+	u.setLocked(n, q[1:])
+	return q[0], true
 }
 
 // clear removes r from n's queue (REPORT LUNS clears 3F/0E, SPC-4 6.33).
@@ -134,7 +150,7 @@ func (u *uaQueues) clear(n Nexus, r Reason) {
 	q := u.q[n]
 	for i, p := range q {
 		if p == r {
-			u.q[n] = append(q[:i:i], q[i+1:]...)
+			u.setLocked(n, append(q[:i:i], q[i+1:]...))
 			return
 		}
 	}
@@ -143,7 +159,7 @@ func (u *uaQueues) clear(n Nexus, r Reason) {
 func (u *uaQueues) drop(n Nexus) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	delete(u.q, n)
+	u.setLocked(n, nil)
 }
 
 // Pending returns the queued UAs for n (for tests and reports).

@@ -155,17 +155,17 @@ type heldBackend struct {
 	release chan struct{}
 }
 
-func (h *heldBackend) WriteAtIf(via uint16, p []byte, off int64, fua bool, live func() bool) error {
+func (h *heldBackend) WriteAtIf(via uint16, p []byte, off int64, fua bool, live Liveness) error {
 	h.arrived <- struct{}{}
 	<-h.release
-	if !live() {
+	if !live.Live() {
 		return abortedErr{}
 	}
 	return h.memBackend.WriteAt(via, p, off, fua)
 }
 
-func (h *heldBackend) UnmapIf(via uint16, off, n int64, live func() bool) error {
-	if !live() {
+func (h *heldBackend) UnmapIf(via uint16, off, n int64, live Liveness) error {
+	if !live.Live() {
 		return abortedErr{}
 	}
 	return h.memBackend.Unmap(via, off, n)

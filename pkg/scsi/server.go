@@ -333,7 +333,8 @@ func (s *Server) Execute(c *Command) Response {
 		return s.run(op, &exec{s: s, c: c, desc: desc})
 	}
 	start := s.now()
-	x := &exec{s: s, lu: lu, c: c, desc: desc}
+	x := &c.x
+	*x = exec{s: s, lu: lu, c: c, desc: desc}
 	r := s.gateAndRun(op, x)
 	end := s.now()
 	lu.io.record(c.Nexus, op.io, &r, x.state == alua.ActiveNonOptimized, start, end.Sub(start))
@@ -386,7 +387,7 @@ func (s *Server) run(op *opEntry, x *exec) Response {
 	if x.status != 0 {
 		st = x.status
 	}
-	return Response{Status: st, Data: data, DataOutLen: x.dataOutLen}
+	return Response{Status: st, Data: data, DataOutLen: x.dataOutLen, Buf: x.buf}
 }
 
 // statusErr returns a bare status (RESERVATION CONFLICT) from a handler.
@@ -411,6 +412,8 @@ type exec struct {
 	// aborts: the LU's PREEMPT AND ABORT count when the task passed the
 	// reservation check (see live).
 	aborts uint64
+	// buf: the pooled buffer the handler's data lies in (read).
+	buf *Buffer
 }
 
 // live reports whether the task may still change the medium: no PREEMPT
@@ -434,9 +437,17 @@ func (x *exec) live() bool {
 // ABORT aborted the task meanwhile, does not carry it out and returns an
 // error with a TaskAborted() true method.
 type GuardedBackend interface {
-	WriteAtIf(via uint16, p []byte, off int64, fua bool, live func() bool) error
-	UnmapIf(via uint16, off, length int64, live func() bool) error
+	WriteAtIf(via uint16, p []byte, off int64, fua bool, live Liveness) error
+	UnmapIf(via uint16, off, length int64, live Liveness) error
 }
+
+// Liveness is what a GuardedBackend asks: may the task still change the
+// medium. (An interface, not a func: the task is passed as is, and a
+// method value would be allocated per write.)
+type Liveness = interface{ Live() bool }
+
+// Live implements Liveness.
+func (x *exec) Live() bool { return x.live() }
 
 func (x *exec) cdb() []byte { return x.c.CDB }
 
