@@ -463,10 +463,10 @@ func (l *LUN) WriteAt(via uint16, p []byte, off int64, fua bool) error {
 // WriteAtIf implements scsi.GuardedBackend: the write goes ahead only if
 // live (when set) still holds once nothing holds it (a move's stop may
 // have held it while a PREEMPT AND ABORT aborted its task).
-func (l *LUN) WriteAtIf(via uint16, p []byte, off int64, fua bool, live func() bool) error {
+func (l *LUN) WriteAtIf(via uint16, p []byte, off int64, fua bool, live interface{ Live() bool }) error {
 	l.io.RLock()
 	defer l.io.RUnlock()
-	if live != nil && !live() {
+	if live != nil && !live.Live() {
 		return ErrTaskAborted
 	}
 	owner, err := l.route(via, len(p))
@@ -480,10 +480,10 @@ func (l *LUN) WriteAtIf(via uint16, p []byte, off int64, fua bool, live func() b
 }
 
 // UnmapIf implements scsi.GuardedBackend, as WriteAtIf.
-func (l *LUN) UnmapIf(via uint16, off, length int64, live func() bool) error {
+func (l *LUN) UnmapIf(via uint16, off, length int64, live interface{ Live() bool }) error {
 	l.io.RLock()
 	defer l.io.RUnlock()
-	if live != nil && !live() {
+	if live != nil && !live.Live() {
 		return ErrTaskAborted
 	}
 	owner, err := l.route(via, 0)

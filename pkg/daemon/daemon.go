@@ -84,6 +84,8 @@ type Options struct {
 	// APIToken, a bearer token every API call must carry then.
 	API      string
 	APIToken string
+	// Profiles serves Go's runtime profiles under /debug/pprof/ on the API.
+	Profiles bool
 	// StatsInterval is how often io events are emitted (0: 1s; <0: never).
 	StatsInterval time.Duration
 	// OnEvent receives every event as it is added; it must not block.
@@ -132,6 +134,11 @@ type Options struct {
 
 // New builds the array and its device server with ALUA, without any
 // network: what Start serves, and what scenario tests drive directly.
+// The array's LUNs hold writes a move's stop holds, asking the device
+// server whether the task is still live (a signature drift would make the
+// device server skip the check silently).
+var _ scsi.GuardedBackend = (*array.LUN)(nil)
+
 func New(cfg config.Config, opt Options) (*Daemon, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -300,7 +307,11 @@ func (d *Daemon) startServices(cfg config.Config, opt Options) error {
 		}
 	}
 	if opt.API != "" {
-		if d.api, err = mgmt.ListenAPI(opt.API, opt.APIToken, mgmt.Handler(d, d.audit)); err != nil {
+		h := mgmt.Handler(d, d.audit)
+		if opt.Profiles {
+			h = mgmt.WithProfiles(h)
+		}
+		if d.api, err = mgmt.ListenAPI(opt.API, opt.APIToken, h); err != nil {
 			if d.control != nil {
 				d.control.Close()
 			}

@@ -213,6 +213,19 @@ func (w *wireConn) Write(b []byte) (int, error) {
 	return w.Conn.Write(b)
 }
 
+// writeBuffers is Write for a vectored write (writev on a TCP socket).
+func (w *wireConn) writeBuffers(b *net.Buffers) (int64, error) {
+	if w.silent.Load() {
+		var n int64
+		for _, s := range *b {
+			n += int64(len(s))
+		}
+		*b = nil
+		return n, nil
+	}
+	return b.WriteTo(w.Conn)
+}
+
 func (w *wireConn) Close() error {
 	if w.silent.Load() {
 		return nil // held: see silence

@@ -27,7 +27,7 @@ type session struct {
 	inflight uint32 // non-immediate commands received but not completed
 	// pending holds non-immediate commands that arrived ahead of a gap in
 	// CmdSN (within the window), released in order as the gap fills.
-	pending map[uint32]func()
+	pending map[uint32]runner
 	closed  bool
 
 	// evMu orders the session's login and logout announcements: the
@@ -56,7 +56,7 @@ func (s *session) recordExchange(d time.Duration) {
 
 func newSession(t *Target, key sessionKey, tsih uint16, l *Login, p fabric.Portal) *session {
 	s := &session{t: t, key: key, tsih: tsih, discovery: l.SessionType == "Discovery", portal: p,
-		initiator: l.Initiator, pending: map[uint32]func(){}, since: t.cfg.Clock.Now(), ended: make(chan struct{})}
+		initiator: l.Initiator, pending: map[uint32]runner{}, since: t.cfg.Clock.Now(), ended: make(chan struct{})}
 	s.nexus = scsi.Nexus{
 		InitiatorName: l.Initiator,
 		InitiatorPort: InitiatorPortName(l.Initiator, l.ISID),
@@ -115,14 +115,23 @@ const (
 	cmdSNDrop                      // outside the window: silently ignored (RFC 7143 4.2.2.1)
 )
 
-// admit checks a command's CmdSN against the window. run is called (now or
-// when the gap before it fills) for in-window commands; the caller runs the
-// returned ready functions in order.
-func (s *session) admit(cmdSN uint32, immediate bool, run func()) (cmdSNResult, []func()) {
+// runner is what admit runs in CmdSN order: a task (proceed), or a
+// non-SCSI command's function (runFunc).
+type runner interface{ run() }
+
+type runFunc func()
+
+func (f runFunc) run() { f() }
+
+// admit checks a command's CmdSN against the window. For cmdSNRun the
+// caller runs r now, then the returned runners (commands that waited for
+// the gap r filled), in order; a command ahead of a gap is queued and run
+// by the admit that fills it.
+func (s *session) admit(cmdSN uint32, immediate bool, r runner) (cmdSNResult, []runner) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if immediate {
-		return cmdSNRun, []func(){run}
+		return cmdSNRun, nil
 	}
 	if SerialLess(cmdSN, s.expCmdSN) || SerialLess(s.maxCmdSN, cmdSN) {
 		return cmdSNDrop, nil
@@ -131,23 +140,26 @@ func (s *session) admit(cmdSN uint32, immediate bool, run func()) (cmdSNResult, 
 		if len(s.pending) >= int(s.t.cfg.CmdWindow) {
 			return cmdSNDrop, nil
 		}
-		s.pending[cmdSN] = run
+		s.pending[cmdSN] = r
 		return cmdSNQueued, nil
 	}
-	ready := []func(){run}
 	s.expCmdSN++
 	s.inflight++
+	if len(s.pending) == 0 {
+		return cmdSNRun, nil
+	}
+	var more []runner
 	for {
 		f, ok := s.pending[s.expCmdSN]
 		if !ok {
 			break
 		}
 		delete(s.pending, s.expCmdSN)
-		ready = append(ready, f)
+		more = append(more, f)
 		s.expCmdSN++
 		s.inflight++
 	}
-	return cmdSNRun, ready
+	return cmdSNRun, more
 }
 
 // completed releases a window slot held by a non-immediate command.

@@ -10,6 +10,7 @@ import (
 
 // task is one SCSI command in the connection's task set.
 type task struct {
+	c         *conn
 	itt       uint32
 	lunRaw    [8]byte
 	lun       uint64
@@ -45,8 +46,46 @@ type task struct {
 	// execute and ABORT TASK race for it, so a task is never both given
 	// a response and reported aborted.
 	outcome atomic.Int32
-	done    chan struct{}
+	// finished: finish has run; done, made only when someone waits
+	// (doneCh), is closed then. Both under c.mu.
+	finished bool
+	done     chan struct{}
+
+	// Allocated with the task: its CDB (16 bytes, more from an AHS), the
+	// command the device server runs and the PDU carrying its status.
+	cdbArr [16]byte
+	cmd    scsi.Command
+	out    outPDU
 }
+
+// doneCh is a channel closed when t has finished, or nil if it has.
+// c.mu is held.
+func (t *task) doneCh() chan struct{} {
+	if t.finished {
+		return nil
+	}
+	if t.done == nil {
+		t.done = make(chan struct{})
+	}
+	return t.done
+}
+
+// wait waits until t has finished or the connection has ended.
+func (c *conn) wait(t *task) {
+	c.mu.Lock()
+	ch := t.doneCh()
+	c.mu.Unlock()
+	if ch == nil {
+		return
+	}
+	select {
+	case <-ch:
+	case <-c.done:
+	}
+}
+
+// run proceeds with the task once its CmdSN is in order (a runner).
+func (t *task) run() { t.c.proceed(t) }
 
 const (
 	outcomeOpen = iota
@@ -56,9 +95,11 @@ const (
 
 func (c *conn) onSCSICommand(p *PDU) error {
 	h := &p.BHS
-	t := &task{itt: h.ITT(), lunRaw: h.LUN(), cdb: append([]byte(nil), h.CDB()...), edtl: int(h.ExpectedDataLen()),
+	t := &task{c: c, itt: h.ITT(), lunRaw: h.LUN(), edtl: int(h.ExpectedDataLen()),
 		read: h.Flags()&FlagRead != 0, write: h.Flags()&FlagWrite != 0, immediate: h.Immediate(),
-		r2tOffset: -1, done: make(chan struct{}), arrived: time.Now()}
+		r2tOffset: -1, arrived: time.Now()}
+	t.cdbArr = [16]byte(h.CDB())
+	t.cdb = t.cdbArr[:]
 	t.lun, t.lunOK = ParseLUN(t.lunRaw)
 	if len(p.AHS) > 0 {
 		// Extended CDB AHS (type 1) carries CDB bytes past 16 (RFC 7143 11.3.1.1).
@@ -109,15 +150,17 @@ func (c *conn) onSCSICommand(p *PDU) error {
 	c.mu.Unlock()
 	c.tasksWG.Add(1)
 	cmdSN := h.CmdSN()
-	res, ready := c.sess.admit(cmdSN, t.immediate, func() { c.proceed(t) })
-	if res == cmdSNDrop {
+	res, more := c.sess.admit(cmdSN, t.immediate, t)
+	switch res {
+	case cmdSNDrop:
 		c.removeTask(t)
 		c.unreserve(t)
 		c.tasksWG.Done()
-		return nil
-	}
-	for _, r := range ready {
-		r()
+	case cmdSNRun:
+		c.proceed(t)
+		for _, r := range more {
+			r.run()
+		}
 	}
 	return nil
 }
@@ -154,7 +197,30 @@ func (c *conn) proceed(t *task) {
 	if !t.started.CompareAndSwap(false, true) {
 		return
 	}
-	go c.execute(t)
+	c.startExec(t)
+}
+
+// startExec runs t on one of the connection's workers: an idle one if
+// one is waiting, else a new one. Workers live as long as the connection,
+// so a command costs no goroutine start and no stack growth.
+func (c *conn) startExec(t *task) {
+	c.running.Add(1)
+	select {
+	case c.work <- t:
+	default:
+		go c.worker(t)
+	}
+}
+
+func (c *conn) worker(t *task) {
+	for {
+		c.execute(t)
+		select {
+		case t = <-c.work:
+		case <-c.done:
+			return
+		}
+	}
 }
 
 func (c *conn) sendR2T(t *task) {
@@ -247,9 +313,11 @@ func (c *conn) onDataOut(p *PDU) error {
 func (c *conn) execute(t *task) {
 	defer c.finish(t)
 	if t.aborted.Load() {
+		c.running.Add(-1)
 		return
 	}
-	cmd := &scsi.Command{Nexus: c.sess.nexus, LUN: t.lun, CDB: t.cdb, Data: t.data}
+	cmd := &t.cmd
+	*cmd = scsi.Command{Nexus: c.sess.nexus, LUN: t.lun, CDB: t.cdb, Data: t.data}
 	if t.read {
 		cmd.DataInLen = t.edtl
 	}
@@ -264,9 +332,11 @@ func (c *conn) execute(t *task) {
 		resp = c.t.handler.Execute(cmd)
 	}
 	if !t.outcome.CompareAndSwap(outcomeOpen, outcomeAnswered) {
+		c.running.Add(-1)
 		return // aborted while it ran: no response (RFC 7143 4.2.3.2)
 	}
 	c.respond(t, &resp)
+	c.running.Add(-1)
 }
 
 // finish removes the task and releases its window slot.
@@ -276,7 +346,12 @@ func (c *conn) finish(t *task) {
 	if !t.immediate {
 		c.sess.completed()
 	}
-	close(t.done)
+	c.mu.Lock()
+	t.finished = true
+	if t.done != nil {
+		close(t.done)
+	}
+	c.mu.Unlock()
 	c.tasksWG.Done()
 }
 
@@ -317,7 +392,7 @@ func (c *conn) respond(t *task, r *scsi.Response) {
 		}
 	}
 	collapse := len(r.Sense) == 0 && len(r.Data) > 0 && t.read
-	dataSN := c.sendDataIn(t, r.Data, collapse, r.Status, flags, residual)
+	dataSN := c.sendDataIn(t, r.Data, collapse, r.Status, flags, residual, r.Buf)
 	if collapse {
 		return
 	}
@@ -335,13 +410,15 @@ func (c *conn) respond(t *task, r *scsi.Response) {
 		binary.BigEndian.PutUint16(data, uint16(len(r.Sense)))
 		copy(data[2:], r.Sense)
 	}
-	c.send(&outPDU{pdu: PDU{BHS: h, Data: data}, advance: true, started: t.arrived})
+	// The status goes after any Data-In: it releases the data's buffer.
+	t.out = outPDU{pdu: PDU{BHS: h, Data: data}, advance: true, started: t.arrived, buf: r.Buf}
+	c.send(&t.out)
 }
 
 // sendDataIn splits data into Data-In PDUs of at most the initiator's
 // MaxRecvDataSegmentLength, with F at the end of each MaxBurstLength
 // sequence. It returns the number of PDUs sent (the next DataSN).
-func (c *conn) sendDataIn(t *task, data []byte, withStatus bool, st scsi.Status, flags byte, residual int) uint32 {
+func (c *conn) sendDataIn(t *task, data []byte, withStatus bool, st scsi.Status, flags byte, residual int, buf *scsi.Buffer) uint32 {
 	var sn uint32
 	seg := c.params.MaxXmitDataSegment
 	burst := c.params.MaxBurstLength
@@ -357,12 +434,16 @@ func (c *conn) sendDataIn(t *task, data []byte, withStatus bool, st scsi.Status,
 		if last || (off+n)%burst == 0 {
 			f |= FlagFinal
 		}
-		o := &outPDU{noStatSN: true}
+		var o *outPDU
 		if last && withStatus {
 			f |= FlagStatus | flags
 			h[3] = byte(st)
 			h.SetWord44(uint32(residual))
-			o.noStatSN, o.advance, o.started = false, true, t.arrived
+			// The task's own PDU; the last one sent from buf releases it.
+			o = &t.out
+			*o = outPDU{advance: true, started: t.arrived, buf: buf}
+		} else {
+			o = &outPDU{noStatSN: true}
 		}
 		h.SetFlags(f)
 		h.SetLUN(t.lunRaw)
@@ -409,11 +490,7 @@ func (c *conn) waitTasksExcept(skip *task) {
 	}
 	c.mu.Unlock()
 	for _, t := range ts {
-		select {
-		case <-t.done:
-		case <-c.done:
-			return
-		}
+		c.wait(t)
 	}
 }
 
@@ -440,10 +517,7 @@ func (c *conn) abortMatching(match func(*task) bool) int {
 				continue
 			}
 		}
-		select {
-		case <-t.done:
-		case <-c.done:
-		}
+		c.wait(t)
 	}
 	return n
 }

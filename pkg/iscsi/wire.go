@@ -35,24 +35,35 @@ type Digests struct{ Header, Data bool }
 // caller can reject just that PDU (RFC 7143 7.8) instead of dropping the
 // connection.
 func ReadPDU(r io.Reader, dg Digests, maxData int, buf []byte) (*PDU, error) {
-	var hdr [BHSLen + 4]byte
-	if _, err := io.ReadFull(r, hdr[:BHSLen]); err != nil {
+	p := &PDU{}
+	hdr, err := readPDUInto(r, p, dg, maxData, buf)
+	if !hdr {
 		return nil, err
 	}
-	p := &PDU{}
-	copy(p.BHS[:], hdr[:BHSLen])
+	return p, err
+}
+
+// readPDUInto is ReadPDU into p (its fields are replaced). It reports
+// whether p holds a header for the caller to answer (a digest or length
+// error) or, with no error, a whole PDU.
+func readPDUInto(r io.Reader, p *PDU, dg Digests, maxData int, buf []byte) (bool, error) {
+	if _, err := io.ReadFull(r, p.BHS[:]); err != nil {
+		return false, err
+	}
+	p.AHS, p.Data = nil, nil
 	if n := p.BHS.TotalAHSLen(); n > 0 {
 		p.AHS = make([]byte, n)
 		if _, err := io.ReadFull(r, p.AHS); err != nil {
-			return nil, err
+			return false, err
 		}
 	}
 	if dg.Header {
-		if _, err := io.ReadFull(r, hdr[BHSLen:]); err != nil {
-			return nil, err
+		var d [4]byte
+		if _, err := io.ReadFull(r, d[:]); err != nil {
+			return false, err
 		}
-		if CRC32C(hdr[:BHSLen], p.AHS) != ReadDigest(hdr[BHSLen:]) {
-			return p, ErrDigest{Header: true}
+		if CRC32C(p.BHS[:], p.AHS) != ReadDigest(d[:]) {
+			return true, ErrDigest{Header: true}
 		}
 	}
 	n := p.BHS.DataLen()
@@ -60,10 +71,10 @@ func ReadPDU(r io.Reader, dg Digests, maxData int, buf []byte) (*PDU, error) {
 		maxData = MaxDataSegment
 	}
 	if n > maxData {
-		return p, fmt.Errorf("%w: %d > %d", ErrTooLarge, n, maxData)
+		return true, fmt.Errorf("%w: %d > %d", ErrTooLarge, n, maxData)
 	}
 	if n == 0 {
-		return p, nil
+		return true, nil
 	}
 	padded := Pad4(n)
 	total := padded
@@ -76,13 +87,19 @@ func ReadPDU(r io.Reader, dg Digests, maxData int, buf []byte) (*PDU, error) {
 		buf = make([]byte, total)
 	}
 	if _, err := io.ReadFull(r, buf); err != nil {
-		return nil, err
+		return false, err
 	}
 	p.Data = buf[:n]
 	if dg.Data && CRC32C(buf[:padded]) != ReadDigest(buf[padded:]) {
-		return p, ErrDigest{}
+		return true, ErrDigest{}
 	}
-	return p, nil
+	return true, nil
+}
+
+// clone is a copy of p that shares nothing with it (p's buffers are the
+// connection's, reused by its next read).
+func (p *PDU) clone() *PDU {
+	return &PDU{BHS: p.BHS, AHS: append([]byte(nil), p.AHS...), Data: append([]byte(nil), p.Data...)}
 }
 
 var zeroPad [4]byte
