@@ -29,6 +29,7 @@ func serve(args []string) error {
 	apiFlag := fs.String("api", api.DefaultAPI, "management API, /metrics and dashboard address (\"off\" for none; beyond loopback it needs a token)")
 	tokenFile := fs.String("api-token-file", "", "file holding the API's bearer token (env ALUAD_API_TOKEN holds the token itself)")
 	stateDir := fs.String("state", "", "directory for the state that survives restarts (owners, LUN map, report history) and the audit log (default: <data>/state; \"off\" for none)")
+	profiles := fs.Bool("pprof", false, "serve Go's runtime profiles (CPU, heap, allocations, goroutines) under /debug/pprof/ on the API")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -85,7 +86,7 @@ func serve(args []string) error {
 		st = ""
 	}
 	d, err := daemon.Start(cfg, daemon.Options{Logger: log, NopInterval: *nop, Control: ctl, StatsInterval: *stats,
-		API: apiAddr, APIToken: token, StateDir: st})
+		API: apiAddr, APIToken: token, StateDir: st, Profiles: *profiles})
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"strings"
 	"time"
@@ -111,7 +112,7 @@ func requireToken(token string, h http.Handler) http.Handler {
 	}
 	want := []byte("Bearer " + token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		guarded := strings.HasPrefix(r.URL.Path, "/v1/") || r.URL.Path == "/metrics"
+		guarded := strings.HasPrefix(r.URL.Path, "/v1/") || r.URL.Path == "/metrics" || strings.HasPrefix(r.URL.Path, "/debug/")
 		if guarded && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="aluad"`)
 			writeError(w, http.StatusUnauthorized, "a bearer token is required (Authorization: Bearer <token>)")
@@ -119,6 +120,22 @@ func requireToken(token string, h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// WithProfiles adds Go's runtime profiles (net/http/pprof) under
+// /debug/pprof/ to h: CPU, heap, allocations, goroutines, mutex and block
+// profiles of the running array, for the bench and for a user who wants
+// to see where the target spends its time. Off unless asked for; behind
+// the API's token like the API itself.
+func WithProfiles(h http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.Handle("/", h)
+	return mux
 }
 
 // Addr is the bound address.
