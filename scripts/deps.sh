@@ -4,6 +4,7 @@ set -euo pipefail
 need=()
 command -v iscsi-test-cu >/dev/null || need+=(libiscsi-bin)
 command -v tgtd >/dev/null || need+=(tgt)
+command -v iperf3 >/dev/null || need+=(iperf3)
 command -v python3 >/dev/null || need+=(python3)
 command -v bc >/dev/null || need+=(bc)
 # test/aluacheck builds an independent ALUA client in C against libiscsi.

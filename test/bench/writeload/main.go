@@ -23,6 +23,7 @@ func main() {
 	bsize := flag.Int("size", 4096, "bytes per write")
 	qd := flag.Int("qd", 16, "outstanding writes")
 	dur := flag.Duration("t", 5*time.Second, "duration (bounded)")
+	fill := flag.Int64("fill", 0, "instead: write this many bytes sequentially from LBA 0 with random data, 1 MiB at a time, and exit")
 	flag.Parse()
 	if *dur > 2*time.Minute {
 		*dur = 2 * time.Minute
@@ -40,6 +41,19 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "writeload:", err)
 		os.Exit(1)
+	}
+	if *fill > 0 {
+		chunk := make([]byte, 1<<20)
+		for done := int64(0); done < *fill; done += int64(len(chunk)) {
+			for i := range chunk {
+				chunk[i] = byte(rand.Uint32())
+			}
+			if err := s.Write16(ctx, *lun, uint64(done)/uint64(bs), chunk, bs, false); err != nil {
+				fmt.Fprintln(os.Stderr, "writeload: fill:", err)
+				os.Exit(1)
+			}
+		}
+		return
 	}
 	per := uint64(*bsize / bs)
 	span := min(blocks, 1<<30/uint64(bs)) / per
