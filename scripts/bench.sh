@@ -5,7 +5,8 @@
 # same run, with the same clients:
 #   - iscsi-perf 4 KiB random reads at QD 32 and 1 MiB sequential reads at
 #     QD 8 (libiscsi);
-#   - 4 KiB random writes at QD 16 through aluad's Go initiator;
+#   - 4 KiB random writes at QD 16 (test/bench/writeperf.c, libiscsi's
+#     asynchronous API: iscsi-perf's counterpart for writes);
 #   - the loopback TCP ceiling (iperf3, one stream) the 1 MiB reads are
 #     held against;
 #   - the target's CPU per I/O: utime+stime of the target process from
@@ -26,6 +27,7 @@ mkdir -p "$(dirname "$OUT")" "$PROFILES" bin
 command -v iscsi-perf >/dev/null && command -v tgtd >/dev/null && command -v iperf3 >/dev/null || scripts/deps.sh
 go build -o bin/aluad ./cmd/aluad
 go build -o bin/writeload ./test/bench/writeload
+gcc -O2 -Wall -o bin/writeperf test/bench/writeperf.c -liscsi
 
 . scripts/lib-tgtd.sh
 work=$(mktemp -d "${TMPDIR:-/tmp}/aluad-bench.XXXX")
@@ -61,7 +63,7 @@ run() {
   case $kind in
     perf) out=$(timeout $((SECS+20)) iscsi-perf -m "$1" -b "$2" ${4:-} -t "$SECS" "$3" 2>&1) || rc=$?
           n=$(echo "$out" | tr '\r' '\n' | grep -o 'iops average [0-9]*' | tail -1 | awk '{print $3}') ;;
-    wl)   out=$(bin/writeload -addr "$1" -target "$2" -lun "$3" -size 4096 -qd 16 -t "${SECS}s" 2>&1) || rc=$?
+    wl)   out=$(timeout $((SECS+20)) bin/writeperf -m 16 -b 8 -t "$SECS" "$1" 2>&1) || rc=$?
           n=$(echo "$out" | awk '/^iops/{print $2}') ;;
   esac
   t1=$(ticks "$pid")
@@ -90,7 +92,7 @@ ceiling() { # loopback TCP, one stream, 1 MiB writes -> MB/s
 }
 A4K="32 8 $A_URL -r"; T4K="32 8 $T_URL -r"
 A1M="8 2048 $A_URL"; T1M="8 2048 $T_URL"
-AW="127.0.0.1:3260 $IQN 0"; TW="127.0.0.1:3370 iqn.2026-11.org.aluad:tgtbench 1"
+AW=$A_URL; TW=$T_URL
 
 # Warm-up round: aluad's profiles per workload.
 profiled read4k run "$APID" perf $A4K
@@ -130,7 +132,7 @@ owner=$(curl -sf "http://$API/v1/luns" | python3 -c 'import json,sys; print([l f
   printf "%-44s %-26s %-26s\n" "  target CPU per I/O, us" "$(stat a4kc %.1f)" "$(stat t4kc %.1f)"
   printf "%-44s %-26s %-26s %s\n" "1 MiB sequential read QD8, IOPS" "$(stat a1m %.0f)" "$(stat t1m %.0f)" "$(stat r1mt %.2fx)"
   printf "%-44s %-26s %-26s\n" "  target CPU per I/O, us" "$(stat a1mc %.0f)" "$(stat t1mc %.0f)"
-  printf "%-44s %-26s %-26s %s\n" "4 KiB random write QD16 (Go initiator), IOPS" "$(stat aw %.0f)" "$(stat tw %.0f)" "$(stat rw %.2fx)"
+  printf "%-44s %-26s %-26s %s\n" "4 KiB random write QD16, IOPS" "$(stat aw %.0f)" "$(stat tw %.0f)" "$(stat rw %.2fx)"
   printf "%-44s %-26s %-26s\n" "  target CPU per I/O, us" "$(stat awc %.1f)" "$(stat twc %.1f)"
   echo
   printf "%-44s %s\n" "loopback TCP ceiling (iperf3, 1 stream), MB/s" "$(stat ceil %.0f)"

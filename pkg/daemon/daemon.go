@@ -33,6 +33,11 @@ import (
 	tcmu "github.com/aluad/aluad/tcmu-handler"
 )
 
+// The array's LUNs hold writes a move's stop holds, asking the device
+// server whether the task is still live (a signature drift would make the
+// device server skip the check silently).
+var _ scsi.GuardedBackend = (*array.LUN)(nil)
+
 // Daemon is a running array with its fabric. Its views (status, hosts,
 // paths, reports...) are the management surface's (mgmt.View).
 type Daemon struct {
@@ -134,11 +139,6 @@ type Options struct {
 
 // New builds the array and its device server with ALUA, without any
 // network: what Start serves, and what scenario tests drive directly.
-// The array's LUNs hold writes a move's stop holds, asking the device
-// server whether the task is still live (a signature drift would make the
-// device server skip the check silently).
-var _ scsi.GuardedBackend = (*array.LUN)(nil)
-
 func New(cfg config.Config, opt Options) (*Daemon, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err

@@ -267,7 +267,7 @@ func (c *conn) digests() Digests {
 // commands is answered in a few system calls rather than one per PDU.
 func (c *conn) writer() {
 	defer c.writerWG.Done()
-	w := newPDUWriter(c.digests())
+	w := newPDUWriter(c.digests(), c.sess)
 	var deadlineSet time.Time
 	broken := false
 	var batch []*outPDU
@@ -287,6 +287,7 @@ func (c *conn) writer() {
 				if d := time.Until(o.due); d > 0 {
 					if err := w.flush(c.nc); err != nil {
 						broken = c.writeFailed(err)
+						o.buf.Release()
 						continue
 					}
 					time.Sleep(d)
@@ -325,7 +326,8 @@ func (c *conn) writer() {
 				broken = c.writeFailed(err)
 			}
 		}
-		w.done(c.sess, broken)
+		w.done()
+		clear(batch) // a status PDU lives in its task: keep no task alive
 		if closed {
 			break
 		}
@@ -333,7 +335,7 @@ func (c *conn) writer() {
 	if !broken {
 		w.flush(c.nc)
 	}
-	w.done(c.sess, true)
+	w.done()
 }
 
 // maxYields bounds how often the writer yields to executing commands
@@ -390,7 +392,9 @@ type pduWriter struct {
 	bufs  net.Buffers // what the next flush writes
 	iov   net.Buffers // what WriteTo consumes
 	sent  []*outPDU   // PDUs in bufs: released once written
-	wrote []*outPDU   // PDUs written, to release and time (done)
+	wrote []*outPDU   // PDUs written, to release (done)
+	// sess counts the exchanges a flush ends (command in, status out).
+	sess *session
 }
 
 // copyMax: data segments up to this size are copied into the arena.
@@ -399,8 +403,8 @@ const copyMax = 1024
 // arenaSize bounds the arena: a flush makes room.
 const arenaSize = 64 * 1024
 
-func newPDUWriter(dg Digests) *pduWriter {
-	return &pduWriter{dg: dg, arena: make([]byte, 0, arenaSize+BHSLen+1024+copyMax+16)}
+func newPDUWriter(dg Digests, sess *session) *pduWriter {
+	return &pduWriter{dg: dg, sess: sess, arena: make([]byte, 0, arenaSize+BHSLen+1024+copyMax+16)}
 }
 
 // full: the next PDU may not fit.
@@ -456,26 +460,29 @@ func (w *pduWriter) flush(nc net.Conn) error {
 	clear(w.bufs)
 	w.bufs = w.bufs[:0]
 	w.arena, w.seg = w.arena[:0], 0
+	if err == nil && w.sess != nil {
+		now := time.Now()
+		for _, o := range w.sent {
+			if !o.started.IsZero() {
+				w.sess.recordExchange(now.Sub(o.started))
+			}
+		}
+	}
 	w.wrote = append(w.wrote, w.sent...) // written, or dropped on an error
 	clear(w.sent)
 	w.sent = w.sent[:0]
 	return err
 }
 
-// done releases the PDUs written (or dropped) and counts the exchanges
-// that ended with them.
-func (w *pduWriter) done(sess *session, broken bool) {
+// done releases the PDUs written (or dropped).
+func (w *pduWriter) done() {
 	for _, o := range w.sent {
 		o.buf.Release()
 	}
 	clear(w.sent)
 	w.sent = w.sent[:0]
-	now := time.Now()
 	for _, o := range w.wrote {
 		o.buf.Release()
-		if !broken && !o.started.IsZero() && sess != nil {
-			sess.recordExchange(now.Sub(o.started))
-		}
 	}
 	clear(w.wrote)
 	w.wrote = w.wrote[:0]

@@ -24,6 +24,7 @@ type task struct {
 
 	// Data-Out collection (writes).
 	data        []byte
+	dataBuf     *scsi.Buffer // data's pooled buffer, released by finish
 	received    int
 	unsolEnd    int  // end of the unsolicited region
 	unsolDone   bool // unsolicited sequence finished (F seen or none expected)
@@ -84,6 +85,9 @@ func (c *conn) wait(t *task) {
 	}
 }
 
+// plainWrite: WRITE(6), (10), (12) or (16).
+func plainWrite(op byte) bool { return op == 0x0a || op == 0x2a || op == 0xaa || op == 0x8a }
+
 // run proceeds with the task once its CmdSN is in order (a runner).
 func (t *task) run() { t.c.proceed(t) }
 
@@ -120,7 +124,17 @@ func (c *conn) onSCSICommand(p *PDU) error {
 			return nil
 		}
 		if t.refused = c.reserve(t); t.refused == nil {
-			t.data = make([]byte, t.edtl)
+			if plainWrite(t.cdb[0]) {
+				// WRITE's data is read by the device server while it
+				// runs and by no one after: it can come from the pool.
+				t.dataBuf = scsi.GetBuffer(t.edtl)
+			}
+			if t.dataBuf != nil {
+				t.data = t.dataBuf.Bytes()
+				clear(t.data[len(p.Data):]) // what no Data-Out covers reads as zeros
+			} else {
+				t.data = make([]byte, t.edtl)
+			}
 			copy(t.data, p.Data)
 		}
 		t.received = len(p.Data)
@@ -331,21 +345,23 @@ func (c *conn) execute(t *task) {
 	} else {
 		resp = c.t.handler.Execute(cmd)
 	}
+	// No longer running: the writer need not wait for more than the
+	// response queued next.
+	c.running.Add(-1)
 	if !t.outcome.CompareAndSwap(outcomeOpen, outcomeAnswered) {
-		c.running.Add(-1)
 		return // aborted while it ran: no response (RFC 7143 4.2.3.2)
 	}
 	c.respond(t, &resp)
-	c.running.Add(-1)
 }
 
 // finish removes the task and releases its window slot.
 func (c *conn) finish(t *task) {
-	c.removeTask(t)
+	c.removeTask(t) // no Data-Out reaches t.data after this
 	c.unreserve(t)
 	if !t.immediate {
 		c.sess.completed()
 	}
+	t.dataBuf.Release() // the device server is done with it, or never ran
 	c.mu.Lock()
 	t.finished = true
 	if t.done != nil {

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -76,8 +77,10 @@ func OpenFile(path string, size int64) (*File, error) {
 			path, st.Size(), size)
 	}
 	m := &File{f: f, size: size, path: path}
-	if b, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED); err == nil {
-		m.mapped = b
+	if int64(int(size)) == size { // a 32-bit build maps no LUN past 2 GiB
+		if b, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED); err == nil && int64(len(b)) == size {
+			m.mapped = b
+		}
 	}
 	return m, nil
 }
@@ -299,14 +302,38 @@ func PreciseWait(d time.Duration) {
 	ch := waker.add(deadline)
 	<-ch
 	wakeups.Put(ch)
+	// How long after the timer's mark this waiter runs: the margin the
+	// next timers are armed with follows it (an average of the last few).
+	lag := int64(time.Since(deadline)) + wakeEarly.Load()
+	avg := wakeLag.Load()
+	avg += (lag - avg) / 8
+	wakeLag.Store(avg)
+	wakeEarly.Store(min(max(avg+avg/2, minEarly), maxEarly)) // most wake-ups are early, not late
 	for time.Now().Before(deadline) {
 		runtime.Gosched() // the last few microseconds: woken early on purpose
 	}
 }
 
 // wakeEarly is how long before a deadline the clock thread wakes its
-// waiter: about what the thread's and then the goroutine's wake-ups take.
-const wakeEarly = 20 * time.Microsecond
+// waiter, in nanoseconds: what the thread's and then the goroutine's
+// wake-ups took of late, between minEarly and maxEarly. The waiter yields
+// away the rest: on this machine a few tens of µs of each wait, where a
+// spinning clock burnt all of every wait.
+var wakeEarly atomic.Int64
+
+// wakeLag is the average time from the timer's mark to its waiter
+// running, in nanoseconds.
+var wakeLag atomic.Int64
+
+const (
+	minEarly = int64(5 * time.Microsecond)
+	maxEarly = int64(200 * time.Microsecond)
+)
+
+func init() {
+	wakeLag.Store(int64(20 * time.Microsecond))
+	wakeEarly.Store(int64(30 * time.Microsecond))
+}
 
 // waker is the clock's queue of pending waits.
 var waker = newClock()
@@ -411,7 +438,7 @@ func (c *clock) add(at time.Time) chan struct{} {
 // arm sets the timerfd to fire wakeEarly before at. c.mu is held.
 func (c *clock) arm(at time.Time) {
 	c.armed = at
-	d := max(time.Until(at)-wakeEarly, time.Nanosecond)
+	d := max(time.Until(at)-time.Duration(wakeEarly.Load()), time.Nanosecond)
 	unix.TimerfdSettime(c.fd, 0, &unix.ItimerSpec{Value: unix.NsecToTimespec(int64(d))}, nil)
 }
 
@@ -432,7 +459,7 @@ func (c *clock) sleeper() {
 			c.mu.Unlock()
 			return
 		}
-		now := time.Now().Add(wakeEarly)
+		now := time.Now().Add(time.Duration(wakeEarly.Load()))
 		c.mu.Lock()
 		for len(c.waits) > 0 && !c.waits[0].at.After(now) {
 			c.waits.pop().ch <- struct{}{}

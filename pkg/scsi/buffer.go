@@ -35,6 +35,11 @@ const (
 
 var buffers [maxPooledShift + 1]sync.Pool
 
+// GetBuffer returns a pooled buffer of n bytes, its contents stale (a
+// fabric's write data: it holds the buffer until the command has
+// completed, then releases it), or nil when n is beyond the pooled sizes.
+func GetBuffer(n int) *Buffer { return getBuffer(n) }
+
 // getBuffer returns a pooled buffer of n bytes (its contents stale), or
 // nil when n is beyond the pooled sizes.
 func getBuffer(n int) *Buffer {
