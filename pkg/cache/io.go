@@ -66,6 +66,39 @@ func (c *Cache) ReadAt(id uint64, p []byte, off int64) error {
 	return nil
 }
 
+// ReadRef returns LUN id's bytes [off, off+n) where they lie on media,
+// with what ends the reference, when the media can lend them and no page
+// of them is dirty here (a clean page holds what the media holds; a
+// dirty one, being destaged or not, is newer): a large read sent without
+// a copy. ok false: use ReadAt.
+func (c *Cache) ReadRef(id uint64, off int64, n int) (b []byte, unref media.Referencer, ok bool) {
+	ls, err := c.lun(id)
+	if err != nil || n <= 0 {
+		return nil, nil, false
+	}
+	r, isRef := ls.store.(media.Referencer)
+	if !isRef {
+		return nil, nil, false
+	}
+	if c.cfg.Mode != None {
+		first, last := c.pageRange(off, n)
+		c.mu.Lock()
+		newer := c.down
+		for idx := first; idx <= last && !newer && ls.dirty > 0; idx++ {
+			pg := ls.pages[idx]
+			newer = pg != nil && pg.dirty
+		}
+		c.mu.Unlock()
+		if newer {
+			return nil, nil, false
+		}
+	}
+	if b, ok = r.Ref(off, n); !ok {
+		return nil, nil, false
+	}
+	return b, r, true
+}
+
 // fillMaxPages: a read that misses more pages than this does not fill
 // the cache (a sequential stream would only evict the working set, at the
 // cost of a page allocation and copy per 4 KiB).

@@ -37,7 +37,9 @@ type outPDU struct {
 	noWindow bool // ExpCmdSN/MaxCmdSN not carried (login uses its own)
 	// buf is the pooled buffer the data lies in, released once the PDU
 	// is written or dropped (on the last PDU that uses it).
-	buf       *scsi.Buffer
+	buf *scsi.Buffer
+	// drop: not to be sent; only its buffer released (in order).
+	drop      bool
 	closeConn bool      // close after sending
 	due       time.Time // an injected path delay: not sent before
 	// started: this PDU carries a command's status; the command arrived
@@ -283,6 +285,10 @@ func (c *conn) writer() {
 				o.buf.Release()
 				continue
 			}
+			if o.drop {
+				w.sent = append(w.sent, o) // released after what is before it
+				continue
+			}
 			if !o.due.IsZero() {
 				if d := time.Until(o.due); d > 0 {
 					if err := w.flush(c.nc); err != nil {
@@ -393,7 +399,7 @@ type pduWriter struct {
 	iov   net.Buffers // what WriteTo consumes
 	sent  []*outPDU   // PDUs in bufs: released once written
 	wrote []*outPDU   // PDUs written, to release (done)
-	// sess counts the exchanges a flush ends (command in, status out).
+	// sess counts the exchanges (command in, status out).
 	sess *session
 }
 
@@ -435,6 +441,11 @@ func (w *pduWriter) add(o *outPDU) {
 		}
 	}
 	w.sent = append(w.sent, o)
+	if !o.started.IsZero() && w.sess != nil {
+		// The exchange ends as its status is put on the wire: counted
+		// before the initiator can read it, timed without the write.
+		w.sess.recordExchange(time.Since(o.started))
+	}
 }
 
 // cut moves the arena's pending bytes into bufs.
@@ -460,14 +471,6 @@ func (w *pduWriter) flush(nc net.Conn) error {
 	clear(w.bufs)
 	w.bufs = w.bufs[:0]
 	w.arena, w.seg = w.arena[:0], 0
-	if err == nil && w.sess != nil {
-		now := time.Now()
-		for _, o := range w.sent {
-			if !o.started.IsZero() {
-				w.sess.recordExchange(now.Sub(o.started))
-			}
-		}
-	}
 	w.wrote = append(w.wrote, w.sent...) // written, or dropped on an error
 	clear(w.sent)
 	w.sent = w.sent[:0]
@@ -515,8 +518,20 @@ func (c *conn) send(o *outPDU) bool {
 			o.due = time.Now().Add(d)
 		}
 	}
-	// A PDU not queued keeps its buffer (the writer may still be sending
-	// earlier PDUs from it): the garbage collector takes it.
+	if o.buf != nil {
+		// Its buffer is released by the writer, after the PDUs queued
+		// before it (sent from the same buffer): queued even on a closed
+		// connection, whose writer drops it. c.out outlives every task,
+		// the only senders of buffers.
+		select {
+		case <-c.done:
+			o.drop = true
+			c.out <- o
+			return false
+		case c.out <- o:
+			return true
+		}
+	}
 	select {
 	case <-c.done:
 		return false
@@ -527,6 +542,13 @@ func (c *conn) send(o *outPDU) bool {
 		return true
 	case <-c.done:
 		return false
+	}
+}
+
+// drop releases buf through the writer, after the PDUs queued before.
+func (c *conn) drop(buf *scsi.Buffer) {
+	if buf != nil {
+		c.send(&outPDU{drop: true, buf: buf})
 	}
 }
 

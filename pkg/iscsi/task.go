@@ -331,7 +331,7 @@ func (c *conn) execute(t *task) {
 		return
 	}
 	cmd := &t.cmd
-	*cmd = scsi.Command{Nexus: c.sess.nexus, LUN: t.lun, CDB: t.cdb, Data: t.data}
+	*cmd = scsi.Command{Nexus: c.sess.nexus, LUN: t.lun, CDB: t.cdb, Data: t.data, Releases: true}
 	if t.read {
 		cmd.DataInLen = t.edtl
 	}
@@ -349,7 +349,8 @@ func (c *conn) execute(t *task) {
 	// response queued next.
 	c.running.Add(-1)
 	if !t.outcome.CompareAndSwap(outcomeOpen, outcomeAnswered) {
-		return // aborted while it ran: no response (RFC 7143 4.2.3.2)
+		resp.Buf.Release() // nothing queued from it
+		return             // aborted while it ran: no response (RFC 7143 4.2.3.2)
 	}
 	c.respond(t, &resp)
 }
@@ -469,6 +470,9 @@ func (c *conn) sendDataIn(t *task, data []byte, withStatus bool, st scsi.Status,
 		h.SetBufferOffset(uint32(off))
 		o.pdu = PDU{BHS: h, Data: data[off : off+n]}
 		if !c.send(o) {
+			if withStatus && !last {
+				c.drop(buf) // the PDU that would release it is not sent
+			}
 			return sn
 		}
 		sn++

@@ -108,6 +108,34 @@ func (m *File) ReadAt(p []byte, off int64) (err error) {
 	return copyMapped(p, m.mapped[off:off+int64(len(p))])
 }
 
+// Referencer is a Store whose bytes a reader may use where they lie,
+// without a copy: Ref returns them, and the caller calls Unref once it no
+// longer reads them (the store cannot close meanwhile).
+type Referencer interface {
+	Ref(off int64, n int) ([]byte, bool)
+	Unref()
+}
+
+// Ref returns the mapped bytes [off, off+n), valid until Unref. Reading
+// them while a write or punch of the same range runs reads either, or a
+// mix, as concurrent SCSI commands may. The kernel reads them for a
+// socket write: a page it cannot bring in (an I/O error under the page
+// cache) fails that write (EFAULT), it raises no signal.
+func (m *File) Ref(off int64, n int) ([]byte, bool) {
+	if m.check(off, n) != nil {
+		return nil, false
+	}
+	m.mu.RLock()
+	if m.mapped == nil {
+		m.mu.RUnlock()
+		return nil, false
+	}
+	return m.mapped[off : off+int64(n) : off+int64(n)], true
+}
+
+// Unref ends a Ref.
+func (m *File) Unref() { m.mu.RUnlock() }
+
 // copyMapped copies from a mapping, turning the fault a failed page-in
 // raises (an I/O error under the page cache, the file cut short by
 // another process) into an error instead of a crash.

@@ -87,6 +87,12 @@ func (x *exec) read(a rwArgs) ([]byte, error) {
 		return nil, nil
 	}
 	n := int(a.blocks) * x.lu.blockSize()
+	if rb, ok := x.lu.cfg.Backend.(RefBackend); ok && n >= minRefRead && x.c.Releases {
+		if b, ref, ok := rb.ReadRef(x.via(), x.off(a.lba), n); ok {
+			x.buf = lent(b, ref)
+			return b, nil
+		}
+	}
 	pb := getBuffer(n)
 	var buf []byte
 	if pb != nil {

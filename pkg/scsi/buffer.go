@@ -12,6 +12,19 @@ import (
 type Buffer struct {
 	b     []byte
 	class int
+	// ref, when set, is what lent b (a RefBackend's large read): Release
+	// ends the loan instead of pooling b.
+	ref interface{ Unref() }
+}
+
+// refs are the Buffers that carry lent bytes.
+var refs = sync.Pool{New: func() any { return &Buffer{class: -1} }}
+
+// lent wraps bytes a RefBackend lent.
+func lent(b []byte, ref interface{ Unref() }) *Buffer {
+	buf := refs.Get().(*Buffer)
+	buf.b, buf.ref = b, ref
+	return buf
 }
 
 // Bytes is the buffer's data.
@@ -21,6 +34,12 @@ func (b *Buffer) Bytes() []byte { return b.b }
 // nor any slice of it. Release on nil does nothing.
 func (b *Buffer) Release() {
 	if b == nil {
+		return
+	}
+	if b.ref != nil {
+		b.ref.Unref()
+		b.b, b.ref = nil, nil
+		refs.Put(b)
 		return
 	}
 	buffers[b.class].Put(b)

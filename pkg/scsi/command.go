@@ -48,6 +48,10 @@ type Command struct {
 	Data []byte
 	// DataInLen is the length of the initiator's data-in buffer.
 	DataInLen int
+	// Releases: the fabric releases the response's Buf once its data is
+	// sent or dropped, always; the device server may then lend it the
+	// media's own bytes (RefBackend), which stay lent until then.
+	Releases bool
 
 	// x is the command's state in the device server, allocated with it.
 	x exec

@@ -22,6 +22,20 @@ type Backend interface {
 	Unmap(via uint16, off, length int64) error
 }
 
+// RefBackend is a Backend that can lend a read's bytes where they lie
+// (the media's mapping) instead of copying them: a large READ's data is
+// then sent from there. ok false: the read goes through ReadAt. The
+// bytes stay valid until Unref, which the fabric's release of the
+// response's Buf calls; a fabric that never releases it holds the
+// media open.
+type RefBackend interface {
+	ReadRef(via uint16, off int64, n int) (b []byte, unref interface{ Unref() }, ok bool)
+}
+
+// minRefRead is the smallest READ sent from lent bytes: below it the copy
+// costs less than the loan's bookkeeping.
+const minRefRead = 64 << 10
+
 // LBAStatuser is a Backend that reports provisioning (GET LBA STATUS):
 // whether the bytes from off are mapped, and where that run ends. A
 // Backend without it reports every block mapped.
