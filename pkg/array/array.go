@@ -456,26 +456,26 @@ func (l *LUN) ReadAt(via uint16, p []byte, off int64) error {
 }
 
 // ReadRef lends the bytes of a large read where they lie on the owner's
-// media (the device server sends them without a copy), when the owner
-// is this process's node and its cache holds none of them; ok false:
-// use ReadAt. Counted and routed as ReadAt is (a forwarded read pays
-// the interlink's penalty here).
-func (l *LUN) ReadRef(via uint16, off int64, n int) (b []byte, unref interface{ Unref() }, ok bool) {
+// media (the device server sends them without a copy), when the command
+// came in on the owner's own port and its cache holds no newer page of
+// them. Nil bytes and no error: use ReadAt. Counted and checked (owner
+// up, not fenced) as ReadAt would, once.
+func (l *LUN) ReadRef(via uint16, off int64, n int) ([]byte, interface{ Unref() }, error) {
 	l.io.RLock()
 	defer l.io.RUnlock()
 	owner := l.Owner()
 	if p := l.arr.portByID[via]; p == nil || owner != p.Node || owner.remote {
-		return nil, nil, false // not the owner's port: ReadAt forwards
+		return nil, nil, nil // not the owner's port: ReadAt forwards
 	}
 	b, r, ok := owner.Cache.ReadRef(l.ID, off, n)
 	if !ok {
-		return nil, nil, false
+		return nil, nil, nil
 	}
-	if o, err := l.route(via, n); err != nil || o != owner {
-		r.Unref() // down or fenced: ReadAt says so
-		return nil, nil, false
+	if _, err := l.route(via, n); err != nil {
+		r.Unref()
+		return nil, nil, err // as ReadAt would have answered
 	}
-	return b, r, true
+	return b, r, nil
 }
 
 // WriteAt implements scsi.Backend; fua makes the write durable before it completes.

@@ -166,6 +166,10 @@ type lunState struct {
 	dirty   int // dirty pages
 	// unmap is held exclusively by UNMAP, shared by writes.
 	unmap sync.RWMutex
+	// unmapping counts UNMAPs between dropping their pages and the end
+	// of their punch: a read then may have read the old media, and does
+	// not fill the cache with it.
+	unmapping int
 }
 
 type page struct {

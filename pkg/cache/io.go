@@ -111,8 +111,8 @@ func (c *Cache) fill(ls *lunState, p []byte, off int64, idxs []int64, epoch, gen
 	end := off + int64(len(p))
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if ls.epoch != epoch || c.gen != gen || c.down {
-		return
+	if ls.epoch != epoch || c.gen != gen || c.down || ls.unmapping > 0 {
+		return // the LUN changed, or the media read may predate a punch
 	}
 	for _, idx := range idxs {
 		po, bo, n := c.span(idx, off, end)
@@ -494,9 +494,11 @@ func (c *Cache) Unmap(id uint64, off, length int64) error {
 		c.drop(ls, idx)
 	}
 	ls.epoch++
+	ls.unmapping++
 	c.mu.Unlock()
 	err = ls.store.Punch(off, length)
 	c.mu.Lock()
+	ls.unmapping--
 	ls.epoch++ // a read that began before the punch must not fill
 	c.mu.Unlock()
 	if err != nil {

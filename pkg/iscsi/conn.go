@@ -39,7 +39,10 @@ type outPDU struct {
 	// is written or dropped (on the last PDU that uses it).
 	buf *scsi.Buffer
 	// drop: not to be sent; only its buffer released (in order).
-	drop      bool
+	drop bool
+	// lent: the data is the media's own bytes (scsi.Buffer.Lent): only
+	// the kernel reads them, never copied into the writer's arena.
+	lent      bool
 	closeConn bool      // close after sending
 	due       time.Time // an injected path delay: not sent before
 	// started: this PDU carries a command's status; the command arrived
@@ -67,6 +70,7 @@ type conn struct {
 	nextTTT   uint32
 	closed    bool
 	detached  bool
+	outClosed bool // out is closed (serve's end)
 	closeOnce sync.Once
 	done      chan struct{}
 	tasksWG   sync.WaitGroup
@@ -140,7 +144,10 @@ func (c *conn) serve() {
 	}
 	c.abortAll()
 	c.tasksWG.Wait()
+	c.mu.Lock()
+	c.outClosed = true // the keepalive, outside the tasks, sends no more
 	close(c.out)
+	c.mu.Unlock()
 	c.writerWG.Wait()
 	c.mu.Lock()
 	detached := c.detached
@@ -429,7 +436,7 @@ func (w *pduWriter) add(o *outPDU) {
 	}
 	if n := len(p.Data); n > 0 {
 		pad := zeroPad[:Pad4(n)-n]
-		if n <= copyMax {
+		if n <= copyMax && !o.lent {
 			w.arena = append(w.arena, p.Data...)
 		} else {
 			w.cut()
@@ -710,8 +717,27 @@ func (c *conn) keepalive() {
 			r.SetFlags(FlagFinal)
 			r.SetITT(ReservedTag)
 			r.SetTTT(ttt)
-			c.send(&outPDU{pdu: PDU{BHS: r}})
+			c.ping(&outPDU{pdu: PDU{BHS: r}})
 		}
+	}
+}
+
+// ping queues a NOP-In unless the connection's queue is closed (the
+// keepalive runs beside serve, which closes it) or full (one is dropped).
+func (c *conn) ping(o *outPDU) {
+	if ini := c.ini.Load(); ini != nil {
+		if d := c.t.faults.delayOf(*ini, c.portal.RelativeID); d > 0 {
+			o.due = time.Now().Add(d)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.outClosed {
+		return
+	}
+	select {
+	case c.out <- o:
+	default:
 	}
 }
 

@@ -331,7 +331,8 @@ func (c *conn) execute(t *task) {
 		return
 	}
 	cmd := &t.cmd
-	*cmd = scsi.Command{Nexus: c.sess.nexus, LUN: t.lun, CDB: t.cdb, Data: t.data, Releases: true}
+	*cmd = scsi.Command{Nexus: c.sess.nexus, LUN: t.lun, CDB: t.cdb, Data: t.data,
+		Releases: !c.params.DataDigest} // a data digest is Go code reading the data
 	if t.read {
 		cmd.DataInLen = t.edtl
 	}
@@ -437,6 +438,7 @@ func (c *conn) respond(t *task, r *scsi.Response) {
 // sequence. It returns the number of PDUs sent (the next DataSN).
 func (c *conn) sendDataIn(t *task, data []byte, withStatus bool, st scsi.Status, flags byte, residual int, buf *scsi.Buffer) uint32 {
 	var sn uint32
+	lent := buf.Lent()
 	seg := c.params.MaxXmitDataSegment
 	burst := c.params.MaxBurstLength
 	for off := 0; off < len(data); {
@@ -469,6 +471,7 @@ func (c *conn) sendDataIn(t *task, data []byte, withStatus bool, st scsi.Status,
 		h.SetDataSN(sn)
 		h.SetBufferOffset(uint32(off))
 		o.pdu = PDU{BHS: h, Data: data[off : off+n]}
+		o.lent = lent
 		if !c.send(o) {
 			if withStatus && !last {
 				c.drop(buf) // the PDU that would release it is not sent

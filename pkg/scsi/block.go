@@ -87,8 +87,12 @@ func (x *exec) read(a rwArgs) ([]byte, error) {
 		return nil, nil
 	}
 	n := int(a.blocks) * x.lu.blockSize()
-	if rb, ok := x.lu.cfg.Backend.(RefBackend); ok && n >= minRefRead && x.c.Releases {
-		if b, ref, ok := rb.ReadRef(x.via(), x.off(a.lba), n); ok {
+	if rb, ok := x.lu.cfg.Backend.(RefBackend); ok && n >= minRefRead && x.c.Releases && !x.noLend {
+		b, ref, err := rb.ReadRef(x.via(), x.off(a.lba), n)
+		if err != nil {
+			return nil, x.lu.countMediaErr(mediaErr(err, false))
+		}
+		if b != nil {
 			x.buf = lent(b, ref)
 			return b, nil
 		}
@@ -268,6 +272,7 @@ func verify(x *exec) ([]byte, error) {
 	if _, err := x.dataOut(x.dataOutLen); err != nil {
 		return nil, err
 	}
+	x.noLend = true // compared here, by Go code: not the media's own bytes
 	buf, err := x.read(a)
 	if err != nil {
 		return nil, err

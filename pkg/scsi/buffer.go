@@ -27,6 +27,11 @@ func lent(b []byte, ref interface{ Unref() }) *Buffer {
 	return buf
 }
 
+// Lent reports whether the bytes are the media's own (a RefBackend's):
+// the kernel may read them (a socket write fails if a page cannot be
+// brought in), Go code must not, as it cannot survive that fault.
+func (b *Buffer) Lent() bool { return b != nil && b.ref != nil }
+
 // Bytes is the buffer's data.
 func (b *Buffer) Bytes() []byte { return b.b }
 

@@ -49,8 +49,10 @@ type Command struct {
 	// DataInLen is the length of the initiator's data-in buffer.
 	DataInLen int
 	// Releases: the fabric releases the response's Buf once its data is
-	// sent or dropped, always; the device server may then lend it the
-	// media's own bytes (RefBackend), which stay lent until then.
+	// sent or dropped, always, and reads lent bytes (Buffer.Lent) only
+	// through the kernel (a socket write, no digest over them); the
+	// device server may then lend it the media's own bytes (RefBackend),
+	// which stay lent until then.
 	Releases bool
 
 	// x is the command's state in the device server, allocated with it.

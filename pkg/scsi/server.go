@@ -24,12 +24,14 @@ type Backend interface {
 
 // RefBackend is a Backend that can lend a read's bytes where they lie
 // (the media's mapping) instead of copying them: a large READ's data is
-// then sent from there. ok false: the read goes through ReadAt. The
+// then sent from there. The
 // bytes stay valid until Unref, which the fabric's release of the
 // response's Buf calls; a fabric that never releases it holds the
 // media open.
 type RefBackend interface {
-	ReadRef(via uint16, off int64, n int) (b []byte, unref interface{ Unref() }, ok bool)
+	// ReadRef lends [off, off+n), or returns nil bytes and no error: use
+	// ReadAt. An error is the read's (as ReadAt would have returned it).
+	ReadRef(via uint16, off int64, n int) (b []byte, unref interface{ Unref() }, err error)
 }
 
 // minRefRead is the smallest READ sent from lent bytes: below it the copy
@@ -428,6 +430,8 @@ type exec struct {
 	aborts uint64
 	// buf: the pooled buffer the handler's data lies in (read).
 	buf *Buffer
+	// noLend: the handler reads the data itself (VERIFY): never lent.
+	noLend bool
 }
 
 // live reports whether the task may still change the medium: no PREEMPT
