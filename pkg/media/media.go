@@ -329,15 +329,19 @@ func PreciseWait(d time.Duration) {
 		return
 	}
 	ch := waker.add(deadline)
-	<-ch
+	early := <-ch
 	wakeups.Put(ch)
-	// How long after the timer's mark this waiter runs: the margin the
-	// next timers are armed with follows it (an average of the last few).
-	lag := int64(time.Since(deadline)) + wakeEarly.Load()
-	avg := wakeLag.Load()
-	avg += (lag - avg) / 8
-	wakeLag.Store(avg)
-	wakeEarly.Store(min(max(avg+avg/2, minEarly), maxEarly)) // most wake-ups are early, not late
+	if early >= 0 {
+		// Woken by the timerfd, early before the deadline: how long
+		// after that mark this waiter runs is the wake-up lag the next
+		// timers are armed with (an average of the last few). A wait the
+		// spinning goroutine met says nothing of it.
+		lag := int64(time.Since(deadline)) + early
+		avg := wakeLag.Load()
+		avg += (lag - avg) / 8
+		wakeLag.Store(avg)
+		wakeEarly.Store(min(max(avg+avg/2, minEarly), maxEarly)) // most wake-ups are early, not late
+	}
 	for time.Now().Before(deadline) {
 		runtime.Gosched() // the last few microseconds: woken early on purpose
 	}
@@ -356,7 +360,7 @@ var wakeLag atomic.Int64
 
 const (
 	minEarly = int64(5 * time.Microsecond)
-	maxEarly = int64(200 * time.Microsecond)
+	maxEarly = int64(50 * time.Microsecond)
 )
 
 func init() {
@@ -365,11 +369,13 @@ func init() {
 }
 
 // spinAbove is the number of pending waits from which a spinning
-// goroutine wakes them (it stops below half): with a 50 µs interlink
-// penalty on 8 LUNs at QD 16, a timerfd thread the kernel wakes on a
-// saturated 2-core machine met mirrored writes' waits late enough to cost
-// a third of their throughput.
-const spinAbove = 8
+// goroutine wakes them, until none is left: waits that overlap are met
+// on time by a goroutine checking the clock between the others (it
+// yields to them, and its cost is shared by every pending wait), where a
+// timerfd thread the kernel must wake on a saturated 2-core machine met
+// mirrored writes' waits late enough to cost a third of their
+// throughput. A lone wait (a forwarded read at queue depth 1) sleeps.
+const spinAbove = 2
 
 // waker is the clock's queue of pending waits.
 var waker = newClock()
@@ -396,7 +402,7 @@ func newClock() *clock {
 
 type wait struct {
 	at time.Time
-	ch chan struct{}
+	ch chan int64
 }
 
 // waitHeap is a min-heap of waits by deadline (by hand: container/heap
@@ -444,13 +450,14 @@ func (h *waitHeap) pop() wait {
 }
 
 // wakeups are the waits' channels (one slot each: the clock sends one
-// token), reused once their wait has taken the token.
-var wakeups = sync.Pool{New: func() any { return make(chan struct{}, 1) }}
+// token, how early before the deadline the timerfd woke the wait, or -1
+// from the spinning goroutine), reused once their wait has taken it.
+var wakeups = sync.Pool{New: func() any { return make(chan int64, 1) }}
 
 // add queues a wait and returns the channel that receives a token at its
 // deadline (a little before it, with the timerfd).
-func (c *clock) add(at time.Time) chan struct{} {
-	ch := wakeups.Get().(chan struct{})
+func (c *clock) add(at time.Time) chan int64 {
+	ch := wakeups.Get().(chan int64)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.waits.push(wait{at, ch})
@@ -471,7 +478,7 @@ func (c *clock) add(at time.Time) chan struct{} {
 		c.started = true
 		go c.sleeper()
 	}
-	if c.armed.IsZero() || at.Before(c.armed) {
+	if !c.running && (c.armed.IsZero() || at.Before(c.armed)) {
 		c.arm(at)
 	}
 	return ch
@@ -501,14 +508,17 @@ func (c *clock) sleeper() {
 			c.mu.Unlock()
 			return
 		}
-		now := time.Now().Add(time.Duration(wakeEarly.Load()))
+		early := wakeEarly.Load()
 		c.mu.Lock()
-		for len(c.waits) > 0 && !c.waits[0].at.After(now) {
-			c.waits.pop().ch <- struct{}{}
-		}
 		c.armed = time.Time{}
-		if len(c.waits) > 0 {
-			c.arm(c.waits[0].at)
+		if !c.running { // else the spinning goroutine meets them, on time
+			now := time.Now().Add(time.Duration(early))
+			for len(c.waits) > 0 && !c.waits[0].at.After(now) {
+				c.waits.pop().ch <- early
+			}
+			if len(c.waits) > 0 {
+				c.arm(c.waits[0].at)
+			}
 		}
 		c.mu.Unlock()
 	}
@@ -520,10 +530,13 @@ func (c *clock) spin() {
 		now := time.Now()
 		c.mu.Lock()
 		for len(c.waits) > 0 && !c.waits[0].at.After(now) {
-			c.waits.pop().ch <- struct{}{}
+			c.waits.pop().ch <- -1
 		}
 		if len(c.waits) == 0 || c.fd >= 0 && len(c.waits) < spinAbove/2 {
-			c.running = false // the timerfd, armed by add, takes the rest
+			c.running = false
+			if len(c.waits) > 0 {
+				c.arm(c.waits[0].at) // the timerfd takes the rest
+			}
 			c.mu.Unlock()
 			return
 		}
