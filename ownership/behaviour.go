@@ -44,9 +44,11 @@ type hostObs struct {
 
 func (o *hostObs) resetFollow() { o.state, o.notFollowAt = followUnknown, -1 }
 
-// followCheck watches who follows one planned move: the users whose I/O
-// did not already arrive mostly at the new owner when it moved (a LUN
-// shipped to where a host sends says nothing of whether it follows).
+// followCheck watches who follows one move: the users whose I/O did not
+// already arrive mostly at the new owner when it moved (a LUN shipped to
+// where a host sends says nothing of whether it follows). Every move is
+// watched, failovers included (there only the hosts that could have
+// stayed: those that still reach the old owner).
 type followCheck struct {
 	at       int
 	to       string
@@ -54,12 +56,19 @@ type followCheck struct {
 	followed map[string]bool
 }
 
-func (c *Core) startFollow(l *lun) {
+func (c *Core) startFollow(l *lun, from string, cause alua.Cause) {
 	f := &followCheck{at: c.now, to: l.owner, judge: map[string]bool{}, followed: map[string]bool{}}
 	for name, arr := range l.hostArrive { // a set: the order does not matter
-		if load := l.hostLoad(name); load >= activeWork && arr[l.owner] < c.cfg.ShipShare*load {
-			f.judge[name] = true
+		load := l.hostLoad(name)
+		if load < activeWork || arr[l.owner] >= c.cfg.ShipShare*load {
+			continue
 		}
+		// After a failover only a host that still reaches the old owner
+		// had a choice: one that lost it proves nothing by moving.
+		if h := c.hosts[name]; cause == alua.CauseFailover && (h == nil || !c.reaches(h, from)) {
+			continue
+		}
+		f.judge[name] = true
 	}
 	if len(f.judge) == 0 {
 		return
@@ -120,18 +129,42 @@ func (c *Core) trackFollow() {
 // forwardDelta is how much more of l's work per tick would be forwarded
 // (arrive at a node that does not own it) if l moved to dest, counting
 // only the users that will not follow a move: followers move their I/O
-// with the LUN. Negative: the move forwards less.
-func (c *Core) forwardDelta(l *lun, dest string) float64 {
-	d := 0.0
+// with the LUN. unknown is the same for the users not yet seen to follow
+// or not (no move of their LUNs watched yet), who count as followers in
+// delta. Negative: the move forwards less.
+func (c *Core) forwardDelta(l *lun, dest string) (delta, unknown float64) {
 	for _, name := range slices.Sorted(maps.Keys(l.hostArrive)) {
 		h := c.hosts[name]
-		if h == nil || c.follows(h) {
+		if h == nil {
 			continue
 		}
 		arr := l.hostArrive[name]
-		d += arr[l.owner] - arr[dest] // forwarded after minus before
+		d := arr[l.owner] - arr[dest] // forwarded after minus before
+		switch {
+		case !c.follows(h):
+			delta += d
+		case h.obs.state == followUnknown:
+			unknown += d
+		}
 	}
-	return d
+	return delta, unknown
+}
+
+// strandsNonFollower: moving l to dest would take it away from where a
+// user that does not follow moves (by type, or as seen) sends its I/O:
+// that user's I/O would be forwarded for as long as the LUN stays.
+func (c *Core) strandsNonFollower(l *lun, dest string) bool {
+	for _, name := range c.sortedUsers(l) {
+		h := c.hosts[name]
+		load := l.hostLoad(name)
+		if h == nil || c.follows(h) || load < activeWork {
+			continue
+		}
+		if l.hostArrive[name][dest] < c.cfg.ShipShare*load {
+			return true
+		}
+	}
+	return false
 }
 
 // IQN naming authorities of the initiators that ship with common stacks.
@@ -277,9 +310,19 @@ func (c *Core) clearReport(e ClearReport) error {
 		}
 		h.obs.resetFollow()
 		h.obs.mediaSince = -1
+	case NodeUnstable:
+		n := c.nodes[e.Node]
+		if n == nil {
+			return fmt.Errorf("ownership: no node %q", e.Node)
+		}
+		if !c.unstable(e.Node) {
+			return fmt.Errorf("ownership: node %s is not unstable", e.Node)
+		}
+		n.failures = nil // the operator's word: counting starts again
+		c.reconcile(nil)
 	default:
-		return fmt.Errorf("ownership: %s clears by itself; only %s and %s are cleared by the operator",
-			e.Condition, PathFlapping, HostTypeIncorrect)
+		return fmt.Errorf("ownership: %s clears by itself; only %s, %s and %s are cleared by the operator",
+			e.Condition, PathFlapping, HostTypeIncorrect, NodeUnstable)
 	}
 	return nil
 }

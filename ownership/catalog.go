@@ -26,6 +26,9 @@ const (
 	// HostTypeIncorrect: a host does not behave as its declared type
 	// says (it does not follow moves, or never reads RTPG).
 	HostTypeIncorrect Condition = "host-type-incorrect"
+	// NodeUnstable: a node keeps failing (a crash loop); failback to it
+	// waits until it has been stable.
+	NodeUnstable Condition = "node-unstable"
 )
 
 // Severity orders reports.
@@ -206,6 +209,19 @@ var catalog = []Warnable{
 			"Read the details: they say what the host did and the host type that fits it (from its behaviour, its initiator name and its RTPG pattern).",
 			"Change the host's type in the array's configuration to the one suggested (for dm-multipath at its defaults, linux-dmmp: non-owner paths report STANDBY, so the host leaves them at once), or change the host's multipath settings to match its type (failback immediate).",
 			"The array never changes a declared host type by itself. After the change, clear the report with aluad report clear --condition host-type-incorrect --host H; the next planned move is watched again.",
+		},
+	},
+	{
+		Condition: NodeUnstable, Code: "NUS", Title: "Node Unstable (Repeated Failures)", Severity: Critical,
+		Detection: "The node went down crash_count times within the crash window; it stays unstable until it has been up without a break for the stable window.",
+		Meaning: "A storage node (controller) keeps failing and coming back: a recurring firmware fault, a failing " +
+			"component or power. Failing its LUNs back after each restart would put the hosts' I/O on it just in time for " +
+			"its next failure, so the array leaves them on the surviving nodes: no automatic failback to the node, and no " +
+			"balance or shipping move onto it, while this is raised. Failover off it is never held back.",
+		Procedure: []string{
+			"Read the details: they name the node, when it failed and the LUNs held off it.",
+			"Find why the node fails (aluad events, kind fault; on real hardware the controller's logs, its power and its temperature), and repair or replace it.",
+			"The array fails the LUNs back by itself once the node has stayed up for the stable window; once it is repaired, clear the report at once with aluad report clear --condition node-unstable --node NODE.",
 		},
 	},
 	{

@@ -15,7 +15,7 @@ var holdsOnANode = map[Condition]bool{NodeOffline: true, HostRedundancyLost: tru
 // Every condition the core raises has one complete entry, with a unique
 // code, and its dependencies are node conditions of the catalog.
 func TestCatalog(t *testing.T) {
-	require.Len(t, Conditions, 9)
+	require.Len(t, Conditions, 10)
 	require.Len(t, Catalog(), len(Conditions))
 	codes := map[string]bool{}
 	for _, c := range Conditions {

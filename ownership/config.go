@@ -44,6 +44,17 @@ type Config struct {
 	DampCount  int
 	DampWindow int
 	DampClear  int
+	// HandbackHold: a host of a STANDBY type whose non-owner paths were
+	// handed off to ANO (it did not reach the owner) gets STANDBY there
+	// again once it has reached the owner's node without a break for
+	// this long (handoff.go).
+	HandbackHold int
+	// CrashCount node failures within CrashWindow make a node unstable:
+	// no automatic failback to it until it has been up without a break
+	// for CrashStable (or the operator clears Node Unstable).
+	CrashCount  int
+	CrashWindow int
+	CrashStable int
 	// FollowWindow: after a planned move, a host's I/O to the LUN must
 	// arrive mostly (ShipShare) at the new owner within this long, or
 	// the host is observed not to follow.
@@ -122,6 +133,7 @@ func DefaultConfig() Config {
 		StopBudget: 60000, MaxMovesPerPlan: 64,
 		Debounce: 3, ThrashCount: 4, ThrashWindow: 60,
 		PathDegradedFactor: 3, PathMinOps: 5,
+		HandbackHold: 5, CrashCount: 3, CrashWindow: 1800, CrashStable: 1800,
 	}
 }
 
@@ -152,6 +164,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("ownership: damping, follow and stress windows must not be negative")
 	case !debouncesValid(c.Debounces):
 		return fmt.Errorf("ownership: Debounces must name catalog conditions with non-negative ticks")
+	case c.HandbackHold < 0 || c.CrashCount < 0 || c.CrashWindow < 0 || c.CrashStable < 0:
+		return fmt.Errorf("ownership: hand-back and crash-loop windows must not be negative")
 	case c.DiscoveryWindow < 0 || c.Settle < 0 || c.ShipWindow < 0 || c.FailbackWindow < 0 || c.Cooldown < 0 || c.Debounce < 0 || c.ThrashWindow < 1 || c.PathMinOps < 0:
 		return fmt.Errorf("ownership: windows must not be negative")
 	}

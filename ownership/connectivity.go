@@ -10,9 +10,19 @@ import (
 
 // Connectivity tracking (reference 002 "Connectivity Tracking"): per host
 // and node, protocol connectivity (a logged-in nexus through an up port),
-// multipath discovery (an RTPG or I/O seen on that nexus since it logged
-// in; a host with the default "prio sysfs" sends RTPG only at attach and
-// after a UA, so silence later is not loss) and I/O seen.
+// multipath discovery and I/O seen.
+//
+// Discovery is judged on what a multipath stack does that a lone SCSI
+// layer does not: it keeps probing every path. multipathd's checker sends
+// TEST UNIT READY (and, with prio alua, RTPG) on each path every 5-20 s;
+// MSDSM and NMP have their own probes. A kernel without multipath still
+// reads RTPG on every path once at scan (scsi_dh_alua attaches to every
+// TPGS device) and after a unit attention on the path it uses, so one
+// RTPG says nothing. A nexus is discovered when commands keep arriving on
+// it (any command: a probe, an RTPG, I/O) in MediaTicks distinct ticks
+// spanning a third of the discovery window and still two thirds of a
+// window after it logged in (the scan at login is over by then), or when
+// the host's sustained media I/O through its node proves use.
 
 type host struct {
 	name    string
@@ -33,6 +43,16 @@ type host struct {
 	// last nexus there), with the tick: a departure, not a fault, so
 	// they still count as reached for failover.
 	departed map[string]int
+	// had: the nodes it has reached since it last joined (logged in with
+	// no session before), at joinedAt (pendingDiscovery).
+	had      map[string]bool
+	joinedAt int
+	// reachSince: per node it reaches now, since when without a break
+	// (the STANDBY hand-back waits HandbackHold on it); handoff: the
+	// nodes the core last said this host's non-owner paths must not be
+	// STANDBY for (handoff.go).
+	reachSince map[string]int
+	handoff    map[string]bool
 	// away: it has no nexus and the last one ended by Logout (a host
 	// shut down or rebooting, not a host that lost its paths).
 	away bool
@@ -58,6 +78,9 @@ type nexusState struct {
 	n          Nexus
 	since      int
 	discovered bool
+	// traffic is the run of ticks commands arrived on the nexus in (any
+	// command: the discovery evidence of a multipath stack's probing).
+	traffic evidence
 	// Path latency (Path Degraded): this tick's exchanges and their
 	// summed time; the best interval mean seen with enough exchanges;
 	// the last judged interval's expansion factor and verdict.
@@ -72,6 +95,7 @@ func (c *Core) hostOf(name string) *host {
 	if h == nil {
 		h = &host{name: name, typ: alua.HostTypes[alua.HostDefault], nexuses: map[nexusKey]*nexusState{},
 			everReached: map[string]bool{}, departed: map[string]int{}, lostPorts: map[string][]uint16{},
+			had: map[string]bool{}, reachSince: map[string]int{}, handoff: map[string]bool{},
 			media: map[mediaKey]evidence{}, uses: map[uint64]bool{},
 			obs: hostObs{mediaSince: -1, lastFollow: -1, notFollowAt: -1}}
 		c.hosts[name] = h
@@ -112,6 +136,8 @@ func (c *Core) addNexus(h *host, n Nexus) *nexusState {
 			h.joinWindow = max(c.cfg.Settle, c.cfg.DiscoveryWindow)
 		}
 		h.everJoined = true
+		h.joinedAt = c.now
+		clear(h.had)
 	} else {
 		c.joinChange(h)
 	}
@@ -171,20 +197,40 @@ func (c *Core) forgetIfUnconnected(h *host, node string) {
 	}
 }
 
-// discovered marks a nexus as in use by the host's multipath driver. A
-// command on a nexus we missed the login of counts as a login too.
-func (c *Core) discovered(n Nexus) {
+// rtpg notes an RTPG on a nexus: traffic on it (one RTPG alone does not
+// discover it: a kernel without multipath reads RTPG on every path at
+// scan). A command on a nexus we missed the login of counts as a login.
+func (c *Core) rtpg(n Nexus) {
 	h := c.hostOf(n.Host)
 	s := h.nexuses[keyOf(n)]
 	if s == nil {
 		s = c.addNexus(h, n)
 	}
-	if !s.discovered {
-		s.discovered = true
-		delete(h.departed, n.Node)
-		c.gen++
-		c.joinChange(h)
+	c.traffic(h, s)
+}
+
+// traffic notes that commands arrived on a nexus this tick; once they
+// have kept arriving (probed), the nexus is discovered.
+func (c *Core) traffic(h *host, s *nexusState) {
+	s.traffic = c.addEvidence(s.traffic, c.now)
+	if !s.discovered && c.probed(s) {
+		c.discover(h, s)
 	}
+}
+
+// probed: commands keep arriving on the nexus: a run that proves use
+// (MediaTicks ticks spanning a third of the discovery window), still
+// going two thirds of a window after the nexus logged in.
+func (c *Core) probed(s *nexusState) bool {
+	return c.proves(s.traffic) && s.traffic.last >= s.since+2*c.cfg.DiscoveryWindow/3
+}
+
+// discover marks a nexus as in use by the host's multipath driver.
+func (c *Core) discover(h *host, s *nexusState) {
+	s.discovered = true
+	delete(h.departed, s.n.Node)
+	c.gen++
+	c.joinChange(h)
 }
 
 // pathLatency records one interval of a nexus's exchange times. Samples
@@ -204,6 +250,9 @@ func (c *Core) pathLatency(e PathLatency) error {
 	s := h.nexuses[keyOf(e.Nexus)]
 	if s == nil {
 		return nil
+	}
+	if e.Ops > 0 && c.pathUp(s) {
+		c.traffic(h, s)
 	}
 	s.pendOps += e.Ops
 	s.pendExch += e.Ops * e.Exchange
@@ -423,8 +472,11 @@ func (c *Core) HostStates() []HostState {
 // joining. A node a host logged out of (orderly) still counts as reached:
 // a host leaving, or an admin removing its paths, is not a fault; only
 // when that host is the one user of the LUN still doing I/O does the LUN
-// follow it. When no node suits everyone, it returns the nodes reached by
-// the most users (ties: all of them) and false.
+// follow it. A node whose discovery may still come counts too: a host
+// that is still logging in, or whose multipath stack has not had the time
+// to probe a new path, has lost nothing there. When no node suits
+// everyone, it returns the nodes reached by the most users (ties: all of
+// them) and false.
 func (c *Core) allowed(l *lun) ([]string, bool) { return c.allowedFor(l, false) }
 
 // allowedStrict is allowed for planned moves (failback, balance,
@@ -445,6 +497,11 @@ func (c *Core) allowedFor(l *lun, strict bool) ([]string, bool) {
 			continue
 		}
 		r := c.reachableIdx(h)
+		if len(r) == 0 && strict {
+			// Not judged yet (its paths not discovered): a planned move
+			// stays where its I/O arrives, if it sends any.
+			r = c.arrivesIdx(l, name)
+		}
 		if len(r) == 0 {
 			continue
 		}
@@ -452,13 +509,19 @@ func (c *Core) allowedFor(l *lun, strict bool) ([]string, bool) {
 		for _, i := range r {
 			count[i]++
 		}
+		if strict {
+			continue // nothing is moved where a user has no path
+		}
 		// A node the host left on purpose still counts for failover,
-		// never for a planned move (nothing is moved where it has no path).
-		if len(h.departed) > 0 && !strict && !c.soleActiveUser(l, h) {
-			for i, n := range c.nodeNames {
-				if _, ok := h.departed[n]; ok && !slices.Contains(r, i) {
-					count[i]++
-				}
+		// unless the host is the LUN's one user still doing I/O; so does a
+		// node whose discovery may still come (pendingDiscovery).
+		departed := len(h.departed) > 0 && !c.soleActiveUser(l, h)
+		for i, n := range c.nodeNames {
+			if slices.Contains(r, i) {
+				continue
+			}
+			if _, ok := h.departed[n]; ok && departed || c.pendingDiscovery(h, n) {
+				count[i]++
 			}
 		}
 	}
@@ -488,6 +551,36 @@ func (c *Core) allowedFor(l *lun, strict bool) ([]string, bool) {
 		}
 	}
 	return out, best == users
+}
+
+// pendingDiscovery: the host does not reach node, but may yet: it joined
+// less than a discovery window ago and has not reached node since (a
+// booting host logs in portal by portal, and its multipath stack probes
+// each new path for two thirds of a window before it counts), or it has
+// a session there younger than a discovery window. No path of it there
+// was lost: it is no reason for a failover.
+func (c *Core) pendingDiscovery(h *host, node string) bool {
+	if !h.had[node] && c.now-h.joinedAt < c.cfg.DiscoveryWindow {
+		return true
+	}
+	for _, s := range h.nexuses {
+		if s.n.Node == node && !s.discovered && c.pathUp(s) && c.now-s.since < c.cfg.DiscoveryWindow {
+			return true
+		}
+	}
+	return false
+}
+
+// arrivesIdx lists, as indexes into nodeNames, the nodes where host's
+// media I/O to l arrives.
+func (c *Core) arrivesIdx(l *lun, host string) []int {
+	var out []int
+	for i, n := range c.nodeNames {
+		if l.hostArrive[host][n] > 0 {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 // soleActiveUser: h is the only user of l with a session (a host that is

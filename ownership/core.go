@@ -60,6 +60,10 @@ type node struct {
 	// their rolling count
 	pendOps, pendRT float64
 	ops             float64
+	// failures: the ticks it went down at, within CrashWindow; upSince:
+	// when it last came up (crashloop.go).
+	failures []int
+	upSince  int
 }
 
 type lun struct {
@@ -171,6 +175,7 @@ func (c *Core) Step(e Event) error {
 		if h.typ != e.Type {
 			h.typ = e.Type
 			h.obs.resetFollow() // a new type is judged afresh
+			c.updateHandoffs([]string{h.name})
 		}
 	case LUNDecl:
 		return c.declareLUN(e)
@@ -181,6 +186,10 @@ func (c *Core) Step(e Event) error {
 		}
 		if e.Up && !n.up {
 			clear(n.movedOff)
+			n.upSince = c.now
+		}
+		if !e.Up && n.up {
+			n.failures = append(n.failures, c.now)
 		}
 		n.up = e.Up
 		if !e.Up {
@@ -220,7 +229,7 @@ func (c *Core) Step(e Event) error {
 		if l == nil || c.nodes[e.Nexus.Node] == nil {
 			return fmt.Errorf("ownership: RTPG for unknown LUN %d or node %q", e.LUN, e.Nexus.Node)
 		}
-		c.discovered(e.Nexus)
+		c.rtpg(e.Nexus)
 		h := c.hosts[e.Nexus.Host]
 		c.use(l, h)
 		h.obs.rtpg = true
@@ -340,9 +349,9 @@ func (c *Core) setOwner(l *lun, to string, cause alua.Cause) {
 		l.displaced = false
 	}
 	switch cause {
-	case alua.CauseFailback, alua.CauseBalance, alua.CauseShipping, alua.CauseManual:
+	case alua.CauseFailback, alua.CauseBalance, alua.CauseShipping, alua.CauseManual, alua.CauseFailover:
 		l.follow = nil
-		c.startFollow(l)
+		c.startFollow(l, from, cause)
 	case alua.CauseRollback:
 	default:
 		l.follow = nil
@@ -374,6 +383,7 @@ func (c *Core) tick() {
 	c.trackFollow()
 	c.reconcile(nil)
 	c.trackDamping()
+	c.trackCrashes()
 	c.emit(c.failbacks())
 	c.trackStress()
 	if c.now-c.lastPlan >= c.cfg.PlanInterval && !c.failbackPending() {

@@ -44,9 +44,7 @@ func (c *Core) reconcile(only *host) {
 	}
 	for _, name := range hosts {
 		h := c.hosts[name]
-		for _, n := range c.reachable(h) {
-			h.everReached[n] = true
-		}
+		c.trackReach(h)
 	}
 	ids := c.lunIDs
 	if only != nil {
@@ -86,6 +84,7 @@ func (c *Core) reconcile(only *host) {
 		c.trackFailback(l, ok, all)
 	}
 	c.emit(moves)
+	c.updateHandoffs(hostList(only))
 }
 
 // noteFlap records the hosts whose lost (or left) paths fail l over, for
@@ -209,10 +208,15 @@ func (c *Core) failbackPending() bool {
 }
 
 // failbackAllowed: the LUN is not damped, its last move is
-// FailbackCooldown ago, and no user that will not follow would have its
+// FailbackCooldown ago, its preferred owner is not crash-looping
+// (crashloop.go), and no user that will not follow would have its
 // I/O forwarded by the failback.
 func (c *Core) failbackAllowed(l *lun) bool {
-	return l.damped < 0 && c.now-l.lastMove >= c.cfg.FailbackCooldown && c.forwardDelta(l, l.preferred) <= 0
+	if l.damped >= 0 || c.now-l.lastMove < c.cfg.FailbackCooldown || c.unstable(l.preferred) {
+		return false
+	}
+	d, _ := c.forwardDelta(l, l.preferred)
+	return d <= 0
 }
 
 // trackShipping notes, each tick, which non-owner node (if any) receives
@@ -235,13 +239,16 @@ func (c *Core) trackShipping() {
 }
 
 // shipping returns LUNs whose I/O has mostly arrived at one other node,
-// serving all their users, for the whole ship window.
+// serving all their users, for the whole ship window: never a damped LUN
+// (damping holds it where its hosts reach it), never onto an unstable
+// node, and never away from where a user that does not follow sends.
 func (c *Core) shipping() []move {
 	var out []move
 	for _, id := range c.lunIDs {
 		l := c.luns[id]
-		if l.shipTo == "" || c.now-l.shipSince < c.cfg.ShipWindow || !(c.cooled(l) || c.shippedForNonFollowers(l)) {
-			continue
+		if l.shipTo == "" || c.now-l.shipSince < c.cfg.ShipWindow || !(c.cooled(l) || c.shippedForNonFollowers(l)) ||
+			l.damped >= 0 || c.unstable(l.shipTo) || c.strandsNonFollower(l, l.shipTo) {
+			continue // a damped LUN stays where its hosts reach it
 		}
 		if ok, all := c.allowedStrict(l); all && contains(ok, l.shipTo) {
 			out = append(out, move{l, l.shipTo, alua.CauseShipping})

@@ -2,6 +2,7 @@ package ownership
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -100,7 +101,14 @@ func (c *Core) balancePlan(exclude map[*lun]bool) ([]move, string) {
 		if !all || len(ok) < 2 {
 			continue
 		}
-		cd := &candidate{l: l, load: l.load(), to: ok}
+		// Never onto a crash-looping node, nor away from where a user
+		// that does not follow sends.
+		to := c.stableNodes(ok)
+		to = slices.DeleteFunc(to, func(n string) bool { return c.strandsNonFollower(l, n) })
+		if len(to) == 0 || len(to) == 1 && to[0] == l.owner {
+			continue
+		}
+		cd := &candidate{l: l, load: l.load(), to: to}
 		byNode[l.owner] = append(byNode[l.owner], cd)
 	}
 	for _, cs := range byNode {
@@ -213,13 +221,17 @@ func (c *Core) worthIt(moves []move, before, after float64) bool {
 }
 
 // roi is worthIt with its gain and cost. The cost counts the I/O the
-// moves would leave forwarded over the horizon: users that do not follow
-// moves (by type, or as seen) keep sending where they send now.
+// moves would leave forwarded: users that do not follow moves (by type,
+// or as seen) keep sending where they send now, over the horizon; users
+// not seen to follow yet may too, until the follow check has judged them
+// and shipping has brought the LUN to them (FollowWindow + ShipWindow).
 func (c *Core) roi(moves []move, before, after float64) (ok bool, gain, cost float64) {
 	gain = (before - after) / 2 * c.cfg.ROIHorizon
 	for _, m := range moves {
 		stopTicks := c.cfg.stopMicros(m.l.media) / c.cfg.TickMicros
-		cost += m.l.load()*stopTicks + c.cfg.MoveCost + c.forwardDelta(m.l, m.to)*c.cfg.ROIHorizon
+		known, unknown := c.forwardDelta(m.l, m.to)
+		cost += m.l.load()*stopTicks + c.cfg.MoveCost + known*c.cfg.ROIHorizon +
+			max(0, unknown)*float64(c.cfg.FollowWindow+c.cfg.ShipWindow)
 	}
 	return gain > c.cfg.ROIFactor*cost, gain, cost
 }

@@ -27,8 +27,7 @@ func instance(t testing.TB, nodes int, loads []float64, owners []int) *Core {
 	}
 	for i := 0; i < nodes; i++ {
 		n := Nexus{Host: "h", Initiator: "iqn.x.y:h", ISID: "1", Port: uint16(i + 1), Node: string(rune('a' + i))}
-		require.NoError(t, c.Step(Login{n}))
-		require.NoError(t, c.Step(RTPG{Nexus: n, LUN: 0}))
+		establish(t, c, n, 0)
 	}
 	c.now = c.cfg.Settle
 	return c
@@ -146,11 +145,12 @@ func benchCore(b *testing.B, luns, nodes, hosts int) *Core {
 		require.NoError(b, c.Step(HostDecl{Host: name, Type: alua.HostType{TPGS: true}}))
 		for n := 0; n < nodes; n++ {
 			nx := Nexus{Host: name, Initiator: "iqn.x.y:" + name, ISID: "1", Port: uint16(n + 1), Node: fmt.Sprintf("n%d", n)}
-			require.NoError(b, c.Step(Login{nx}))
 			// Each host uses 16 LUNs of its own.
-			for k := 0; k < 16; k++ {
-				require.NoError(b, c.Step(RTPG{Nexus: nx, LUN: uint64((h*16 + k) % luns)}))
+			ids := make([]uint64, 16)
+			for k := range ids {
+				ids[k] = uint64((h*16 + k) % luns)
 			}
+			establish(b, c, nx, ids...)
 		}
 	}
 	for i := 0; i < luns; i++ {

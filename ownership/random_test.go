@@ -33,6 +33,14 @@ type model struct {
 	joinAt, joinWin map[string]int
 	everJoined      map[string]bool
 	settle, window  int
+	// had: the nodes each host has reached since it joined, at joinedAt:
+	// a node it has not reached since, within a window of joining, is no
+	// loss (it may still be logging in there).
+	had      map[string]map[string]bool
+	joinedAt map[string]int
+	// loginAt: when each undiscovered path logged in (its discovery may
+	// still come for a window).
+	loginAt map[string]map[uint16]int
 }
 
 // pathChange notes a login, logout or discovery of h's, before it is
@@ -41,6 +49,7 @@ func (m *model) pathChange(h string, hadNone bool) {
 	switch {
 	case hadNone:
 		m.joinAt[h], m.joinWin[h] = m.now, m.settle
+		m.joinedAt[h], m.had[h] = m.now, map[string]bool{}
 		if m.everJoined[h] {
 			m.joinWin[h] = max(m.settle, m.window)
 		}
@@ -67,6 +76,31 @@ func (m *model) reaches(h, n string) bool {
 	return false
 }
 
+// serves: n can serve h: h reaches it, or may still (it has not reached
+// it since it joined, less than a window ago).
+func (m *model) serves(h, n string) bool {
+	if m.reaches(h, n) || m.nodeUp[n] && !m.had[h][n] && m.now-m.joinedAt[h] < m.window {
+		return true
+	}
+	for p, disc := range m.paths[h] {
+		if at, ok := m.loginAt[h][p]; ok && !disc && m.portNode[p] == n && m.nodeUp[n] && !m.portDown[p] && m.now-at < m.window {
+			return true
+		}
+	}
+	return false
+}
+
+// noteReach records what every host reaches now.
+func (m *model) noteReach() {
+	for h := range m.paths {
+		for _, n := range m.nodes {
+			if m.reaches(h, n) && m.had[h] != nil {
+				m.had[h][n] = true
+			}
+		}
+	}
+}
+
 // violation returns a description when LUN id's owner strands a user
 // although some node would serve them all.
 func (m *model) violation(id uint64) string {
@@ -87,7 +121,7 @@ func (m *model) violation(id uint64) string {
 	for _, n := range m.nodes {
 		all := m.nodeUp[n]
 		for _, h := range users {
-			all = all && m.reaches(h, n)
+			all = all && m.serves(h, n)
 		}
 		feasible = feasible || all
 	}
@@ -95,7 +129,7 @@ func (m *model) violation(id uint64) string {
 		return ""
 	}
 	for _, h := range users {
-		if !m.reaches(h, m.owner[id]) {
+		if !m.serves(h, m.owner[id]) {
 			return fmt.Sprintf("LUN %d: owner %s, but user %s does not reach it and some node serves every user", id, m.owner[id], h)
 		}
 	}
@@ -120,6 +154,7 @@ func newSim(t *testing.T, seed int64, nNodes, nHosts, nLUNs int, cfg Config) *si
 		m: &model{nodeUp: map[string]bool{}, portDown: map[uint16]bool{}, paths: map[string]map[uint16]bool{},
 			portNode: map[uint16]string{}, users: map[uint64]map[string]bool{}, owner: map[uint64]string{},
 			lastMove: map[uint64]int{}, joinAt: map[string]int{}, joinWin: map[string]int{}, everJoined: map[string]bool{},
+			had: map[string]map[string]bool{}, joinedAt: map[string]int{}, loginAt: map[string]map[uint16]int{},
 			settle: cfg.Settle, window: cfg.DiscoveryWindow}}
 	for i := 0; i < nNodes; i++ {
 		n := string(rune('a' + i))
@@ -172,12 +207,20 @@ func (s *sim) pathUp(h string, node int) {
 		s.m.users[id][h] = true
 		s.step(RTPG{Nexus: n, LUN: id})
 	}
+	// Its multipath checker has probed the path by the next step.
+	hs := s.c.hosts[h]
+	if st := hs.nexuses[keyOf(n)]; st != nil && !st.discovered {
+		s.c.discover(hs, st)
+		s.c.reconcile(hs)
+		s.apply()
+	}
 }
 
 func (s *sim) step(e Event) {
 	s.log = append(s.log, fmt.Sprintf("%T%+v", e, e))
 	require.NoError(s.t, s.c.Step(e))
 	s.apply()
+	s.m.noteReach()
 }
 
 // apply takes the core's decisions into the model, checking the cooldown.
@@ -237,10 +280,15 @@ func (s *sim) tick() {
 
 // check asserts the invariants after a step.
 func (s *sim) check() {
+	s.m.noteReach()
 	for _, id := range s.luns {
 		require.Equal(s.t, s.m.owner[id], s.c.Owner(id), "LUN %d: one owner, the one the batches set\n%s", id, s.tail())
 		require.Contains(s.t, s.m.nodes, s.c.Owner(id))
 		if v := s.m.violation(id); v != "" {
+			for _, h := range s.hosts {
+				ch := s.c.hosts[h]
+				v += fmt.Sprintf("\ncore %s had=%v joinedAt=%d reach=%v; model had=%v joinedAt=%d now=%d/%d", h, ch.had, ch.joinedAt, s.c.reachable(ch), s.m.had[h], s.m.joinedAt[h], s.m.now, s.c.now)
+			}
 			s.t.Fatalf("%s\n%s", v, s.tail())
 		}
 	}
@@ -275,6 +323,10 @@ func (s *sim) randomFault() {
 			nx := s.nexus(h, ni)
 			s.m.pathChange(h, len(s.m.paths[h]) == 0)
 			s.m.paths[h][nx.Port] = false
+			if s.m.loginAt[h] == nil {
+				s.m.loginAt[h] = map[uint16]int{}
+			}
+			s.m.loginAt[h][nx.Port] = s.m.now
 			s.step(Login{nx})
 		}
 	}
@@ -328,8 +380,7 @@ func TestBalanceSettles(t *testing.T) {
 		}
 		for i := 0; i < nodes; i++ {
 			n := Nexus{Host: "h", Initiator: "iqn.x.y:h", ISID: "1", Port: uint16(i + 1), Node: string(rune('a' + i))}
-			require.NoError(t, c.Step(Login{n}))
-			require.NoError(t, c.Step(RTPG{Nexus: n, LUN: 0}))
+			establish(t, c, n, 0)
 		}
 		// Scale so that the balanced utilisation is 60-90%: stressed.
 		scale := float64(nodes) * 10000 * (0.6 + 0.3*r.Float64()) / total
@@ -370,8 +421,7 @@ func TestExplicitThrashesImplicitDoesNot(t *testing.T) {
 			require.NoError(t, c.Step(LUNDecl{LUN: 0, Preferred: name(y), Owner: name(y), Media: "ram"}))
 			path := func(h string, i int) {
 				n := Nexus{Host: h, Initiator: "iqn.x.y:" + h, ISID: "1", Port: uint16(i + 1), Node: name(i)}
-				require.NoError(t, c.Step(Login{n}))
-				require.NoError(t, c.Step(RTPG{Nexus: n, LUN: 0}))
+				establish(t, c, n, 0)
 			}
 			path("h1", x)
 			for i := 0; i < nodes; i++ {

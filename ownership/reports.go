@@ -99,6 +99,9 @@ func (c *Core) evaluateReports() {
 		} else {
 			hs.add(condKey{cond: NodeOffline, node: n}, n, c.offlineCause(n))
 		}
+		if c.unstable(n) {
+			hs.add(condKey{cond: NodeUnstable, node: n}, "", c.unstableCause(n))
+		}
 	}
 	for _, name := range c.hostNames {
 		h := c.hosts[name]

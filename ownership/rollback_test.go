@@ -23,8 +23,7 @@ func TestRollbackBacksOff(t *testing.T) {
 	c.Advance()
 	// The LUN's only host reaches node b only: it must move there.
 	nx := Nexus{Host: "h1", Initiator: "iqn.2026-11.org.example:h1", ISID: "1", Port: 3, Node: "b"}
-	require.NoError(t, c.Step(Login{Nexus: nx}))
-	require.NoError(t, c.Step(RTPG{Nexus: nx, LUN: 0}))
+	establish(t, c, nx, 0)
 	want := []Batch{{LUNs: []uint64{0}, To: "b", Cause: alua.CauseFailover, Class: "/", Stop: 500}}
 	for i := 0; i < 100 && len(c.Ready().Batches) == 0; i++ {
 		c.Advance()
@@ -68,8 +67,7 @@ func TestRolledBackFailoverDoesNotDamp(t *testing.T) {
 	na := Nexus{Host: "h1", Initiator: "iqn.2026-11.org.example:h1", ISID: "1", Port: 1, Node: "a"}
 	nb := Nexus{Host: "h1", Initiator: "iqn.2026-11.org.example:h1", ISID: "3", Port: 3, Node: "b"}
 	for _, n := range []Nexus{na, nb} {
-		require.NoError(t, c.Step(Login{n}))
-		require.NoError(t, c.Step(RTPG{Nexus: n, LUN: 0}))
+		establish(t, c, n, 0)
 	}
 	for range cfg.Settle {
 		require.NoError(t, c.Step(Tick{}))

@@ -20,8 +20,14 @@ import (
 //	     [dampclear=N] [follow=N] [ship=N] [settle=N] [visible=(COND:N,...)]
 //	lun id=N preferred=X [owner=X] [media=M] [group=G]
 //	luns n=N [media=M] [group=G]            LUNs 0..N-1, preferred alternating over the nodes
-//	host name=H [type=legacy]
-//	path host=H node=X [port=P] [extended]  login + RTPG: a discovered path
+//	host name=H [type=legacy] [mp=none]     mp=none: no multipath stack; every other
+//	                                        host's checker probes each of its logged-in
+//	                                        paths every tick (TUR)
+//	path host=H node=X [port=P] [extended] [luns=(..)]  login + RTPG (for every LUN,
+//	                                        or those): an established path (its multipath
+//	                                        stack has probed it for the window)
+//	login ... silent                        a path the host's checker does not probe
+//	probe host=H node=X [port=P]            its checker starts probing that path
 //	login / logout / rtpg host=H node=X [port=P] [lun=N]
 //	node-down X / node-up X / port-down node=X port=P / port-up ...
 //	workload host=H luns=(..) ops=N [rt=US] [via=X]  standing I/O, sent every tick by an
@@ -49,6 +55,11 @@ type harness struct {
 	applied  int
 	passive  bool
 	isidNext int
+	// nomp: hosts that run no multipath stack; every other host's
+	// checker probes each of its logged-in paths every tick.
+	nomp map[string]bool
+	// silent: paths the host's checker does not probe (blacklisted).
+	silent map[Nexus]bool
 }
 
 type wl struct {
@@ -94,6 +105,9 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			step(LUNDecl{LUN: uint64(i), Preferred: p, Owner: p, Media: arg(d, "media", "ram"), Group: arg(d, "group", "dg0")})
 		}
 	case "host":
+		if arg(d, "mp", "") == "none" {
+			h.nomp[arg(d, "name", "")] = true
+		}
 		tn := arg(d, "type", "linux")
 		typ := alua.HostType{Name: tn, TPGS: tn != "legacy", NonOwner: standbyIf(tn == "linux-dmmp")}
 		step(HostDecl{Host: arg(d, "name", ""), Type: typ})
@@ -129,13 +143,34 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		}
 		return b.String()
 	case "path":
+		// An established path: the host's multipath stack has probed it
+		// for the discovery window (as if its checker had run all along).
 		n := h.nexus(t, d)
 		step(Login{n})
-		for _, id := range h.c.LUNs() {
+		ids := h.c.LUNs()
+		if d.HasArg("luns") {
+			ids = nil
+			for _, v := range argList(d, "luns") {
+				id, _ := strconv.ParseUint(v, 10, 64)
+				ids = append(ids, id)
+			}
+		}
+		for _, id := range ids {
 			step(RTPG{Nexus: n, LUN: id, Extended: d.HasArg("extended")})
 		}
+		hst := h.c.hosts[n.Host]
+		if s := hst.nexuses[keyOf(n)]; s != nil && !s.discovered {
+			h.c.discover(hst, s)
+			h.c.reconcile(hst)
+		}
 	case "login":
-		step(Login{h.nexus(t, d)})
+		n := h.nexus(t, d)
+		if d.HasArg("silent") {
+			h.silent[n] = true
+		}
+		step(Login{n})
+	case "probe": // the host's checker starts probing a silent path
+		delete(h.silent, h.nexus(t, d))
 	case "logout":
 		step(Logout{Nexus: h.nexus(t, d), Orderly: d.HasArg("orderly")})
 	case "rtpg":
@@ -289,6 +324,7 @@ func (h *harness) init(t *testing.T, d *datadriven.TestData) {
 	}
 	h.c, h.work, h.ports, h.passive = c, map[string]map[uint64]wl{}, map[string]uint16{}, cfg.Passive
 	h.exch = map[Nexus][2]float64{}
+	h.nomp, h.silent = map[string]bool{}, map[Nexus]bool{}
 	capacity, _ := strconv.ParseFloat(arg(d, "capacity", "10000"), 64)
 	nodes := argList(d, "nodes")
 	if len(nodes) == 0 {
@@ -327,6 +363,20 @@ func (h *harness) sendIO(step func(Event)) {
 	for _, n := range nexuses {
 		step(PathLatency{Nexus: n, Ops: h.exch[n][0], Exchange: h.exch[n][1]})
 	}
+	// The multipath hosts' path checkers: a TEST UNIT READY on every
+	// logged-in path of theirs each tick (one command: too few for Path
+	// Degraded to judge).
+	for _, name := range h.c.hostNames {
+		hs := h.c.hosts[name]
+		if h.nomp[name] {
+			continue
+		}
+		for _, k := range sortedNexusKeys(hs) {
+			if n := hs.nexuses[k].n; h.exch[n] == ([2]float64{}) && !h.silent[n] {
+				step(PathLatency{Nexus: n, Ops: 1, Exchange: 100})
+			}
+		}
+	}
 	hosts := make([]string, 0, len(h.work))
 	for k := range h.work {
 		hosts = append(hosts, k)
@@ -338,6 +388,15 @@ func (h *harness) sendIO(step func(Event)) {
 			continue
 		}
 		r := h.c.reachable(hs)
+		if len(r) == 0 {
+			// No path discovered yet: it sends through a session it has
+			// (its SCSI layer does, multipath or not).
+			for _, n := range h.c.Nodes() {
+				if h.c.connected(hs, n) {
+					r = append(r, n)
+				}
+			}
+		}
 		ids := make([]uint64, 0, len(h.work[name]))
 		for id := range h.work[name] {
 			ids = append(ids, id)
@@ -374,6 +433,13 @@ func (h *harness) drain(b *strings.Builder) {
 	}
 	for _, r := range rd.Reports {
 		fmt.Fprintf(b, "t=%d %s\n", h.c.Now(), r)
+	}
+	for _, ho := range rd.Handoffs {
+		what := "STANDBY again"
+		if ho.On {
+			what = "handed off to ANO"
+		}
+		fmt.Fprintf(b, "t=%d %s: non-owner paths for LUNs of node %s %s\n", h.c.Now(), ho.Host, ho.Node, what)
 	}
 	h.c.Advance()
 }

@@ -97,12 +97,14 @@ type (
 		Exchange float64
 	}
 	// ClearReport is the operator clearing a latched condition: Path
-	// Flapping for LUN (damping ends; failback may follow) or Host Type
-	// Incorrect for Host (the observations start again).
+	// Flapping for LUN (damping ends; failback may follow), Host Type
+	// Incorrect for Host (the observations start again) or Node Unstable
+	// for Node (its failures are forgotten; failback may follow).
 	ClearReport struct {
 		Condition Condition
 		LUN       uint64
 		Host      string
+		Node      string
 	}
 	// Rebalance asks for a balance plan now ("rebalance now"): the plan
 	// interval and the stress gate are skipped, the ROI check is not.
@@ -150,6 +152,8 @@ type Ready struct {
 	Reports []ReportChange
 	// Rebalance answers a Rebalance event (nil: none was asked for).
 	Rebalance *RebalanceResult
+	// Handoffs are the STANDBY hand-offs that changed (handoff.go).
+	Handoffs []Handoff
 }
 
 // RebalanceResult is what an asked-for rebalance decided.
@@ -161,4 +165,6 @@ type RebalanceResult struct {
 }
 
 // Empty reports whether there is nothing to do.
-func (r Ready) Empty() bool { return len(r.Batches) == 0 && len(r.Reports) == 0 && r.Rebalance == nil }
+func (r Ready) Empty() bool {
+	return len(r.Batches) == 0 && len(r.Reports) == 0 && r.Rebalance == nil && len(r.Handoffs) == 0
+}

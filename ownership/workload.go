@@ -76,12 +76,9 @@ func (c *Core) io(e IO) error {
 	k := mediaKey{e.Node, e.LUN}
 	h.media[k] = c.addEvidence(h.media[k], c.now)
 	if c.usesNodeFor(h, e.Node, h.media[k]) {
-		for _, s := range h.nexuses {
-			if s.n.Node == e.Node && c.pathUp(s) && !s.discovered {
-				s.discovered = true
-				delete(h.departed, e.Node)
-				c.gen++
-				c.joinChange(h)
+		for _, k := range sortedNexusKeys(h) {
+			if s := h.nexuses[k]; s.n.Node == e.Node && c.pathUp(s) && !s.discovered {
+				c.discover(h, s)
 			}
 		}
 	}

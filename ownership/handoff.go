@@ -1,0 +1,102 @@
+package ownership
+
+// The STANDBY hand-off. A host type whose non-owner paths report STANDBY
+// (linux-dmmp) makes its multipath stack leave those paths at once after
+// a move: right while the host has a path to the owner, and fatal when
+// it has none (an administrator logged it out of the owner's portals, or
+// its paths there failed while the LUN stays for its other users): every
+// path it has left is STANDBY, dm-multipath fails them all and the
+// application gets EIO. So the array never reports STANDBY to a host on
+// a non-owner path of a LUN whose owner that host does not reach: those
+// paths are handed off to ANO for it and its I/O is forwarded, never
+// refused. The LUN itself may then move to where the host is (a failover
+// when the host lost the owner by a fault, or is the LUN's one user still
+// doing I/O after it left); while other users keep it where it is, the
+// hand-off serves this host.
+//
+// A node is handed off for a host as soon as the host stops reaching it,
+// and handed back only once the host has reached it again without a break
+// for HandbackHold: its multipath stack has probed the path by then
+// (discovery needs that), so the path is in its map before its other
+// paths turn STANDBY and push its I/O there. The array applies the
+// hand-offs (Ready.Handoffs); on its own and at once it also treats a
+// host with no session left to the owner's node as handed off, since the
+// Logout of the last path is answered before the host turns to the
+// others.
+
+// Handoff says whether Host's paths to nodes other than Node report ANO
+// instead of STANDBY for LUNs Node owns (On) or STANDBY again (off).
+type Handoff struct {
+	Host, Node string
+	On         bool
+}
+
+// trackReach notes what the host reaches now: everReached, had (since it
+// joined), and since when it has reached each node without a break.
+func (c *Core) trackReach(h *host) {
+	for _, n := range c.nodeNames {
+		if c.reaches(h, n) {
+			h.everReached[n], h.had[n] = true, true
+			if _, ok := h.reachSince[n]; !ok {
+				h.reachSince[n] = c.now
+			}
+		} else {
+			delete(h.reachSince, n)
+		}
+	}
+}
+
+// handedOff: the host's type reports STANDBY on non-owner paths, and it
+// has not reached node for HandbackHold without a break.
+func (c *Core) handedOff(h *host, node string) bool {
+	if !h.typ.Standby() || c.cfg.Passive {
+		return false
+	}
+	since, ok := h.reachSince[node]
+	return !ok || c.now-since < c.cfg.HandbackHold
+}
+
+// updateHandoffs emits the hand-offs that changed for hosts (all when
+// nil), in host and node order.
+func (c *Core) updateHandoffs(hosts []string) {
+	if hosts == nil {
+		hosts = c.hostNames
+	}
+	for _, name := range hosts {
+		h := c.hosts[name]
+		for _, n := range c.nodeNames {
+			on := c.handedOff(h, n)
+			if on == h.handoff[n] {
+				continue
+			}
+			if on {
+				h.handoff[n] = true
+			} else {
+				delete(h.handoff, n)
+			}
+			c.ready.Handoffs = append(c.ready.Handoffs, Handoff{Host: name, Node: n, On: on})
+		}
+	}
+}
+
+// Handoffs lists every hand-off in force, by host then node.
+func (c *Core) Handoffs() []Handoff {
+	var out []Handoff
+	for _, name := range c.hostNames {
+		h := c.hosts[name]
+		for _, n := range c.nodeNames {
+			if h.handoff[n] {
+				out = append(out, Handoff{Host: name, Node: n, On: true})
+			}
+		}
+	}
+	return out
+}
+
+// hostList is the one-host list reconcile passes on (nil: every host).
+func hostList(h *host) []string {
+	if h == nil {
+		return nil
+	}
+	return []string{h.name}
+}
