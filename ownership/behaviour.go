@@ -40,6 +40,10 @@ type hostObs struct {
 	mediaSince int
 	// initiator: its initiator name, for the IQN naming authority.
 	initiator string
+	// splitShare: when it was judged not to follow, the share of its I/O
+	// that did arrive at the new owner (a policy that spreads I/O over
+	// every node's paths sends a good part there).
+	splitShare float64
 }
 
 func (o *hostObs) resetFollow() { o.state, o.notFollowAt = followUnknown, -1 }
@@ -118,6 +122,7 @@ func (c *Core) trackFollow() {
 				}
 				h.obs.state, h.obs.notFollowAt = followNo, c.now
 				h.obs.notFollowLUN, h.obs.notFollowFrom, h.obs.notFollowTo = l.id, from, f.to
+				h.obs.splitShare = l.hostArrive[name][f.to] / load
 			}
 		}
 		if done {
@@ -206,8 +211,15 @@ func (c *Core) suggestType(h *host) (typ, why string) {
 		return strings.Join(parts, " and ")
 	}
 	switch {
+	case !c.multipathShown(h) && c.connectedCount(h) > 1:
+		// No multipath stack: no host type helps (a STANDBY type would
+		// turn its only paths STANDBY); Multipath Not Discovering Paths
+		// says what to do.
+		return "", ""
 	case c.neverRTPG(h):
 		return alua.HostLegacy, "it has never read RTPG: its multipath stack ignores ALUA"
+	case h.obs.state == followNo && c.splitsIO(h):
+		return "", "" // its load-balance policy, not its type (hostTypeIncorrect)
 	case h.obs.state == followNo && linux && !h.typ.Standby():
 		why := evidence()
 		if why != "" {
@@ -223,6 +235,46 @@ func (c *Core) suggestType(h *host) (typ, why string) {
 		return alua.HostLinuxDMMP, evidence()
 	}
 	return "", ""
+}
+
+// multipathShown: the host has shown a multipath stack: it reaches two
+// nodes or more (its stack probes or uses paths on each), or it followed
+// a move.
+func (c *Core) multipathShown(h *host) bool {
+	return len(c.reachable(h)) > 1 || h.obs.state == followYes
+}
+
+// splitsIO: when judged not to follow, a good part of its I/O (a quarter
+// or more) did arrive at the new owner: its load-balance policy spreads
+// I/O over every node's paths (Windows Round Robin, VMware RR without
+// SATP_ALUA, dm-multipath multibus), which no host type changes.
+func (c *Core) splitsIO(h *host) bool { return h.obs.splitShare >= 1-c.cfg.ShipShare }
+
+// policyAdvice names the load-balance policy that keeps a stack's I/O on
+// the optimized paths.
+func (c *Core) policyAdvice(h *host) string {
+	switch c.stackType(h) {
+	case alua.HostWindows:
+		return "set its MPIO load-balance policy to Round Robin with Subset (MSDSM), which uses the active/optimized paths only"
+	case alua.HostVMware:
+		return "claim the LUNs with VMW_SATP_ALUA and use VMW_PSP_MRU, or VMW_PSP_RR, which round-robins over the active/optimized paths only"
+	}
+	return "set its multipath policy to group paths by priority (dm-multipath: path_grouping_policy group_by_prio with prio alua), not multibus"
+}
+
+// stackType is the host type of the stack the host's initiator name or
+// declared type names ("" if neither says).
+func (c *Core) stackType(h *host) string {
+	for _, a := range iqnAuthorities {
+		if strings.HasPrefix(strings.ToLower(h.obs.initiator), a.prefix) {
+			return a.typ
+		}
+	}
+	switch h.typ.Name {
+	case alua.HostWindows, alua.HostVMware:
+		return h.typ.Name
+	}
+	return ""
 }
 
 // neverRTPG: the host is a proven user of some LUN (sustained media I/O)
@@ -273,12 +325,21 @@ func (c *Core) hostTypeIncorrect(h *host) string {
 	if !h.typ.TPGS || len(h.nexuses) == 0 {
 		return ""
 	}
+	if !c.multipathShown(h) && c.connectedCount(h) > 1 {
+		return "" // no multipath stack: Multipath Not Discovering Paths says so
+	}
 	typ, why := c.suggestType(h)
 	fit := ""
 	if typ != "" && typ != h.typ.Name {
 		fit = fmt.Sprintf("; the type that fits is %s (%s)", typ, why)
 	}
 	switch {
+	case h.obs.state == followNo && c.splitsIO(h):
+		return fmt.Sprintf("host %s splits its I/O to LUN %d across nodes: %.0f%% of it arrived through node %s %s after "+
+			"the LUN moved there, the rest through node %s; that is its load-balance policy, not its host type, and no "+
+			"host type stops the forwarding: %s",
+			h.name, h.obs.notFollowLUN, 100*h.obs.splitShare, h.obs.notFollowTo, c.span(c.cfg.FollowWindow),
+			h.obs.notFollowFrom, c.policyAdvice(h))
 	case h.obs.state == followNo:
 		return fmt.Sprintf("host %s is declared %s, which follows ALUA changes, but its I/O to LUN %d still arrived "+
 			"through node %s %s after the LUN moved to node %s%s",
@@ -318,7 +379,7 @@ func (c *Core) clearReport(e ClearReport) error {
 		if !c.unstable(e.Node) {
 			return fmt.Errorf("ownership: node %s is not unstable", e.Node)
 		}
-		n.failures = nil // the operator's word: counting starts again
+		n.failures, n.unstable = nil, false // the operator's word: counting starts again
 		c.reconcile(nil)
 	default:
 		return fmt.Errorf("ownership: %s clears by itself; only %s, %s and %s are cleared by the operator",

@@ -61,9 +61,11 @@ type node struct {
 	pendOps, pendRT float64
 	ops             float64
 	// failures: the ticks it went down at, within CrashWindow; upSince:
-	// when it last came up (crashloop.go).
-	failures []int
-	upSince  int
+	// when it last came up; unstable since unstableAt (crashloop.go).
+	failures   []int
+	upSince    int
+	unstable   bool
+	unstableAt int
 }
 
 type lun struct {
@@ -189,7 +191,7 @@ func (c *Core) Step(e Event) error {
 			n.upSince = c.now
 		}
 		if !e.Up && n.up {
-			n.failures = append(n.failures, c.now)
+			c.noteFailure(n)
 		}
 		n.up = e.Up
 		if !e.Up {

@@ -18,30 +18,38 @@ import (
 // has not been up without a break for CrashStable since.
 func (c *Core) unstable(name string) bool {
 	n := c.nodes[name]
-	if n == nil || c.cfg.CrashCount == 0 || len(n.failures) < c.cfg.CrashCount {
-		return false
-	}
-	return !n.up || c.now-n.upSince < c.cfg.CrashStable
+	return n != nil && n.unstable
 }
 
-// trackCrashes forgets failures older than the window; a node that has
-// been stable for CrashStable starts counting afresh.
+// noteFailure records a node going down; the CrashCount-th failure within
+// the window makes it unstable.
+func (c *Core) noteFailure(n *node) {
+	n.failures = append(n.failures, c.now)
+	c.pruneFailures(n)
+	if c.cfg.CrashCount > 0 && len(n.failures) >= c.cfg.CrashCount && !n.unstable {
+		n.unstable, n.unstableAt = true, c.now
+	}
+}
+
+func (c *Core) pruneFailures(n *node) {
+	recent := n.failures[:0]
+	for _, t := range n.failures {
+		if c.now-t < c.cfg.CrashWindow {
+			recent = append(recent, t)
+		}
+	}
+	n.failures = recent
+}
+
+// trackCrashes forgets failures older than the window; an unstable node
+// that has been up for CrashStable is stable again.
 func (c *Core) trackCrashes() {
 	for _, name := range c.nodeNames {
 		n := c.nodes[name]
-		if len(n.failures) >= c.cfg.CrashCount && c.cfg.CrashCount > 0 {
-			if n.up && c.now-n.upSince >= c.cfg.CrashStable {
-				n.failures = nil // stable again: the loop is over
-			}
-			continue // an unstable node stays so until it is stable
+		c.pruneFailures(n)
+		if n.unstable && n.up && c.now-n.upSince >= c.cfg.CrashStable {
+			n.unstable = false
 		}
-		recent := n.failures[:0]
-		for _, t := range n.failures {
-			if c.now-t < c.cfg.CrashWindow {
-				recent = append(recent, t)
-			}
-		}
-		n.failures = recent
 	}
 }
 
@@ -69,9 +77,13 @@ func (c *Core) unstableCause(name string) string {
 			held = append(held, fmt.Sprint(id))
 		}
 	}
-	cause := fmt.Sprintf("node %s failed %d times within %s (at ticks %s): no automatic failback to it, nor balance "+
-		"or shipping onto it, until it has been up without a break for %s or this report is cleared",
-		name, len(n.failures), c.span(c.cfg.CrashWindow), strings.Join(at, ", "), c.span(c.cfg.CrashStable))
+	cause := fmt.Sprintf("node %s has been failing again and again since tick %d (%d failures within the last %s",
+		name, n.unstableAt, len(n.failures), c.span(c.cfg.CrashWindow))
+	if len(at) > 0 {
+		cause += ", at ticks " + strings.Join(at, ", ")
+	}
+	cause += fmt.Sprintf("): no automatic failback to it, nor balance or shipping onto it, until it has been up "+
+		"without a break for %s or this report is cleared", c.span(c.cfg.CrashStable))
 	if len(held) > 0 {
 		cause += "; LUNs held off it: " + strings.Join(held, ", ")
 	}

@@ -122,8 +122,7 @@ func (c *Core) evaluateReports() {
 				hs.add(condKey{cond: HostRedundancyLost, host: name, node: n}, n, cause)
 			}
 			if c.notDiscovering(h, n) {
-				hs.add(condKey{cond: MultipathNotDiscovering, host: name, node: n}, n, fmt.Sprintf(
-					"host %s is logged in to node %s but its multipath driver sends no RTPG or I/O there: check its multipath configuration", name, n))
+				hs.add(condKey{cond: MultipathNotDiscovering, host: name, node: n}, n, c.notDiscoveringCause(h, n))
 			}
 		}
 		for _, k := range sortedNexusKeys(h) {
@@ -165,6 +164,26 @@ func (c *Core) evaluateReports() {
 	}
 	hs.explained()
 	c.debounce(hs)
+}
+
+// notDiscoveringCause says why a host does not use its paths to node, and
+// what to do: a host that uses one node's paths only and probes none of
+// the others runs no multipath stack; one that does use several nodes
+// has a multipath configuration that leaves this node's paths out.
+func (c *Core) notDiscoveringCause(h *host, node string) string {
+	if r := c.reachable(h); len(r) <= 1 && h.obs.state != followYes {
+		via := "no node"
+		if len(r) == 1 {
+			via = "node " + r[0] + " only"
+		}
+		return fmt.Sprintf("host %s is logged in to node %s but sends its I/O through %s, and nothing probes its paths "+
+			"to node %s (no path checker): it runs no multipath stack (or one whose configuration leaves these paths "+
+			"out), so it cannot use them and loses its LUNs when the path it uses fails; run multipathd (dm-multipath) "+
+			"or the OS's multipath driver on it and check that it claims this array's paths, or log it out of the "+
+			"paths it does not use", h.name, node, via, node)
+	}
+	return fmt.Sprintf("host %s is logged in to node %s but its multipath driver sends no probes or I/O there: check "+
+		"its multipath configuration (blacklist, device section) for this array", h.name, node)
 }
 
 // span says how long n ticks are, in the unit that reads best.

@@ -37,6 +37,12 @@ import (
 //	                                        every tick (ops=0 stops them)
 //	workload ... sticky                     the host keeps sending where it sent last
 //	                                        while it reaches it (does not follow moves)
+//	workload ... split                      Round Robin over two nodes' paths (half each)
+//	                                        A linux-dmmp host's I/O on a non-owner path
+//	                                        that reports STANDBY to it is refused
+//	refused                                 per host, the I/O intervals refused so
+//	init ... [handback=N] [crashcount=N] [crashwindow=N] [crashstable=N]
+//	clear cond=C [lun=N] [host=H] [node=X]  (node: node-unstable)
 //	io host=H node=X lun=N ops=N [media=M]  one interval of I/O (media=0: a disk scan)
 //	logout ... [orderly]                    a Logout Request (else a lost connection)
 //	operator-move lun=N to=X                an operator's move
@@ -60,6 +66,9 @@ type harness struct {
 	nomp map[string]bool
 	// silent: paths the host's checker does not probe (blacklisted).
 	silent map[Nexus]bool
+	// refused: per host, the intervals of I/O that met a STANDBY path
+	// with no other to go to (the application's EIO).
+	refused map[string]int
 }
 
 type wl struct {
@@ -68,6 +77,9 @@ type wl struct {
 	// sticky: the host keeps sending where it sent last while it reaches
 	// that node (dm-multipath with failback manual on ANO paths).
 	sticky bool
+	// split: Round Robin over every node's paths (Windows MSDSM plain
+	// Round Robin): half through each of the first two nodes it reaches.
+	split bool
 	last   string
 }
 
@@ -124,7 +136,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		if d.HasArg("lun") {
 			d.ScanArgs(t, "lun", &id)
 		}
-		step(ClearReport{Condition: Condition(arg(d, "cond", "")), LUN: id, Host: arg(d, "host", "")})
+		step(ClearReport{Condition: Condition(arg(d, "cond", "")), LUN: id, Host: arg(d, "host", ""), Node: arg(d, "node", "")})
 	case "io":
 		// one interval of I/O: ops commands, media of them media commands
 		// that completed GOOD (a disk scan: media=0)
@@ -136,6 +148,11 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			d.ScanArgs(t, "media", &media)
 		}
 		step(IO{Host: arg(d, "host", ""), Node: arg(d, "node", ""), LUN: id, Ops: ops, Media: media, RespTime: 200, Ticks: 1})
+	case "refused": // the I/O intervals each host could not send (STANDBY everywhere)
+		for _, name := range h.c.hostNames {
+			fmt.Fprintf(&b, "%s refused=%d\n", name, h.refused[name])
+		}
+		return b.String()
 	case "behaviour":
 		for _, hb := range h.c.HostBehaviours() {
 			fmt.Fprintf(&b, "%s type=%s follows=%s last-follow=%d rtpg=%v extended=%v suggest=%q\n", hb.Host, hb.Type,
@@ -196,7 +213,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			if ops == 0 {
 				delete(h.work[host], id)
 			} else {
-				h.work[host][id] = wl{ops: ops, rt: rt, via: arg(d, "via", ""), sticky: d.HasArg("sticky")}
+				h.work[host][id] = wl{ops: ops, rt: rt, via: arg(d, "via", ""), sticky: d.HasArg("sticky"), split: d.HasArg("split")}
 			}
 		}
 	case "exchange":
@@ -313,6 +330,14 @@ func (h *harness) init(t *testing.T, d *datadriven.TestData) {
 			cfg.ShipWindow = v
 		case "settle":
 			cfg.Settle = v
+		case "handback":
+			cfg.HandbackHold = v
+		case "crashcount":
+			cfg.CrashCount = v
+		case "crashwindow":
+			cfg.CrashWindow = v
+		case "crashstable":
+			cfg.CrashStable = v
 		case "nodes", "capacity":
 		default:
 			t.Fatalf("%s: unknown init argument %s", d.Pos, a.Key)
@@ -324,7 +349,7 @@ func (h *harness) init(t *testing.T, d *datadriven.TestData) {
 	}
 	h.c, h.work, h.ports, h.passive = c, map[string]map[uint64]wl{}, map[string]uint16{}, cfg.Passive
 	h.exch = map[Nexus][2]float64{}
-	h.nomp, h.silent = map[string]bool{}, map[Nexus]bool{}
+	h.nomp, h.silent, h.refused = map[string]bool{}, map[Nexus]bool{}, map[string]int{}
 	capacity, _ := strconv.ParseFloat(arg(d, "capacity", "10000"), 64)
 	nodes := argList(d, "nodes")
 	if len(nodes) == 0 {
@@ -420,6 +445,20 @@ func (h *harness) sendIO(step func(Event)) {
 			}
 			w.last = to
 			h.work[name][id] = w
+			if w.split && len(r) > 1 {
+				// Round Robin over every node's paths: half through each
+				// of the first two it reaches.
+				for _, n := range r[:2] {
+					step(IO{Host: name, Node: n, LUN: id, Ops: w.ops / 2, Media: w.ops / 2, RespTime: w.rt, Ticks: 1})
+				}
+				continue
+			}
+			if own := h.c.Owner(id); to != own && hs.typ.Standby() && !hs.handoff[own] && h.c.connected(hs, own) {
+				// A non-owner path that reports STANDBY to it: scsi_dh_alua
+				// fails the I/O there at once (EIO if no other path).
+				h.refused[name]++
+				continue
+			}
 			step(IO{Host: name, Node: to, LUN: id, Ops: w.ops, Media: w.ops, RespTime: w.rt, Ticks: 1})
 		}
 	}
