@@ -80,7 +80,7 @@ type wl struct {
 	// split: Round Robin over every node's paths (Windows MSDSM plain
 	// Round Robin): half through each of the first two nodes it reaches.
 	split bool
-	last   string
+	last  string
 }
 
 func TestScenarios(t *testing.T) {
