@@ -134,13 +134,16 @@ var catalog = []Warnable{
 	{
 		Condition: MultipathNotDiscovering, Code: "MND", Title: "Multipath Not Discovering Paths", Severity: Major,
 		DependsOn: []Condition{NodeOffline},
-		Detection: "The host is logged in to the node but, for the discovery window, has sent no REPORT TARGET PORT GROUPS and no media I/O that completed GOOD on any path to it (a disk scan does not count).",
-		Meaning: "The host has logged in on paths to the array but neither reads the ALUA state (REPORT TARGET PORT GROUPS) " +
-			"on them nor sends media I/O through them: its multipath driver is not managing those paths, so it cannot fail " +
-			"over or follow ownership. A disk scan (INQUIRY, TEST UNIT READY, READ CAPACITY, a partition-table read) on every " +
-			"path, which every OS does with or without multipath, does not count as using a path.",
+		Detection: "The host is logged in to the node but, for the discovery window, commands have not kept arriving on any of its paths there (a multipath checker's probes: TEST UNIT READY or REPORT TARGET PORT GROUPS every few seconds) and no media I/O has completed GOOD through them (a disk scan, or the one RTPG a kernel reads on every path at scan, does not count).",
+		Meaning: "The host has logged in on paths to the array but nothing keeps probing them and no I/O goes through " +
+			"them: no multipath stack manages those paths, so the host cannot fail over to them or follow ownership, and " +
+			"loses its LUNs when the paths it does use fail. A multipath stack probes every path all the time " +
+			"(multipathd's checker every 5-20 s, MSDSM and NMP likewise); a kernel without one still scans every path " +
+			"(INQUIRY, TEST UNIT READY, READ CAPACITY, a partition-table read) and, where scsi_dh_alua is built in, reads " +
+			"REPORT TARGET PORT GROUPS once on each, which does not count. The details say whether the host shows a " +
+			"multipath stack at all (it uses one node only) or one that leaves this node's paths out.",
 		Procedure: []string{
-			"Check that the host's multipath software is installed and running (multipathd on Linux, the MPIO feature with the Microsoft DSM on Windows).",
+			"Check that the host's multipath software is installed and running (multipathd on Linux, the MPIO feature with the Microsoft DSM on Windows); a host that is meant to run without it should log out of the paths it does not use.",
 			"Check that the array's LUNs are claimed by it: a multipath.conf device section for vendor ALUAD (prio alua, hardware_handler \"1 alua\"), or mpclaim on Windows.",
 			"Check the host type the host is declared with on the array: it must be one that follows ALUA.",
 			"Rescan on the host, then check that every path shows in the multipath device.",

@@ -30,6 +30,9 @@ const (
 	EventAudit = "audit"
 	// EventState: the state directory's saved state was rejected.
 	EventState = "state"
+	// EventHandoff: a host of a STANDBY type had its non-owner paths for
+	// a node's LUNs handed off to ANO, or back (Host, Node, Reason).
+	EventHandoff = "handoff"
 )
 
 // StatusInfo is GET /v1/status: the array at a glance.

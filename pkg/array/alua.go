@@ -79,7 +79,68 @@ func (l *LUN) stateIn(s *aluaSnap, initiator string, group *Node) alua.AccessSta
 	case group == s.owner:
 		return alua.ActiveOptimized
 	}
-	return l.arr.HostOf(initiator).Type.NonOwner
+	return l.arr.nonOwnerState(initiator, s.owner)
+}
+
+// nonOwnerState is the state a group that does not own a LUN reports to
+// initiator: its host type's, except that a STANDBY type's host handed
+// off for the owner's node (it does not reach that node: it logged out
+// of it, or lost its paths there) sees ANO, so its I/O is forwarded,
+// never refused.
+func (a *Array) nonOwnerState(initiator string, owner *Node) alua.AccessState {
+	h := a.HostOf(initiator)
+	if h.Type.Standby() && a.HandedOff(h.Name, owner.Name) {
+		return alua.ActiveNonOptimized
+	}
+	return h.Type.NonOwner
+}
+
+// HandedOff reports whether host's non-owner paths report ANO for the
+// LUNs node owns although its type reports STANDBY.
+func (a *Array) HandedOff(host, node string) bool {
+	m := a.handoff.Load()
+	return m != nil && (*m)[host][node]
+}
+
+// SetHandoff hands host's non-owner paths off to ANO for the LUNs node
+// owns (on), or back to its type's state; it reports whether that
+// changed anything. The caller announces the change (a unit attention on
+// the host's nexuses for those LUNs).
+func (a *Array) SetHandoff(host, node string, on bool) bool {
+	a.handoffMu.Lock()
+	defer a.handoffMu.Unlock()
+	if a.HandedOff(host, node) == on {
+		return false
+	}
+	next := map[string]map[string]bool{}
+	if m := a.handoff.Load(); m != nil {
+		for h, ns := range *m {
+			next[h] = ns
+		}
+	}
+	ns := map[string]bool{}
+	for n, v := range next[host] {
+		ns[n] = v
+	}
+	if on {
+		ns[node] = true
+	} else {
+		delete(ns, node)
+	}
+	next[host] = ns
+	a.handoff.Store(&next)
+	return true
+}
+
+// OwnedBy lists the LUNs node owns now, in id order.
+func (a *Array) OwnedBy(node string) []uint64 {
+	var out []uint64
+	for _, l := range a.LUNs {
+		if l.Owner().Name == node {
+			out = append(out, l.ID)
+		}
+	}
+	return out
 }
 
 // GroupState is one target port group as reported for a LUN.

@@ -108,7 +108,12 @@ type Array struct {
 	sleep    func(time.Duration)
 	now      func() time.Time
 	// hosts maps a lower-cased initiator name to its declared host.
-	hosts     map[string]Host
+	hosts map[string]Host
+	// handoff: per host name, the nodes for whose LUNs that host's
+	// non-owner paths report ANO although its type reports STANDBY (the
+	// ownership core's STANDBY hand-off); replaced whole on a change.
+	handoff   atomic.Pointer[map[string]map[string]bool]
+	handoffMu sync.Mutex
 	mapMu     sync.Mutex
 	mappings  []MappingConfig
 	lunMap    atomic.Pointer[LUNMap]

@@ -96,3 +96,42 @@ func (v View) SetTargetPortGroups(n scsi.Nexus, lun uint64, reqs []alua.GroupReq
 func Announce(srv *scsi.Server, c array.Change) {
 	srv.AnnounceALUAChange(c.LUNs, c.Failed, c.Cause == alua.CauseSTPG)
 }
+
+// Handoff applies one STANDBY hand-off of the ownership core to the array
+// (host's non-owner paths report ANO for the LUNs node owns, or STANDBY
+// again) and, when that changed anything, tells that host's nexuses with
+// 2A/06 for those LUNs. It reports whether it changed anything.
+func Handoff(arr *array.Array, srv *scsi.Server, host, node string, on bool) bool {
+	if !arr.SetHandoff(host, node, on) {
+		return false
+	}
+	if luns := arr.OwnedBy(node); len(luns) > 0 {
+		srv.QueueUAWhere(luns, func(x scsi.Nexus) bool {
+			return x.InitiatorName != "" && arr.HostOf(x.InitiatorName).Name == host
+		}, scsi.ReasonUAAsymmetricChanged)
+	}
+	return true
+}
+
+// LastPathLost is the hand-off's own half, run when nexus n has ended: it
+// names the host and node to hand off when n was that host's last nexus to
+// its node and the host's type reports STANDBY on non-owner paths (its
+// other paths must not stay STANDBY for the LUNs that node owns; the
+// ownership core hands them back once the host reaches the node again).
+func LastPathLost(arr *array.Array, srv *scsi.Server, n scsi.Nexus) (host, node string, ok bool) {
+	if n.InitiatorName == "" {
+		return "", "", false
+	}
+	h := arr.HostOf(n.InitiatorName)
+	pt := arr.Port(n.TargetPort)
+	if !h.Type.Standby() || pt == nil {
+		return "", "", false
+	}
+	for _, x := range srv.Nexuses() {
+		if o := arr.Port(x.TargetPort); o != nil && o.Node == pt.Node && x.InitiatorName != "" &&
+			arr.HostOf(x.InitiatorName).Name == h.Name {
+			return "", "", false // another path to the node is left
+		}
+	}
+	return h.Name, pt.Node.Name, true
+}

@@ -22,6 +22,7 @@ import (
 	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/arrayview"
 	"github.com/aluad/aluad/pkg/clock"
 	"github.com/aluad/aluad/pkg/fabric"
 	"github.com/aluad/aluad/pkg/scsi"
@@ -141,6 +142,15 @@ func (p *Path) Fabric(e fabric.Event) {
 	p.publish(ev)
 	switch e.Kind {
 	case api.EventLogin:
+		if !p.Running() && p.o.Observed == nil {
+			// No core here to hold the hand-back until the new path is
+			// in use: a login to a node ends its hand-off at once.
+			if h := p.arr.HostOf(e.Nexus.InitiatorName); h.Type.Standby() {
+				if pt := p.arr.Port(e.Nexus.TargetPort); pt != nil {
+					p.handoff(ownership.Handoff{Host: h.Name, Node: pt.Node.Name})
+				}
+			}
+		}
 		p.observe(ownership.Login{Nexus: p.Nexus(e.Nexus)})
 	case api.EventLogout:
 		p.observe(ownership.Logout{Nexus: p.Nexus(e.Nexus), Orderly: e.Reason == fabric.ReasonLogout})
@@ -158,6 +168,33 @@ func (p *Path) RTPG(n scsi.Nexus, lun uint64, extended bool) {
 	e.LUN, e.Extended = &lun, extended
 	p.publish(e)
 	p.observe(ownership.RTPG{Nexus: p.Nexus(n), LUN: lun, Extended: extended})
+}
+
+// NexusLost implements scsi.NexusObserver: the STANDBY hand-off's own
+// half, at once and before a Logout is answered. A host of a STANDBY
+// type with no nexus left to a node must not see STANDBY on its other
+// paths for the LUNs that node owns: they turn ANO for it (its I/O is
+// forwarded) until the core hands them back (ownership's handoff.go).
+func (p *Path) NexusLost(n scsi.Nexus) {
+	if host, node, ok := arrayview.LastPathLost(p.arr, p.o.SCSI, n); ok {
+		p.handoff(ownership.Handoff{Host: host, Node: node, On: true})
+	}
+}
+
+// handoff applies one STANDBY hand-off to the array and announces it to
+// the host's nexuses (2A/06 for the LUNs the node owns) when it changed
+// anything.
+func (p *Path) handoff(ho ownership.Handoff) {
+	if !arrayview.Handoff(p.arr, p.o.SCSI, ho.Host, ho.Node, ho.On) {
+		return
+	}
+	what := "STANDBY again"
+	if ho.On {
+		what = "handed off to ANO"
+	}
+	p.publish(api.Event{Kind: api.EventHandoff, Host: ho.Host, Node: ho.Node,
+		Reason: fmt.Sprintf("non-owner paths for the LUNs of node %s %s", ho.Node, what)})
+	p.o.Log.Info("standby hand-off", "host", ho.Host, "node", ho.Node, "on", ho.On)
 }
 
 // UnitAttention implements scsi.Observer: the moment a host learns of a
@@ -446,6 +483,11 @@ func newRunner(p *Path, cfg Config) (*runner, error) {
 			return nil, err
 		}
 	}
+	// The declarations' hand-offs (a STANDBY host that reaches nothing
+	// yet is handed off everywhere) take effect before any command.
+	for _, ho := range core.Ready().Handoffs {
+		p.handoff(ho)
+	}
 	core.Advance()
 	return &runner{p: p, core: core, tick: tick, started: p.o.Clock.Now(), wake: make(chan struct{}, 1),
 		exec: make(chan decided, 1024), queries: make(chan func()), stop: make(chan struct{}),
@@ -550,8 +592,12 @@ func (r *runner) rebalance() (*ownership.RebalanceResult, []ownership.Batch, err
 	return res, batches, err
 }
 
-// apply hands batches to the executor and publishes report changes.
+// apply hands batches to the executor, applies STANDBY hand-offs and
+// publishes report changes.
 func (r *runner) apply(rd ownership.Ready) {
+	for _, ho := range rd.Handoffs {
+		r.p.handoff(ho)
+	}
 	for _, batch := range rd.Batches {
 		r.pend(batch.LUNs, 1)
 		r.exec <- decided{batch, r.p.o.Clock.Now()}

@@ -46,9 +46,15 @@ func (f *feed) kinds() []string {
 // queries wake it).
 func testPath(t *testing.T, core bool) (*Path, *array.Array, *scsi.Server, *feed) {
 	t.Helper()
+	return testPathType(t, core, "linux")
+}
+
+// testPathType is testPath with h1 declared of host type typ.
+func testPathType(t *testing.T, core bool, typ string) (*Path, *array.Array, *scsi.Server, *feed) {
+	t.Helper()
 	cfg := array.Loopback(t.TempDir(), 1<<20)
 	cfg.Interlink.Penalty = 0
-	cfg.Hosts = []array.HostConfig{{Name: "h1", Type: "linux", Initiators: []string{iqn}}}
+	cfg.Hosts = []array.HostConfig{{Name: "h1", Type: typ, Initiators: []string{iqn}}}
 	require.NoError(t, cfg.Validate())
 	arr, err := array.New(cfg, array.Options{
 		OpenStore: func(_ uint64, size int64) (media.Store, error) { return media.NewMem(size), nil }})
@@ -85,16 +91,24 @@ func TestObservationsReachCoreAndFeed(t *testing.T) {
 	require.NoError(t, p.Do(func(c *ownership.Core) { paths = c.PathStates() }))
 	require.Len(t, paths, 1)
 	require.Equal(t, ownership.Nexus{Host: "h1", Initiator: iqn, ISID: "00023d000001", Port: 1, Node: "a"}, paths[0].Nexus)
-	require.True(t, paths[0].Discovered, "the RTPG discovered the path")
+	require.False(t, paths[0].Discovered, "one RTPG does not discover a path (a kernel without multipath reads it at scan)")
+	// A multipath checker's probes, one a tick for 25 ticks, do.
+	for range 25 {
+		p.Post(ownership.PathLatency{Nexus: p.Nexus(n), Ops: 1, Exchange: 100}, ownership.Tick{})
+	}
+	require.NoError(t, p.Do(func(c *ownership.Core) { paths = c.PathStates() }))
+	require.True(t, paths[0].Discovered, "the checker's probes discovered the path")
 	p.Fabric(fabric.Event{Kind: api.EventLogout, Nexus: n, Reason: fabric.ReasonLogout})
 	require.NoError(t, p.Do(func(c *ownership.Core) { paths = c.PathStates() }))
 	require.Empty(t, paths, "logged out")
-	require.Equal(t, []string{"login", "rtpg", "logout"}, f.kinds())
+	// (25 ticks with a path to a only: Initiator Connected To One Node Only.)
+	require.Equal(t, []string{"login", "rtpg", "report", "logout"}, f.kinds())
 	f.mu.Lock()
 	require.Equal(t, "h1", f.evs[1].Host)
 	require.Equal(t, uint64(0), *f.evs[1].LUN)
 	require.True(t, f.evs[1].Extended)
-	require.Equal(t, fabric.ReasonLogout, f.evs[2].Reason)
+	require.Equal(t, string(ownership.ConnectedToOneNodeOnly), f.evs[2].Report.Condition)
+	require.Equal(t, fabric.ReasonLogout, f.evs[3].Reason)
 	f.mu.Unlock()
 }
 

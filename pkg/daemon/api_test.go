@@ -62,7 +62,8 @@ func apiDaemonOn(t *testing.T, tick time.Duration, clk *clock.Fake) (*Daemon, *a
 }
 
 // loginAll logs initiator name in on every portal (ISIDs from isid up)
-// with an RTPG on each, as a multipath driver discovering its paths does.
+// with an RTPG on each, and a checker probing them, as a multipath driver
+// discovering its paths does.
 func loginAll(t *testing.T, d *Daemon, name string, isid byte) []*initiator.Session {
 	t.Helper()
 	var ss []*initiator.Session
@@ -72,6 +73,7 @@ func loginAll(t *testing.T, d *Daemon, name string, isid byte) []*initiator.Sess
 		rtpgOn(t, s)
 		ss = append(ss, s)
 	}
+	checker(t, d, ss...)
 	return ss
 }
 
@@ -167,6 +169,14 @@ func TestManagementAPI(t *testing.T) {
 	require.NoError(t, err)
 	stranger := dial(t, d, 1, 9, unknownIQN)
 	defer stranger.Close()
+	// Its checker probes every path: discovered within the discovery
+	// window, and STANDBY on its non-owner paths again (no longer handed
+	// off) once it has reached both nodes for the hand-back hold.
+	require.Eventually(t, func() bool {
+		hs, err := c.Hosts()
+		return err == nil && len(hs) > 0 && hs[0].Nodes["a"] == "reaches" && hs[0].Nodes["b"] == "reaches" &&
+			!d.Array.HandedOff("h1", "a") && !d.Array.HandedOff("h1", "b")
+	}, 10*time.Second, 20*time.Millisecond, "h1's probed paths discovered and handed back")
 	d.EmitIOStats()
 
 	st, err := c.Status()

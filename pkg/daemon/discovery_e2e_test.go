@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,6 +49,7 @@ func fakeCore(t *testing.T) (d *Daemon, ticks func(n int)) {
 func coreTicks(t *testing.T, d *Daemon, clk *clock.Fake, tick time.Duration) func(n int) {
 	return func(n int) {
 		for range n {
+			probeAll(d)
 			clk.Advance(tick)
 			require.NoError(t, d.ctl.Do(func(*ownership.Core) {}))
 		}
@@ -132,6 +134,9 @@ func TestMNDFromMediaEvidence(t *testing.T) {
 	r := raised(d)
 	require.False(t, r[string(ownership.MultipathNotDiscovering)+" "+single+" a"], "it uses node a: %v", r)
 	for k := range r {
+		if strings.HasPrefix(k, string(ownership.PathDegraded)+" ") {
+			continue // a latency judgement: a loaded machine slows one path now and then
+		}
 		require.NotContains(t, k, multi, "the multipath host uses every path: nothing is raised for it")
 	}
 	hosts := d.Hosts()
@@ -169,6 +174,7 @@ func TestLogoutIsOrderly(t *testing.T) {
 		_, err = s.ReportTargetPortGroups(ctx, 0, true)
 		require.NoError(t, err)
 	}
+	checker(t, d, a1, b1, a2, b2)
 	owner := func() string { return d.Array.LUN(0).Owner().Name }
 	require.Equal(t, "a", owner())
 	ticks(15) // both hosts settled

@@ -92,6 +92,7 @@ func TestReportsOverControlSocket(t *testing.T) {
 	}
 	rtpg(onA)
 	rtpg(onB)
+	checker(t, d, onA, onB)
 	// h2: sessions on both nodes, never an RTPG.
 	for i, port := range []int{0, 2} {
 		s := dial(t, d, port, byte(3+i), h2)
@@ -125,6 +126,7 @@ func TestReportsOverControlSocket(t *testing.T) {
 	again := dial(t, d, 0, 1, h1)
 	defer again.Close()
 	rtpg(again)
+	checker(t, d, again)
 	tickReports(t, c, ticks, "host redundancy restored", func(rs []reports.Report) bool {
 		return find(rs, ownership.HostRedundancyLost, h1) == nil
 	})

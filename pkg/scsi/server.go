@@ -255,6 +255,16 @@ func (s *Server) NexusLost(n Nexus) {
 		lu.nexusLost(n)
 	}
 	s.markIOGone(n, true)
+	if o, ok := s.observer.(NexusObserver); ok {
+		o.NexusLost(n)
+	}
+}
+
+// NexusObserver is an Observer that is also told when a nexus ends, at
+// once, before a Logout is answered (the array's STANDBY hand-off must
+// take effect before the host turns to its other paths).
+type NexusObserver interface {
+	NexusLost(n Nexus)
 }
 
 // Reset implements Handler for LUN RESET and target resets (SAM-5 7.7, 7.10).
@@ -309,6 +319,41 @@ func (s *Server) QueueUA(lun uint64, all bool, r Reason) {
 			lu.ua.add(n, r)
 		}
 	}
+}
+
+// QueueUAWhere queues a unit attention r for luns on the nexuses match
+// accepts (one host's: its access states changed, not everyone's).
+func (s *Server) QueueUAWhere(luns []uint64, match func(Nexus) bool, r Reason) {
+	s.mu.RLock()
+	var nexuses []Nexus
+	for x := range s.nexuses {
+		if match(x) {
+			nexuses = append(nexuses, x)
+		}
+	}
+	var targets []*LU
+	for _, id := range luns {
+		if lu := s.lus[id]; lu != nil {
+			targets = append(targets, lu)
+		}
+	}
+	s.mu.RUnlock()
+	for _, lu := range targets {
+		for _, n := range nexuses {
+			lu.ua.add(n, r)
+		}
+	}
+}
+
+// Nexuses lists the nexuses logged in now (unordered).
+func (s *Server) Nexuses() []Nexus {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]Nexus, 0, len(s.nexuses))
+	for x := range s.nexuses {
+		out = append(out, x)
+	}
+	return out
 }
 
 // ClearUA removes a pending unit attention r for n on lun, if any.

@@ -53,7 +53,7 @@ var allowed = map[string][]string{
 	"pkg/state": {"pkg/api", "pkg/array", "pkg/scsi"},
 	// The control path: observations in, the ownership core, its moves
 	// carried out, unit attentions and the feed out.
-	"pkg/control": {"pkg/clock", "pkg/alua", "ownership", "pkg/api", "pkg/array", "pkg/fabric", "pkg/scsi"},
+	"pkg/control": {"pkg/clock", "pkg/alua", "ownership", "pkg/api", "pkg/array", "pkg/arrayview", "pkg/fabric", "pkg/scsi"},
 	// Cluster mode: the state in etcd, and the link between controllers.
 	"pkg/cluster":   {"pkg/clock"},
 	"pkg/interlink": {"pkg/clock"},
