@@ -40,6 +40,9 @@ type hostObs struct {
 	mediaSince int
 	// initiator: its initiator name, for the IQN naming authority.
 	initiator string
+	// multipath: it has shown a multipath stack (reached two nodes or
+	// more, or followed a move): its RTPGs on new paths discover them.
+	multipath bool
 	// splitShare: when it was judged not to follow, the share of its I/O
 	// that did arrive at the new owner (a policy that spreads I/O over
 	// every node's paths sends a good part there).
@@ -111,6 +114,7 @@ func (c *Core) trackFollow() {
 			if l.hostArrive[name][f.to] >= c.cfg.ShipShare*load {
 				f.followed[name] = true
 				h.obs.state, h.obs.lastFollow = followYes, c.now
+				h.obs.multipath = true
 				continue
 			}
 			if done {
@@ -237,11 +241,11 @@ func (c *Core) suggestType(h *host) (typ, why string) {
 	return "", ""
 }
 
-// multipathShown: the host has shown a multipath stack: it reaches two
-// nodes or more (its stack probes or uses paths on each), or it followed
-// a move.
+// multipathShown: the host has shown a multipath stack: it reaches (or
+// has reached) two nodes or more (its stack probes or uses paths on
+// each), or it followed a move.
 func (c *Core) multipathShown(h *host) bool {
-	return len(c.reachable(h)) > 1 || h.obs.state == followYes
+	return h.obs.multipath || len(c.reachable(h)) > 1 || h.obs.state == followYes
 }
 
 // splitsIO: when judged not to follow, a good part of its I/O (a quarter

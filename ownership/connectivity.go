@@ -13,7 +13,8 @@ import (
 // multipath discovery and I/O seen.
 //
 // Discovery is judged on what a multipath stack does that a lone SCSI
-// layer does not: it keeps probing every path. multipathd's checker sends
+// layer does not: it keeps probing every path, and uses more than one
+// node. multipathd's checker sends
 // TEST UNIT READY (and, with prio alua, RTPG) on each path every 5-20 s;
 // MSDSM and NMP have their own probes. A kernel without multipath still
 // reads RTPG on every path once at scan (scsi_dh_alua attaches to every
@@ -22,7 +23,10 @@ import (
 // it (any command: a probe, an RTPG, I/O) in MediaTicks distinct ticks
 // spanning a third of the discovery window and still two thirds of a
 // window after it logged in (the scan at login is over by then), or when
-// the host's sustained media I/O through its node proves use.
+// the host's sustained media I/O through its node proves use. Once a host
+// has shown a multipath stack that way (it reached two nodes, or followed
+// a move), an RTPG on a new path of its discovers that path at once: its
+// stack reads RTPG as it adds the path.
 
 type host struct {
 	name    string
@@ -197,9 +201,12 @@ func (c *Core) forgetIfUnconnected(h *host, node string) {
 	}
 }
 
-// rtpg notes an RTPG on a nexus: traffic on it (one RTPG alone does not
-// discover it: a kernel without multipath reads RTPG on every path at
-// scan). A command on a nexus we missed the login of counts as a login.
+// rtpg notes an RTPG on a nexus: traffic on it. One RTPG alone does not
+// discover a path (a kernel without multipath reads RTPG on every path at
+// scan), unless the host has shown a multipath stack already: its stack
+// reads RTPG on a path as it adds it (a path back after a fault, a host
+// logging in again). A command on a nexus we missed the login of counts
+// as a login.
 func (c *Core) rtpg(n Nexus) {
 	h := c.hostOf(n.Host)
 	s := h.nexuses[keyOf(n)]
@@ -207,6 +214,9 @@ func (c *Core) rtpg(n Nexus) {
 		s = c.addNexus(h, n)
 	}
 	c.traffic(h, s)
+	if !s.discovered && h.obs.multipath && c.pathUp(s) {
+		c.discover(h, s)
+	}
 }
 
 // traffic notes that commands arrived on a nexus this tick; once they

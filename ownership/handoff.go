@@ -15,10 +15,10 @@ package ownership
 // hand-off serves this host.
 //
 // A node is handed off for a host as soon as the host stops reaching it,
-// and handed back only once the host has reached it again without a break
-// for HandbackHold: its multipath stack has probed the path by then
-// (discovery needs that), so the path is in its map before its other
-// paths turn STANDBY and push its I/O there. The array applies the
+// and handed back only once the host's multipath stack has probed (or
+// used) a path there without a break for HandbackHold: the path is in its
+// map by then, before its other paths turn STANDBY and push its I/O
+// there. The array applies the
 // hand-offs (Ready.Handoffs); on its own and at once it also treats a
 // host with no session left to the owner's node as handed off, since the
 // Logout of the last path is answered before the host turns to the
@@ -32,11 +32,20 @@ type Handoff struct {
 }
 
 // trackReach notes what the host reaches now: everReached, had (since it
-// joined), and since when it has reached each node without a break.
+// joined), whether it has shown a multipath stack, and since when its
+// stack has been probing or using a path to each node without a break
+// (the hand-back waits on that: the one RTPG a kernel reads as it adds a
+// path comes before multipathd has put the path in its map; its checker
+// probes only the paths in the map).
 func (c *Core) trackReach(h *host) {
+	if len(c.reachable(h)) > 1 {
+		h.obs.multipath = true
+	}
 	for _, n := range c.nodeNames {
 		if c.reaches(h, n) {
 			h.everReached[n], h.had[n] = true, true
+		}
+		if c.inUse(h, n) {
 			if _, ok := h.reachSince[n]; !ok {
 				h.reachSince[n] = c.now
 			}
@@ -44,6 +53,17 @@ func (c *Core) trackReach(h *host) {
 			delete(h.reachSince, n)
 		}
 	}
+}
+
+// inUse: commands keep arriving on some up path of the host's to node (a
+// checker's probes, or I/O), or its media I/O through node proves use.
+func (c *Core) inUse(h *host, node string) bool {
+	for _, s := range h.nexuses {
+		if s.n.Node == node && c.pathUp(s) && s.discovered && c.probed(s) {
+			return true
+		}
+	}
+	return c.connected(h, node) && c.usesNode(h, node)
 }
 
 // handedOff: the host's type reports STANDBY on non-owner paths, and it
