@@ -296,9 +296,19 @@ type HostBehaviour struct {
 	LastFollow int
 	// RTPG: it has read RTPG; Extended: with the extended header.
 	RTPG, Extended bool
+	// Multipath: it has shown a multipath stack (reached two nodes or
+	// followed a move): its RTPG on a new path discovers that path.
+	Multipath bool
 	// Suggest is the type its behaviour fits ("": nothing to say), Why
 	// the evidence.
 	Suggest, Why string
+}
+
+// ShownMultipath reports whether host has shown a multipath stack (its
+// RTPG on a new path then discovers that path).
+func (c *Core) ShownMultipath(host string) bool {
+	h := c.hosts[host]
+	return h != nil && h.obs.multipath
 }
 
 // HostBehaviours reports every host's observed behaviour, in host order.
@@ -307,7 +317,7 @@ func (c *Core) HostBehaviours() []HostBehaviour {
 	for _, name := range c.hostNames {
 		h := c.hosts[name]
 		b := HostBehaviour{Host: name, Type: h.typ.Name, Follows: "unknown", LastFollow: h.obs.lastFollow,
-			RTPG: h.obs.rtpg, Extended: h.obs.extended}
+			RTPG: h.obs.rtpg, Extended: h.obs.extended, Multipath: h.obs.multipath}
 		switch h.obs.state {
 		case followYes:
 			b.Follows = "yes"

@@ -83,8 +83,13 @@ type nexusState struct {
 	since      int
 	discovered bool
 	// traffic is the run of ticks commands arrived on the nexus in (any
-	// command: the discovery evidence of a multipath stack's probing).
-	traffic evidence
+	// command: the discovery evidence of a multipath stack's probing);
+	// byTraffic: that alone discovered it (expireProbes).
+	traffic   evidence
+	byTraffic bool
+	// downAt: the last tick its port or node was down (no traffic can
+	// come then).
+	downAt int
 	// Path latency (Path Degraded): this tick's exchanges and their
 	// summed time; the best interval mean seen with enough exchanges;
 	// the last judged interval's expansion factor and verdict.
@@ -214,8 +219,11 @@ func (c *Core) rtpg(n Nexus) {
 		s = c.addNexus(h, n)
 	}
 	c.traffic(h, s)
-	if !s.discovered && h.obs.multipath && c.pathUp(s) {
-		c.discover(h, s)
+	if h.obs.multipath && c.pathUp(s) {
+		if !s.discovered {
+			c.discover(h, s)
+		}
+		s.byTraffic = false
 	}
 }
 
@@ -225,19 +233,45 @@ func (c *Core) traffic(h *host, s *nexusState) {
 	s.traffic = c.addEvidence(s.traffic, c.now)
 	if !s.discovered && c.probed(s) {
 		c.discover(h, s)
+		s.byTraffic = true
 	}
 }
 
 // probed: commands keep arriving on the nexus: a run that proves use
-// (MediaTicks ticks spanning a third of the discovery window), still
-// going two thirds of a window after the nexus logged in.
-func (c *Core) probed(s *nexusState) bool {
-	return c.proves(s.traffic) && s.traffic.last >= s.since+2*c.cfg.DiscoveryWindow/3
+// (MediaTicks ticks spanning a third of the discovery window). A
+// multipath checker probes every 5 s at first, doubling to 20 s
+// (multipathd), so by a third of a window it has probed three times; a
+// scan at login is one burst.
+func (c *Core) probed(s *nexusState) bool { return c.proves(s.traffic) }
+
+// expireProbes ends, at a tick, the discovery of the nexuses that only
+// traffic discovered, of hosts that have not shown a multipath stack,
+// once their traffic has stopped for a gap: a host without multipath
+// that scanned its disks a few times in a row is not probing its paths.
+func (c *Core) expireProbes() {
+	for _, name := range c.hostNames {
+		h := c.hosts[name]
+		if h.obs.multipath {
+			continue
+		}
+		for _, k := range sortedNexusKeys(h) {
+			s := h.nexuses[k]
+			if !c.pathUp(s) {
+				s.downAt = c.now // a path that is down is silent: no fault of its stack's
+				continue
+			}
+			quiet := c.now - max(s.traffic.last, s.downAt)
+			if s.discovered && s.byTraffic && quiet >= c.evidenceGap() && !c.usesNode(h, s.n.Node) {
+				s.discovered, s.byTraffic = false, false
+				c.gen++
+			}
+		}
+	}
 }
 
 // discover marks a nexus as in use by the host's multipath driver.
 func (c *Core) discover(h *host, s *nexusState) {
-	s.discovered = true
+	s.discovered, s.byTraffic = true, false
 	delete(h.departed, s.n.Node)
 	c.gen++
 	c.joinChange(h)
@@ -508,9 +542,11 @@ func (c *Core) allowedFor(l *lun, strict bool) ([]string, bool) {
 		}
 		r := c.reachableIdx(h)
 		if len(r) == 0 && strict {
-			// Not judged yet (its paths not discovered): a planned move
-			// stays where its I/O arrives, if it sends any.
-			r = c.arrivesIdx(l, name)
+			// Not judged yet (no path of its discovered): a planned move
+			// goes only where it has a session, or where its I/O arrives.
+			if r = c.connectedIdx(h); len(r) == 0 {
+				r = c.arrivesIdx(l, name)
+			}
 		}
 		if len(r) == 0 {
 			continue
@@ -579,6 +615,18 @@ func (c *Core) pendingDiscovery(h *host, node string) bool {
 		}
 	}
 	return false
+}
+
+// connectedIdx lists, as indexes into nodeNames, the nodes the host has a
+// session to through an up port.
+func (c *Core) connectedIdx(h *host) []int {
+	var out []int
+	for i, n := range c.nodeNames {
+		if c.connected(h, n) {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 // arrivesIdx lists, as indexes into nodeNames, the nodes where host's

@@ -381,6 +381,7 @@ func (c *Core) unflap(node string) {
 func (c *Core) tick() {
 	c.foldWorkload()
 	c.foldPaths()
+	c.expireProbes()
 	c.trackShipping()
 	c.trackFollow()
 	c.reconcile(nil)

@@ -38,8 +38,14 @@ type Handoff struct {
 // path comes before multipathd has put the path in its map; its checker
 // probes only the paths in the map).
 func (c *Core) trackReach(h *host) {
-	if len(c.reachable(h)) > 1 {
-		h.obs.multipath = true
+	if !h.obs.multipath {
+		n := 0
+		for _, node := range c.reachable(h) {
+			if c.surelyReaches(h, node) {
+				n++
+			}
+		}
+		h.obs.multipath = n > 1
 	}
 	for _, n := range c.nodeNames {
 		if c.reaches(h, n) {
@@ -53,6 +59,22 @@ func (c *Core) trackReach(h *host) {
 			delete(h.reachSince, n)
 		}
 	}
+}
+
+// surelyReaches: the host reaches node by evidence a host without
+// multipath cannot give by chance: media I/O that proves use, an RTPG
+// trusted, or commands that have kept arriving for a whole discovery
+// window (not a few scans in a row).
+func (c *Core) surelyReaches(h *host, node string) bool {
+	for _, s := range h.nexuses {
+		if s.n.Node != node || !s.discovered || !c.pathUp(s) {
+			continue
+		}
+		if !s.byTraffic || s.traffic.last-s.traffic.first >= c.cfg.DiscoveryWindow {
+			return true
+		}
+	}
+	return false
 }
 
 // inUse: commands keep arriving on some up path of the host's to node (a

@@ -77,8 +77,13 @@ func (c *Core) io(e IO) error {
 	h.media[k] = c.addEvidence(h.media[k], c.now)
 	if c.usesNodeFor(h, e.Node, h.media[k]) {
 		for _, k := range sortedNexusKeys(h) {
-			if s := h.nexuses[k]; s.n.Node == e.Node && c.pathUp(s) && !s.discovered {
+			s := h.nexuses[k]
+			switch {
+			case s.n.Node != e.Node || !c.pathUp(s):
+			case !s.discovered:
 				c.discover(h, s)
+			case s.byTraffic:
+				s.byTraffic = false // proven by use: it stays while the session does
 			}
 		}
 	}

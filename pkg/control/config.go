@@ -65,6 +65,18 @@ type Config struct {
 	// I/O to the new owner before it is seen not to follow (default 30s:
 	// dm-multipath at its defaults checks paths every 5-20 s).
 	FollowWindow time.Duration `yaml:"follow_window"`
+	// HandbackHold: a host of a STANDBY type handed off to ANO on its
+	// non-owner paths (it did not reach the owner's node) gets STANDBY
+	// again once its multipath stack has probed its path there for this
+	// long (default 5 ticks).
+	HandbackHold time.Duration `yaml:"handback_hold"`
+	// CrashCount failures of one node within CrashWindow make it
+	// unstable: no automatic failback to it until it has been up for
+	// CrashStable, or the operator clears Node Unstable (defaults 3,
+	// 30 min, 30 min; a negative count turns the hold off).
+	CrashCount  int           `yaml:"crash_count"`
+	CrashWindow time.Duration `yaml:"crash_window"`
+	CrashStable time.Duration `yaml:"crash_stable"`
 	// Off disables the core: ownership then moves only by operator or STPG.
 	Off bool `yaml:"off"`
 }
@@ -74,7 +86,8 @@ func (o Config) Validate() error {
 	if o.PathDegradedFactor != 0 && o.PathDegradedFactor <= 1 {
 		return fmt.Errorf("ownership: path_degraded_factor must be above 1")
 	}
-	for _, d := range []time.Duration{o.Tick, o.FailbackWindow, o.DiscoveryWindow, o.Cooldown, o.PlanInterval, o.ShipWindow, o.AlertDelay} {
+	for _, d := range []time.Duration{o.Tick, o.FailbackWindow, o.DiscoveryWindow, o.Cooldown, o.PlanInterval, o.ShipWindow, o.AlertDelay,
+		o.HandbackHold, o.CrashWindow, o.CrashStable} {
 		if d < 0 {
 			return fmt.Errorf("ownership: durations must not be negative")
 		}
@@ -139,6 +152,15 @@ func (o Config) Core(explicit bool) (ownership.Config, time.Duration) {
 	oc.DampWindow = wall(o.DampWindow, 30*time.Minute)
 	oc.DampClear = wall(o.DampClear, time.Hour)
 	oc.FollowWindow = wall(o.FollowWindow, 30*time.Second)
+	oc.HandbackHold = ticks(o.HandbackHold, oc.HandbackHold)
+	oc.CrashWindow = wall(o.CrashWindow, 30*time.Minute)
+	oc.CrashStable = wall(o.CrashStable, 30*time.Minute)
+	switch {
+	case o.CrashCount > 0:
+		oc.CrashCount = o.CrashCount
+	case o.CrashCount < 0:
+		oc.CrashCount = 0 // off
+	}
 	if o.StressFloor > 0 {
 		oc.StressFloor = o.StressFloor
 	}

@@ -75,7 +75,10 @@ func RunCrash(ctx context.Context, o CrashOptions) (CrashResult, error) {
 	}
 	env, err := Start(ctx, EnvConfig{LUNs: o.LUNs, LUNSize: 16 << 20, Hosts: 2, Mirror: o.Mirror,
 		Tick: 20 * time.Millisecond, FailbackWindow: 100 * time.Millisecond, Cooldown: 200 * time.Millisecond,
-		PlanInterval: time.Hour, Penalty: 50 * time.Microsecond})
+		PlanInterval: time.Hour, Penalty: 50 * time.Microsecond,
+		// Each crash is injected on purpose and the node restarted: no
+		// crash-loop hold, every round fails back.
+		NoCrashHold: true})
 	if err != nil {
 		return CrashResult{}, err
 	}

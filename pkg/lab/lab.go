@@ -65,6 +65,9 @@ type EnvConfig struct {
 	ShipWindow       time.Duration
 	NodeCapacity     float64
 	Penalty          time.Duration
+	// NoCrashHold turns the core's crash-loop hold off (runs that crash a
+	// node on purpose again and again and want each failback).
+	NoCrashHold bool
 	// Dir holds the LUN files (a temporary directory when empty).
 	Dir string
 	// Verbose logs the daemon at info level to Log.
@@ -102,6 +105,9 @@ func Start(ctx context.Context, ec EnvConfig) (*Env, error) {
 	cfg.Ownership = control.Config{Tick: ec.Tick, FailbackWindow: ec.FailbackWindow, Cooldown: ec.Cooldown,
 		PlanInterval: ec.PlanInterval, DiscoveryWindow: 10 * ec.Tick, NodeCapacity: ec.NodeCapacity, ShipWindow: ec.ShipWindow,
 		FailbackCooldown: fbc, StressWindow: sw}
+	if ec.NoCrashHold {
+		cfg.Ownership.CrashCount = -1
+	}
 	if ec.ALUA != "" {
 		cfg.ALUA = ec.ALUA
 	}

@@ -65,8 +65,14 @@ type host struct {
 	// away: no session, the last one ended by a Logout.
 	away bool
 	// lastUsed: per node, the last tick the core could see the host use
-	// it (the MND invariant's window starts after it).
+	// it (the MND invariant's window starts after it); cmdOn: the last
+	// tick any command of the host's reached the node (a scan: traffic the
+	// core counts as probing while it goes on).
 	lastUsed map[string]int
+	cmdOn    map[string]int
+	// cutOff: per LUN (seenKey{lun}), since when every live path of the
+	// host's has reported no usable state (host-io).
+	cutOff map[seenKey]int
 }
 
 // run is a run of media I/O, as the core keeps it: first and last tick,
@@ -206,7 +212,8 @@ func newHost(w *World, hs hostSpec) *host {
 		states: map[uint64]map[uint16]alua.AccessState{}, rr: map[uint64]int{}, seen: map[seenKey]*nexusSeen{},
 		mp: hs.mp, last: map[uint64]uint16{}, since: map[uint16]int{}, media: map[string]int{},
 		rtpgOn: map[uint16]bool{}, mediaTicks: map[nodeLUN]run{}, mediaPending: map[nodeLUN]bool{}, left: map[string]int{},
-		userOf: map[uint64]bool{}, lunTicks: map[uint64]run{}, lunPending: map[uint64]bool{}, lastUsed: map[string]int{}}
+		userOf: map[uint64]bool{}, lunTicks: map[uint64]run{}, lunPending: map[uint64]bool{}, lastUsed: map[string]int{},
+		cmdOn: map[string]int{}, cutOff: map[seenKey]int{}}
 }
 
 // multipath: the host runs a multipath driver that reads RTPG.
@@ -409,6 +416,27 @@ func (h *host) rejoinOne() {
 	}
 }
 
+// check is the multipath stack's path checker (multipathd's TUR): a TEST
+// UNIT READY on every logged-in usable path, for its first LUN; a unit
+// attention it meets makes an ALUA host read RTPG there, as scsi_dh_alua
+// does. A host without multipath probes nothing; one whose stack ignores
+// ALUA (legacy) probes too.
+func (h *host) check() {
+	if h.mp == "none" || len(h.luns) == 0 {
+		return
+	}
+	lun := h.luns[0]
+	for _, p := range h.paths {
+		if !h.sess[p] || !h.usable(p) {
+			continue
+		}
+		r := h.execOn(p, lun, []byte{scsi.OpTestUnitReady, 0, 0, 0, 0, 0}, nil, 0, false)
+		if r.Status == scsi.StatusCheckCondition && senseOf(r).Key == 6 && h.multipath() {
+			h.rtpg(p, lun)
+		}
+	}
+}
+
 // scan is a disk probe on every path: INQUIRY, TEST UNIT READY and READ
 // CAPACITY, which every OS sends with or without multipath.
 func (h *host) scan() string {
@@ -446,7 +474,9 @@ func (h *host) rtpg(port uint16, lun uint64) string {
 		h.w.fail("rtpg-parse", "RTPG for LUN %d on port %d: %v", lun, port, err)
 		return "bad data"
 	}
-	h.markUsed(port)
+	if h.w.coreMultipath(h.name) {
+		h.markUsed(port) // one RTPG is use only from a host known to run multipath
+	}
 	h.userOf[lun] = true
 	ao := 0
 	st := h.states[lun]
@@ -582,6 +612,7 @@ func (h *host) execOn(port uint16, lun uint64, cdb, data []byte, inLen int, medi
 	if r.Status == scsi.StatusGood {
 		w.stats.Good++
 	}
+	h.cmdOn[w.arr.Port(port).Node.Name] = w.ticks
 	k := seenKey{port, lun}
 	s := h.seen[k]
 	if s == nil {

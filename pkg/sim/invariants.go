@@ -40,6 +40,11 @@ import (
 //	mnd-missed            it is raised for a host without multipath that has
 //	                      been logged in on a node, and not used it, for the
 //	                      discovery window and the debounce
+//	host-io               every host with a session on a usable path to a live
+//	                      node can complete I/O on each LUN it uses: some such
+//	                      path reports AO or ANO to it (TRANSITIONING for at
+//	                      most the implicit transition time); STANDBY or
+//	                      UNAVAILABLE on all of them is a host cut off
 func (w *World) check() {
 	if w.viol != nil {
 		return
@@ -260,10 +265,62 @@ func (w *World) checkStorm(id uint64) {
 	}
 }
 
+// checkHostIO runs after each tick: judged from each host's side, every
+// LUN it uses has, among its paths with a session through a usable port
+// of a live node, one that reports AO or ANO to it, or has had only
+// TRANSITIONING ones for no longer than the implicit transition time.
+// (A host of a STANDBY type that logged out of, or lost, every path to a
+// LUN's owner while the LUN stays there for others must see its other
+// paths handed off to ANO.)
+func (w *World) checkHostIO() {
+	if w.viol != nil || w.arr.Explicit() {
+		return
+	}
+	limit := int(w.arr.TransitionTime())
+	for _, h := range w.hosts {
+		for _, id := range h.luns {
+			l := w.arr.LUN(id)
+			k := seenKey{lun: id}
+			live, usable, moving := false, false, false
+			var states []string
+			for _, p := range h.paths {
+				if !h.sess[p] || !h.usable(p) {
+					continue
+				}
+				live = true
+				st := l.State(h.initiator, w.arr.Port(p).Node)
+				states = append(states, fmt.Sprintf("%d:%s", p, st))
+				switch st {
+				case alua.ActiveOptimized, alua.ActiveNonOptimized:
+					usable = true
+				case alua.Transitioning:
+					moving = true
+				}
+			}
+			if !live || usable {
+				delete(h.cutOff, k)
+				continue
+			}
+			since, ok := h.cutOff[k]
+			if !ok {
+				h.cutOff[k] = w.ticks
+				since = w.ticks
+			}
+			if !moving || w.ticks-since > limit {
+				w.fail("host-io", "host %s (%s) has live paths to LUN %d but none it can do I/O on: %s (owner %s)",
+					h.name, h.ht.Name, id, strings.Join(states, " "), l.Owner().Name)
+				return
+			}
+		}
+	}
+}
+
 // checkMND runs after each tick: MND is raised for a host without
 // multipath on a node it is logged in to but does not use, once the
-// discovery window and the debounce have passed, and never for a
-// multipath host on a node where it read RTPG.
+// discovery window and the debounce have passed since its last command
+// there (a run of scans looks like a checker's probing while it lasts),
+// and never for a multipath host on a node where it read RTPG (its
+// checker probes every path every tick).
 func (w *World) checkMND() {
 	if w.viol != nil {
 		return
@@ -297,6 +354,9 @@ func (w *World) checkMND() {
 			}
 			if t, ok := h.lastUsed[n.Name]; ok {
 				since = max(since, t) // logged in and unused since then
+			}
+			if t, ok := h.cmdOn[n.Name]; ok {
+				since = max(since, t) // scans look like probing while they go on
 			}
 			if logged && w.ticks-since > window {
 				w.fail("mnd-missed", "host %s (no multipath) has been logged in on node %s for %d ticks without using it, "+

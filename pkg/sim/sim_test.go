@@ -188,8 +188,34 @@ func TestOwnershipInvariantsCatchPlantedDefects(t *testing.T) {
 		name, script string
 		cfg          func(*ownership.Config)
 		in           func(ownership.Event) ownership.Event
+		world        func(*World)
 		want         string
 	}{{
+		// A host of a STANDBY type loses both paths to node a while a
+		// host that reaches a only keeps LUN 0 there: its paths to b must
+		// be handed off to ANO for it. The old array left them STANDBY,
+		// and the host had no path it could do I/O on.
+		name: "STANDBY host cut off from the owner",
+		script: `nodes a:2,b:2
+lun 0 pref=a pages=4
+host h1 type=linux-dmmp paths=1,2,3,4 luns=0
+host h2 type=linux paths=1 luns=0
+login h1
+login h2
+write h1 0 lba=0 n=4
+write h2 0 lba=0 n=4
+tick n=40
+cut h1 1
+cut h1 2
+write h1 0 lba=0 n=4
+write h2 0 lba=0 n=4
+tick n=3
+write h1 0 lba=0 n=4
+tick n=3
+`,
+		world: func(w *World) { w.noHandoff = true },
+		want:  "host-io",
+	}, {
 		// A cluster host reboots: Logout on every path, then a login a
 		// tick with its RTPGs. Told apart from faults, and with the
 		// returning host held back until its paths are stable, nothing
@@ -275,6 +301,9 @@ tick n=20
 			cfg := coreConfig()
 			if tt.cfg != nil {
 				tt.cfg(&cfg)
+			}
+			if tt.world != nil {
+				tt.world(w)
 			}
 			require.NoError(t, w.startCoreWith(cfg))
 			w.coreIn = tt.in

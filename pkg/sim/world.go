@@ -75,6 +75,8 @@ type World struct {
 	// coreIn, when set, rewrites every event on its way to the core
 	// (tests plant ownership defects there).
 	coreIn func(ownership.Event) ownership.Event
+	// noHandoff plants the old array: no STANDBY hand-off (tests).
+	noHandoff bool
 	ioPrev map[ioKey]scsi.NexusIO
 	viol   *Violation
 	stats  Stats
@@ -200,6 +202,12 @@ func (w *World) startCoreWith(oc ownership.Config) error {
 			return err
 		}
 	}
+	for _, hs := range w.top.hosts { // a fresh core: its hand-offs only
+		for _, n := range w.arr.Nodes {
+			w.arr.SetHandoff(hs.name, n.Name, false)
+		}
+	}
+	w.handoffs(core.Ready().Handoffs)
 	core.Advance()
 	return nil
 }
@@ -379,7 +387,21 @@ func (w *World) step(e ownership.Event) {
 	for _, rc := range r.Reports {
 		w.logf("report %s", rc.String())
 	}
+	w.handoffs(r.Handoffs)
 	w.core.Advance()
+}
+
+// handoffs applies the core's STANDBY hand-offs to the array, as the
+// daemon's control path does.
+func (w *World) handoffs(hs []ownership.Handoff) {
+	if w.noHandoff {
+		return
+	}
+	for _, ho := range hs {
+		if arrayview.Handoff(w.arr, w.srv, ho.Host, ho.Node, ho.On) {
+			w.logf("handoff %s node %s on=%v", ho.Host, ho.Node, ho.On)
+		}
+	}
 }
 
 // drain carries out the core's batches (at the top level only: a move
@@ -514,6 +536,9 @@ func (w *World) hook(p array.MovePoint) {
 // core's tick.
 func (w *World) tick() {
 	w.advance(time.Second)
+	for _, h := range w.hosts {
+		h.check()
+	}
 	w.emitIO()
 	for _, h := range w.hosts {
 		h.tickMedia()
@@ -522,6 +547,7 @@ func (w *World) tick() {
 	w.step(ownership.Tick{})
 	w.detectSilence()
 	w.checkMND()
+	w.checkHostIO()
 	for _, h := range w.hosts {
 		h.rejoinOne()
 	}
@@ -535,6 +561,12 @@ type ioAgg struct {
 // emitIO reports each (host, node, LUN)'s I/O since the last tick.
 func (w *World) emitIO() {
 	agg := map[string]*ioAgg{}
+	type pathAgg struct {
+		nx   scsi.Nexus
+		ops  uint64
+		busy time.Duration
+	}
+	paths := map[string]*pathAgg{}
 	for _, s := range w.srv.IOStats() {
 		k := ioKey{s.Nexus, s.LUN}
 		prev := w.ioPrev[k]
@@ -548,6 +580,12 @@ func (w *World) emitIO() {
 		if ops == 0 {
 			continue
 		}
+		pk := fmt.Sprintf("%s\x00%d", s.Nexus.InitiatorName, s.Nexus.TargetPort)
+		if paths[pk] == nil {
+			paths[pk] = &pathAgg{nx: s.Nexus}
+		}
+		paths[pk].ops += ops
+		paths[pk].busy += s.Busy - prev.Busy
 		media := s.Reads + s.Writes + s.Syncs - prev.Reads - prev.Writes - prev.Syncs
 		key := fmt.Sprintf("%s\x00%s\x00%d", h.name, p.Node.Name, s.LUN)
 		a := agg[key]
@@ -559,6 +597,15 @@ func (w *World) emitIO() {
 		a.media += media
 		a.bytes += s.BytesRead + s.BytesWritten - prev.BytesRead - prev.BytesWritten
 		a.busy += s.Busy - prev.Busy
+	}
+	// Each nexus's commands of the interval, whatever they were (a
+	// checker's probes too): the path traffic the core's discovery reads.
+	for _, key := range sortedKeys(paths) {
+		p := paths[key]
+		if nx, ok := w.coreNexus(p.nx); ok {
+			w.step(ownership.PathLatency{Nexus: nx, Ops: float64(p.ops),
+				Exchange: float64(p.busy) / float64(p.ops) / float64(time.Microsecond)})
+		}
 	}
 	for _, key := range sortedKeys(agg) {
 		f := strings.Split(key, "\x00")
@@ -818,6 +865,18 @@ func (o observer) RTPG(n scsi.Nexus, lun uint64, _ bool) {
 }
 
 func (o observer) UnitAttention(scsi.Nexus, uint64, scsi.Reason) {}
+
+// NexusLost: the STANDBY hand-off's own half, at once, as the daemon's
+// control path does it.
+func (o observer) NexusLost(n scsi.Nexus) {
+	if host, node, ok := arrayview.LastPathLost(o.w.arr, o.w.srv, n); ok {
+		o.w.handoffs([]ownership.Handoff{{Host: host, Node: node, On: true}})
+	}
+}
+
+// coreMultipath: the core has seen host show a multipath stack (so an
+// RTPG of its discovers a path).
+func (w *World) coreMultipath(host string) bool { return w.core.ShownMultipath(host) }
 
 func (w *World) coreNexus(n scsi.Nexus) (ownership.Nexus, bool) {
 	h := w.byInit[strings.ToLower(n.InitiatorName)]
