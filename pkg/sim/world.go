@@ -77,9 +77,9 @@ type World struct {
 	coreIn func(ownership.Event) ownership.Event
 	// noHandoff plants the old array: no STANDBY hand-off (tests).
 	noHandoff bool
-	ioPrev map[ioKey]scsi.NexusIO
-	viol   *Violation
-	stats  Stats
+	ioPrev    map[ioKey]scsi.NexusIO
+	viol      *Violation
+	stats     Stats
 	// seen is each node's destager state between passes.
 	seen []uint64
 }
