@@ -273,12 +273,14 @@ func report(args []string) error {
 }
 
 // reportClear is "aluad report clear": the operator clears a latched
-// report (Path Flapping of a LUN, Host Type Incorrect of a host).
+// report (Path Flapping of a LUN, Host Type Incorrect of a host, Node
+// Unstable of a node).
 func reportClear(args []string) error {
 	fs := flag.NewFlagSet("report clear", flag.ContinueOnError)
-	cond := fs.String("condition", "", "path-flapping (with --lun) or host-type-incorrect (with --host)")
+	cond := fs.String("condition", "", "path-flapping (with --lun), host-type-incorrect (with --host) or node-unstable (with --node)")
 	lun := fs.Int64("lun", -1, "the LUN (path-flapping)")
 	host := fs.String("host", "", "the host (host-type-incorrect)")
+	node := fs.String("node", "", "the node (node-unstable)")
 	client := controlFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -286,7 +288,7 @@ func reportClear(args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	req := api.ClearRequest{Condition: *cond, Host: *host}
+	req := api.ClearRequest{Condition: *cond, Host: *host, Node: *node}
 	switch *cond {
 	case string(ownership.PathFlapping):
 		if *lun < 0 {
@@ -297,8 +299,12 @@ func reportClear(args []string) error {
 		if *host == "" {
 			return fmt.Errorf("report clear --condition host-type-incorrect needs --host")
 		}
+	case string(ownership.NodeUnstable):
+		if *node == "" {
+			return fmt.Errorf("report clear --condition node-unstable needs --node")
+		}
 	default:
-		return fmt.Errorf("usage: aluad report clear --condition path-flapping --lun N | --condition host-type-incorrect --host H")
+		return fmt.Errorf("usage: aluad report clear --condition path-flapping --lun N | --condition host-type-incorrect --host H | --condition node-unstable --node X")
 	}
 	cl, err := client()
 	if err != nil {

@@ -198,6 +198,7 @@ type ClearRequest struct {
 	Condition string `json:"condition"`
 	LUN       uint64 `json:"lun"`
 	Host      string `json:"host"`
+	Node      string `json:"node,omitempty"`
 }
 
 // Event is one entry of the feed. Nexus events carry the initiator name,

@@ -399,7 +399,8 @@ func (vw *View) Latency() []api.PortLatency {
 
 // ClearReport is the operator clearing a latched report.
 func (vw *View) ClearReport(req api.ClearRequest) error {
-	return vw.Control.ClearReport(ownership.ClearReport{Condition: ownership.Condition(req.Condition), LUN: req.LUN, Host: req.Host})
+	return vw.Control.ClearReport(ownership.ClearReport{Condition: ownership.Condition(req.Condition), LUN: req.LUN,
+		Host: req.Host, Node: req.Node})
 }
 
 func (vw *View) Rebalance() (api.RebalanceReply, error) {
