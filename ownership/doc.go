@@ -14,8 +14,12 @@
 // Its parts (DESIGN.md "The control path"; reference 002):
 //
 //   - connectivity.go: per host and node, protocol connectivity (a logged
-//     in nexus), multipath discovery (an RTPG or I/O seen on that nexus)
-//     and I/O seen; the derived host states.
+//     in nexus), multipath discovery (commands that keep arriving on that
+//     nexus, media I/O that proves use, or the RTPG of a host known to run
+//     multipath) and I/O seen; the derived host states.
+//   - handoff.go: the STANDBY hand-off (a STANDBY-type host's non-owner
+//     paths report ANO for the LUNs of a node it does not reach).
+//   - crashloop.go: nodes that keep failing get no failback until stable.
 //   - workload.go: rolling averages a*old + (1-a)*new of I/O per LUN and
 //     node, node utilisation, the expansion factor (response time over the
 //     best observed, reference 004) and whether the array is stressed.
