@@ -212,7 +212,8 @@ func (c *Core) failbackPending() bool {
 // (crashloop.go), and no user that will not follow would have its
 // I/O forwarded by the failback.
 func (c *Core) failbackAllowed(l *lun) bool {
-	if l.damped >= 0 || c.now-l.lastMove < c.cfg.FailbackCooldown || c.unstable(l.preferred) {
+	if l.damped >= 0 || c.now-l.lastMove < c.cfg.FailbackCooldown || c.unstable(l.preferred) ||
+		c.handedOffUser(l, l.preferred) {
 		return false
 	}
 	d, _ := c.forwardDelta(l, l.preferred)

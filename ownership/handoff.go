@@ -15,10 +15,11 @@ package ownership
 // hand-off serves this host.
 //
 // A node is handed off for a host as soon as the host stops reaching it,
-// and handed back only once the host's multipath stack has probed (or
-// used) a path there without a break for HandbackHold: the path is in its
-// map by then, before its other paths turn STANDBY and push its I/O
-// there. The array applies the
+// and handed back only once the host has reached it again without a break
+// for the hold (handbackHold): its multipath stack has the path in its map
+// by then, before its other paths turn STANDBY and push its I/O there. A
+// failback or a balance move to a node waits for its STANDBY users to be
+// handed back (else they would follow it late). The array applies the
 // hand-offs (Ready.Handoffs); on its own and at once it also treats a
 // host with no session left to the owner's node as handed off, since the
 // Logout of the last path is answered before the host turns to the
@@ -32,11 +33,8 @@ type Handoff struct {
 }
 
 // trackReach notes what the host reaches now: everReached, had (since it
-// joined), whether it has shown a multipath stack, and since when its
-// stack has been probing or using a path to each node without a break
-// (the hand-back waits on that: the one RTPG a kernel reads as it adds a
-// path comes before multipathd has put the path in its map; its checker
-// probes only the paths in the map).
+// joined), whether it has shown a multipath stack, and since when it has
+// reached each node without a break (the hand-back waits on that).
 func (c *Core) trackReach(h *host) {
 	if !h.obs.multipath {
 		n := 0
@@ -50,8 +48,6 @@ func (c *Core) trackReach(h *host) {
 	for _, n := range c.nodeNames {
 		if c.reaches(h, n) {
 			h.everReached[n], h.had[n] = true, true
-		}
-		if c.inUse(h, n) {
 			if _, ok := h.reachSince[n]; !ok {
 				h.reachSince[n] = c.now
 			}
@@ -77,15 +73,22 @@ func (c *Core) surelyReaches(h *host, node string) bool {
 	return false
 }
 
-// inUse: commands keep arriving on some up path of the host's to node (a
-// checker's probes, or I/O), or its media I/O through node proves use.
-func (c *Core) inUse(h *host, node string) bool {
-	for _, s := range h.nexuses {
-		if s.n.Node == node && c.pathUp(s) && s.discovered && c.probed(s) {
+// handbackHold is how long a host must have reached a node before it is
+// handed back: HandbackHold, and never less than a third of the
+// discovery window (a path discovered by the RTPG its kernel reads as it
+// attaches it is not in multipathd's map yet; the checker's probes prove
+// it by then).
+func (c *Core) handbackHold() int { return max(c.cfg.HandbackHold, c.cfg.DiscoveryWindow/3) }
+
+// handedOffUser: a user of l of a STANDBY type is handed off for node (a
+// move there would not push it off its other paths: it would follow late).
+func (c *Core) handedOffUser(l *lun, node string) bool {
+	for name := range l.users { // any will do: the order does not matter
+		if h := c.hosts[name]; h != nil && len(h.nexuses) > 0 && h.handoff[node] {
 			return true
 		}
 	}
-	return c.connected(h, node) && c.usesNode(h, node)
+	return false
 }
 
 // handedOff: the host's type reports STANDBY on non-owner paths, and it
@@ -95,7 +98,7 @@ func (c *Core) handedOff(h *host, node string) bool {
 		return false
 	}
 	since, ok := h.reachSince[node]
-	return !ok || c.now-since < c.cfg.HandbackHold
+	return !ok || c.now-since < c.handbackHold()
 }
 
 // updateHandoffs emits the hand-offs that changed for hosts (all when

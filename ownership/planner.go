@@ -104,7 +104,9 @@ func (c *Core) balancePlan(exclude map[*lun]bool) ([]move, string) {
 		// Never onto a crash-looping node, nor away from where a user
 		// that does not follow sends.
 		to := c.stableNodes(ok)
-		to = slices.DeleteFunc(to, func(n string) bool { return c.strandsNonFollower(l, n) })
+		to = slices.DeleteFunc(to, func(n string) bool {
+			return n != l.owner && (c.strandsNonFollower(l, n) || c.handedOffUser(l, n))
+		})
 		if len(to) == 0 || len(to) == 1 && to[0] == l.owner {
 			continue
 		}

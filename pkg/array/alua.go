@@ -86,10 +86,11 @@ func (l *LUN) stateIn(s *aluaSnap, initiator string, group *Node) alua.AccessSta
 // initiator: its host type's, except that a STANDBY type's host handed
 // off for the owner's node (it does not reach that node: it logged out
 // of it, or lost its paths there) sees ANO, so its I/O is forwarded,
-// never refused.
+// never refused. With explicit ALUA a STANDBY path is the host's to take
+// over by SET TARGET PORT GROUPS: nothing is handed off.
 func (a *Array) nonOwnerState(initiator string, owner *Node) alua.AccessState {
 	h := a.HostOf(initiator)
-	if h.Type.Standby() && a.HandedOff(h.Name, owner.Name) {
+	if h.Type.Standby() && !a.Explicit() && a.HandedOff(h.Name, owner.Name) {
 		return alua.ActiveNonOptimized
 	}
 	return h.Type.NonOwner

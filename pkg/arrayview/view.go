@@ -119,7 +119,7 @@ func Handoff(arr *array.Array, srv *scsi.Server, host, node string, on bool) boo
 // other paths must not stay STANDBY for the LUNs that node owns; the
 // ownership core hands them back once the host reaches the node again).
 func LastPathLost(arr *array.Array, srv *scsi.Server, n scsi.Nexus) (host, node string, ok bool) {
-	if n.InitiatorName == "" {
+	if n.InitiatorName == "" || arr.Explicit() {
 		return "", "", false
 	}
 	h := arr.HostOf(n.InitiatorName)
