@@ -241,11 +241,11 @@ func (c *Core) suggestType(h *host) (typ, why string) {
 	return "", ""
 }
 
-// multipathShown: the host has shown a multipath stack: it reaches (or
-// has reached) two nodes or more (its stack probes or uses paths on
-// each), or it followed a move.
+// multipathShown: the host has shown a multipath stack: it has reached
+// two nodes or more by evidence scans cannot give (its stack probes or
+// uses paths on each: trackReach), or it followed a move.
 func (c *Core) multipathShown(h *host) bool {
-	return h.obs.multipath || len(c.reachable(h)) > 1 || h.obs.state == followYes
+	return h.obs.multipath || h.obs.state == followYes
 }
 
 // splitsIO: when judged not to follow, a good part of its I/O (a quarter

@@ -238,11 +238,17 @@ func (c *Core) traffic(h *host, s *nexusState) {
 }
 
 // probed: commands keep arriving on the nexus: a run that proves use
-// (MediaTicks ticks spanning a third of the discovery window). A
-// multipath checker probes every 5 s at first, doubling to 20 s
-// (multipathd), so by a third of a window it has probed three times; a
-// scan at login is one burst.
-func (c *Core) probed(s *nexusState) bool { return c.proves(s.traffic) }
+// (MediaTicks ticks spanning a third of the discovery window), still
+// going a third of a window after the nexus logged in. A multipath
+// checker probes every 5 s at first, doubling to 20 s (multipathd), so by
+// then it has probed three times (at 0, 5 and 15 s); a scan at login is
+// one burst. A scan that goes on longer still (many disks under
+// emulation) looks like probing while it lasts: such a host has shown no
+// multipath stack, so its discovery expires (expireProbes) and it is
+// never handed back to STANDBY (handoff.go).
+func (c *Core) probed(s *nexusState) bool {
+	return c.proves(s.traffic) && s.traffic.last >= s.since+c.cfg.DiscoveryWindow/3
+}
 
 // expireProbes ends, at a tick, the discovery of the nexuses that only
 // traffic discovered, of hosts that have not shown a multipath stack,

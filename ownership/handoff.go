@@ -92,10 +92,14 @@ func (c *Core) handedOffUser(l *lun, node string) bool {
 }
 
 // handedOff: the host's type reports STANDBY on non-owner paths, and it
-// has not reached node for HandbackHold without a break.
+// has not reached node for the hold without a break, or it has not shown
+// a multipath stack at all (a host declared linux-dmmp that runs none).
 func (c *Core) handedOff(h *host, node string) bool {
 	if !h.typ.Standby() || c.cfg.Passive {
 		return false
+	}
+	if !h.obs.multipath {
+		return true // no multipath stack shown: STANDBY could leave it no path at all
 	}
 	since, ok := h.reachSince[node]
 	return !ok || c.now-since < c.handbackHold()

@@ -97,10 +97,29 @@ func (a *Array) nonOwnerState(initiator string, owner *Node) alua.AccessState {
 }
 
 // HandedOff reports whether host's non-owner paths report ANO for the
-// LUNs node owns although its type reports STANDBY.
+// LUNs node owns although its type reports STANDBY: as last set, or the
+// default (SetHandoffDefault) for a host and node never set.
 func (a *Array) HandedOff(host, node string) bool {
-	m := a.handoff.Load()
-	return m != nil && (*m)[host][node]
+	if m := a.handoff.Load(); m != nil {
+		if on, ok := (*m)[host][node]; ok {
+			return on
+		}
+	}
+	return a.handoffDefault.Load()
+}
+
+// SetHandoffDefault sets what HandedOff says of a host and node that were
+// never set: a controller of a cluster that does not run the ownership
+// core hands every STANDBY-type host off (nothing there can tell when to
+// hand it back).
+func (a *Array) SetHandoffDefault(on bool) { a.handoffDefault.Store(on) }
+
+// ClearHandoffs forgets every hand-off set: the default applies again (the
+// core that set them stopped).
+func (a *Array) ClearHandoffs() {
+	a.handoffMu.Lock()
+	a.handoff.Store(nil)
+	a.handoffMu.Unlock()
 }
 
 // SetHandoff hands host's non-owner paths off to ANO for the LUNs node
@@ -110,9 +129,7 @@ func (a *Array) HandedOff(host, node string) bool {
 func (a *Array) SetHandoff(host, node string, on bool) bool {
 	a.handoffMu.Lock()
 	defer a.handoffMu.Unlock()
-	if a.HandedOff(host, node) == on {
-		return false
-	}
+	changed := a.HandedOff(host, node) != on
 	next := map[string]map[string]bool{}
 	if m := a.handoff.Load(); m != nil {
 		for h, ns := range *m {
@@ -123,14 +140,10 @@ func (a *Array) SetHandoff(host, node string, on bool) bool {
 	for n, v := range next[host] {
 		ns[n] = v
 	}
-	if on {
-		ns[node] = true
-	} else {
-		delete(ns, node)
-	}
+	ns[node] = on
 	next[host] = ns
 	a.handoff.Store(&next)
-	return true
+	return changed
 }
 
 // OwnedBy lists the LUNs node owns now, in id order.

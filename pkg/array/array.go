@@ -112,8 +112,9 @@ type Array struct {
 	// handoff: per host name, the nodes for whose LUNs that host's
 	// non-owner paths report ANO although its type reports STANDBY (the
 	// ownership core's STANDBY hand-off); replaced whole on a change.
-	handoff   atomic.Pointer[map[string]map[string]bool]
-	handoffMu sync.Mutex
+	handoff        atomic.Pointer[map[string]map[string]bool]
+	handoffMu      sync.Mutex
+	handoffDefault atomic.Bool
 	mapMu     sync.Mutex
 	mappings  []MappingConfig
 	lunMap    atomic.Pointer[LUNMap]

@@ -127,11 +127,19 @@ func LastPathLost(arr *array.Array, srv *scsi.Server, n scsi.Nexus) (host, node 
 	if !h.Type.Standby() || pt == nil {
 		return "", "", false
 	}
-	for _, x := range srv.Nexuses() {
-		if o := arr.Port(x.TargetPort); o != nil && o.Node == pt.Node && x.InitiatorName != "" &&
-			arr.HostOf(x.InitiatorName).Name == h.Name {
-			return "", "", false // another path to the node is left
-		}
+	if HasPath(arr, srv, h.Name, pt.Node.Name) {
+		return "", "", false // another path to the node is left
 	}
 	return h.Name, pt.Node.Name, true
+}
+
+// HasPath reports whether host has a nexus logged in to a port of node.
+func HasPath(arr *array.Array, srv *scsi.Server, host, node string) bool {
+	for _, x := range srv.Nexuses() {
+		if o := arr.Port(x.TargetPort); o != nil && o.Node.Name == node && x.InitiatorName != "" &&
+			arr.HostOf(x.InitiatorName).Name == host {
+			return true
+		}
+	}
+	return false
 }

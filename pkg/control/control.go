@@ -87,6 +87,9 @@ type Path struct {
 	// decided from the node's loss must find it failed in the array, not
 	// flush its cache as a planned move would).
 	faultMu sync.RWMutex
+	// handoffMu orders the STANDBY hand-offs of NexusLost and of the
+	// core's Ready.
+	handoffMu sync.Mutex
 	// life orders StartWith against Stop and Close; closed: the daemon
 	// stopped the path (no core starts again).
 	life   sync.Mutex
@@ -142,15 +145,6 @@ func (p *Path) Fabric(e fabric.Event) {
 	p.publish(ev)
 	switch e.Kind {
 	case api.EventLogin:
-		if !p.Running() && p.o.Observed == nil {
-			// No core here to hold the hand-back until the new path is
-			// in use: a login to a node ends its hand-off at once.
-			if h := p.arr.HostOf(e.Nexus.InitiatorName); h.Type.Standby() {
-				if pt := p.arr.Port(e.Nexus.TargetPort); pt != nil {
-					p.handoff(ownership.Handoff{Host: h.Name, Node: pt.Node.Name})
-				}
-			}
-		}
 		p.observe(ownership.Login{Nexus: p.Nexus(e.Nexus)})
 	case api.EventLogout:
 		p.observe(ownership.Logout{Nexus: p.Nexus(e.Nexus), Orderly: e.Reason == fabric.ReasonLogout})
@@ -176,15 +170,29 @@ func (p *Path) RTPG(n scsi.Nexus, lun uint64, extended bool) {
 // paths for the LUNs that node owns: they turn ANO for it (its I/O is
 // forwarded) until the core hands them back (ownership's handoff.go).
 func (p *Path) NexusLost(n scsi.Nexus) {
+	p.handoffMu.Lock()
+	defer p.handoffMu.Unlock()
 	if host, node, ok := arrayview.LastPathLost(p.arr, p.o.SCSI, n); ok {
-		p.handoff(ownership.Handoff{Host: host, Node: node, On: true})
+		p.applyHandoff(ownership.Handoff{Host: host, Node: node, On: true})
 	}
 }
 
 // handoff applies one STANDBY hand-off to the array and announces it to
 // the host's nexuses (2A/06 for the LUNs the node owns) when it changed
-// anything.
+// anything. A hand-back for a node the host has no session to any more is
+// stale (the core decided it before it stepped the host's last logout)
+// and is dropped: the check and the change are made under the lock
+// NexusLost takes, so neither overtakes the other.
 func (p *Path) handoff(ho ownership.Handoff) {
+	p.handoffMu.Lock()
+	defer p.handoffMu.Unlock()
+	if !ho.On && !arrayview.HasPath(p.arr, p.o.SCSI, ho.Host, ho.Node) {
+		return
+	}
+	p.applyHandoff(ho)
+}
+
+func (p *Path) applyHandoff(ho ownership.Handoff) {
 	if !arrayview.Handoff(p.arr, p.o.SCSI, ho.Host, ho.Node, ho.On) {
 		return
 	}
@@ -416,6 +424,7 @@ func (p *Path) Stop() {
 	if r != nil {
 		r.wg.Wait()
 		p.core.CompareAndSwap(r, nil)
+		p.arr.ClearHandoffs() // its hand-offs go with it (a leader that lost the lead)
 	}
 }
 

@@ -219,6 +219,13 @@ func Start(o Options) (_ *Controller, err error) {
 		return nil, err
 	}
 	c.arr = c.D.Array
+	// Each controller serves its own ports and sees its own sessions
+	// only: the leader's core hands STANDBY-type hosts back on its own
+	// array, and nothing carries hand-offs between controllers yet, so a
+	// STANDBY-type host is handed off (ANO) wherever no core says
+	// otherwise. It is never cut off; it follows a move at its checker's
+	// pace there instead of at once.
+	c.arr.SetHandoffDefault(true)
 	c.ps = int64(c.arr.Local().Cache.Config().PageSize)
 	for _, n := range c.arr.Nodes {
 		if n.Remote() {

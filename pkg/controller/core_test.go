@@ -126,6 +126,8 @@ func TestCoreOnTheLeader(t *testing.T) {
 	for _, l := range lab.cfg.LUNs {
 		rtpg(t, hostA2, l.ID)
 	}
+	ck2 := initiator.NewChecker(10*time.Millisecond, hostA2) // its checker probes the new path
+	defer ck2.Stop()
 	require.Eventually(t, func() bool { return allOn(a2, func(p string) string { return p }) }, 15*time.Second,
 		20*time.Millisecond, "the LUNs fail back once the host reaches a: %s", owners(a2))
 	for _, l := range lab.cfg.LUNs {
@@ -207,9 +209,24 @@ func hostOnBoth(t *testing.T, lab *lab, a, b *Controller) (hostA, hostB *initiat
 		rtpg(t, hostA, l.ID)
 		rtpg(t, hostB, l.ID)
 	}
+	// Its multipath checker probes both paths (one RTPG discovers none).
+	c := initiator.NewChecker(10*time.Millisecond, hostA, hostB)
+	t.Cleanup(c.Stop)
 	want := []string{"iqn.2026-11.test.aluad:h1@a", "iqn.2026-11.test.aluad:h1@b"}
 	require.Eventually(t, func() bool { return slices.Equal(paths(t, a), want) }, 5*time.Second, 20*time.Millisecond,
 		"the leader's core knows the host on both nodes (b's by its reports)")
+	require.Eventually(t, func() bool {
+		var on []string
+		require.NoError(t, a.D.Ctl().Do(func(core *ownership.Core) {
+			for _, p := range core.PathStates() {
+				if p.Up && p.Discovered {
+					on = append(on, p.Nexus.Host+"@"+p.Nexus.Node)
+				}
+			}
+		}))
+		slices.Sort(on)
+		return slices.Equal(slices.Compact(on), want)
+	}, 5*time.Second, 20*time.Millisecond, "the host's checker probes discovered both paths")
 	return hostA, hostB
 }
 
