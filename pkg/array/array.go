@@ -115,16 +115,16 @@ type Array struct {
 	handoff        atomic.Pointer[map[string]map[string]bool]
 	handoffMu      sync.Mutex
 	handoffDefault atomic.Bool
-	mapMu     sync.Mutex
-	mappings  []MappingConfig
-	lunMap    atomic.Pointer[LUNMap]
-	mu        sync.Mutex
-	listeners []func(Change)
-	closed    bool
-	log       *slog.Logger
-	bg        sync.WaitGroup // background destages
-	opt       Options
-	local     *Node // this process's node in cluster mode
+	mapMu          sync.Mutex
+	mappings       []MappingConfig
+	lunMap         atomic.Pointer[LUNMap]
+	mu             sync.Mutex
+	listeners      []func(Change)
+	closed         bool
+	log            *slog.Logger
+	bg             sync.WaitGroup // background destages
+	opt            Options
+	local          *Node // this process's node in cluster mode
 	// topo orders a node's crash against a move's switch: no move
 	// publishes a new owner that is down.
 	topo sync.Mutex
