@@ -76,9 +76,24 @@ func TestViewCommands(t *testing.T) {
 		require.NoError(t, err)
 		return s
 	}
+	var ss []*initiator.Session
 	for i := 0; i < 4; i++ {
-		defer login(i, byte(1+i)).Close()
+		s := login(i, byte(1+i))
+		defer s.Close()
+		ss = append(ss, s)
 	}
+	// Its multipath checker probes every path (one RTPG discovers none),
+	// until the core knows it reaches both nodes.
+	ck := initiator.NewChecker(10*time.Millisecond, ss...)
+	defer ck.Stop()
+	require.Eventually(t, func() bool {
+		for _, h := range d.Hosts() {
+			if h.Name == "h1" {
+				return h.Nodes["a"] == "reaches" && h.Nodes["b"] == "reaches"
+			}
+		}
+		return false
+	}, 10*time.Second, 20*time.Millisecond, "h1's probed paths discovered")
 
 	out, err := capture(t, func() error { return status(apiArgs) })
 	require.NoError(t, err)
@@ -144,7 +159,9 @@ func TestViewCommands(t *testing.T) {
 	// Repair: h1 logs in to node a again; the report clears.
 	_, err = capture(t, func() error { return fault(append([]string{"clear"}, sock...)) })
 	require.NoError(t, err)
-	defer login(0, 9).Close()
+	again := login(0, 9)
+	defer again.Close()
+	ck.Add(again) // its checker probes the new path
 	deadline = time.Now().Add(10 * time.Second)
 	for {
 		out, err = capture(t, func() error { return report(sock) })

@@ -81,6 +81,7 @@ func TestReconcileLeavesAQueuedBatch(t *testing.T) {
 	for _, l := range lab.cfg.LUNs {
 		rtpg(t, hostB2, l.ID)
 	}
+	probed(t, hostB2)
 	require.Eventually(t, func() bool { return allOn(a, func(p string) string { return p }) }, 15*time.Second, 10*time.Millisecond)
 	time.Sleep(500 * time.Millisecond)
 	close(done)
@@ -193,6 +194,7 @@ func TestFailbackOvertakenByTargetRestart(t *testing.T) {
 	for _, l := range lab.cfg.LUNs {
 		rtpg(t, hostB2, l.ID)
 	}
+	probed(t, hostB2)
 	<-held // the failback batch {first, second} is under way
 	// b restarts (an orderly restart); its host does not log in again.
 	hostB2.Close()

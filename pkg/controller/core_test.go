@@ -240,3 +240,11 @@ func (l *lab) preferring(node string) []uint64 {
 	}
 	return out
 }
+
+// probed runs a multipath path checker on ss until the test ends: the
+// array counts a path as discovered only while commands keep arriving on
+// it (one RTPG discovers none).
+func probed(t *testing.T, ss ...*initiator.Session) {
+	c := initiator.NewChecker(10*time.Millisecond, ss...)
+	t.Cleanup(c.Stop)
+}
