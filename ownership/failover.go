@@ -209,11 +209,12 @@ func (c *Core) failbackPending() bool {
 
 // failbackAllowed: the LUN is not damped, its last move is
 // FailbackCooldown ago, its preferred owner is not crash-looping
-// (crashloop.go), and no user that will not follow would have its
+// (crashloop.go), every STANDBY-type user can be pushed there
+// (handoff.go), and no user that will not follow would have its
 // I/O forwarded by the failback.
 func (c *Core) failbackAllowed(l *lun) bool {
 	if l.damped >= 0 || c.now-l.lastMove < c.cfg.FailbackCooldown || c.unstable(l.preferred) ||
-		c.handedOffUser(l, l.preferred) {
+		c.unpushableUser(l, l.preferred) {
 		return false
 	}
 	d, _ := c.forwardDelta(l, l.preferred)

@@ -1,29 +1,27 @@
 package ownership
 
 // The STANDBY hand-off. A host type whose non-owner paths report STANDBY
-// (linux-dmmp) makes its multipath stack leave those paths at once after
-// a move: right while the host has a path to the owner, and fatal when
-// it has none (an administrator logged it out of the owner's portals, or
-// its paths there failed while the LUN stays for its other users): every
-// path it has left is STANDBY, dm-multipath fails them all and the
-// application gets EIO. So the array never reports STANDBY to a host on
-// a non-owner path of a LUN whose owner that host does not reach: those
-// paths are handed off to ANO for it and its I/O is forwarded, never
-// refused. The LUN itself may then move to where the host is (a failover
-// when the host lost the owner by a fault, or is the LUN's one user still
-// doing I/O after it left); while other users keep it where it is, the
-// hand-off serves this host.
+// (linux-dmmp) makes its multipath stack leave those paths at once: what
+// it is for after a move, and fatal when the host has no path to the
+// owner. An administrator logging a host out of the owner's portals is the
+// ordinary case, and it cannot be caught at the Logout: open-iscsi removes
+// the SCSI devices first (SYNCHRONIZE CACHE, then the device is gone),
+// dm-multipath activates the next path group within milliseconds, reads
+// STANDBY there, fails every path and the application gets EIO; the Logout
+// reaches the array afterwards (seen with a Debian guest in the QEMU lab).
 //
-// A node is handed off for a host as soon as the host stops reaching it,
-// and handed back only once the host has reached it again without a break
-// for the hold (handbackHold): its multipath stack has the path in its map
-// by then, before its other paths turn STANDBY and push its I/O there. A
-// failback or a balance move to a node waits for its STANDBY users to be
-// handed back (else they would follow it late). The array applies the
-// hand-offs (Ready.Handoffs); on its own and at once it also treats a
-// host with no session left to the owner's node as handed off, since the
-// Logout of the last path is answered before the host turns to the
-// others.
+// So STANDBY is a push, not a steady state. A host of a STANDBY type sees
+// its non-owner paths ANO (handed off: its I/O is forwarded, never
+// refused), except for the LUNs of a node that one of its LUNs has just
+// moved to, while the move is being followed: from the move until the
+// host's I/O to that LUN arrives mostly at the new owner, or the follow
+// window ends. Only a host that can follow is pushed: one that has shown
+// a multipath stack and has reached the new owner without a break for the
+// hand-back hold (its stack has the path in its map by then). A failback
+// or a balance move waits until every such user can be pushed; otherwise
+// it would follow late. At its last logout from a node a STANDBY-type host
+// is handed off at once as well (pkg/control), in case a push was under
+// way.
 
 // Handoff says whether Host's paths to nodes other than Node report ANO
 // instead of STANDBY for LUNs Node owns (On) or STANDBY again (off).
@@ -74,35 +72,59 @@ func (c *Core) surelyReaches(h *host, node string) bool {
 }
 
 // handbackHold is how long a host must have reached a node before it is
-// handed back: HandbackHold, and never less than a third of the
+// pushed there: HandbackHold, and never less than a third of the
 // discovery window (a path discovered by the RTPG its kernel reads as it
 // attaches it is not in multipathd's map yet; the checker's probes prove
 // it by then).
 func (c *Core) handbackHold() int { return max(c.cfg.HandbackHold, c.cfg.DiscoveryWindow/3) }
 
-// handedOffUser: a user of l of a STANDBY type is handed off for node (a
-// move there would not push it off its other paths: it would follow late).
-func (c *Core) handedOffUser(l *lun, node string) bool {
+// pushable: a STANDBY push onto node would reach h: it has shown a
+// multipath stack and has reached node for the hold.
+func (c *Core) pushable(h *host, node string) bool {
+	if !h.obs.multipath {
+		return false
+	}
+	since, ok := h.reachSince[node]
+	return ok && c.now-since >= c.handbackHold()
+}
+
+// unpushableUser: a user of l of a STANDBY type that runs multipath could
+// not be pushed onto node now (a move there would leave it on ANO paths:
+// it would follow late).
+func (c *Core) unpushableUser(l *lun, node string) bool {
 	for name := range l.users { // any will do: the order does not matter
-		if h := c.hosts[name]; h != nil && len(h.nexuses) > 0 && h.handoff[node] {
+		h := c.hosts[name]
+		if h != nil && h.typ.Standby() && h.obs.multipath && len(h.nexuses) > 0 && !c.pushable(h, node) {
 			return true
 		}
 	}
 	return false
 }
 
-// handedOff: the host's type reports STANDBY on non-owner paths, and it
-// has not reached node for the hold without a break, or it has not shown
-// a multipath stack at all (a host declared linux-dmmp that runs none).
+// pushing: one of h's LUNs moved to node and h has not followed yet (its
+// I/O to it does not arrive mostly there), within the follow window.
+func (c *Core) pushing(h *host, node string) bool {
+	for id := range h.uses { // any will do: the order does not matter
+		l := c.luns[id]
+		if l.owner != node || l.pushTo != node || c.now-l.pushAt >= c.cfg.FollowWindow {
+			continue
+		}
+		load := l.hostLoad(h.name)
+		if load >= activeWork && l.hostArrive[h.name][node] >= c.cfg.ShipShare*load {
+			continue // followed
+		}
+		return true
+	}
+	return false
+}
+
+// handedOff: the host's type reports STANDBY on non-owner paths, and no
+// push onto node is under way for it (see above).
 func (c *Core) handedOff(h *host, node string) bool {
 	if !h.typ.Standby() || c.cfg.Passive {
 		return false
 	}
-	if !h.obs.multipath {
-		return true // no multipath stack shown: STANDBY could leave it no path at all
-	}
-	since, ok := h.reachSince[node]
-	return !ok || c.now-since < c.handbackHold()
+	return !(c.pushable(h, node) && c.pushing(h, node))
 }
 
 // updateHandoffs emits the hand-offs that changed for hosts (all when

@@ -105,7 +105,7 @@ func (c *Core) balancePlan(exclude map[*lun]bool) ([]move, string) {
 		// that does not follow sends.
 		to := c.stableNodes(ok)
 		to = slices.DeleteFunc(to, func(n string) bool {
-			return n != l.owner && (c.strandsNonFollower(l, n) || c.handedOffUser(l, n))
+			return n != l.owner && (c.strandsNonFollower(l, n) || c.unpushableUser(l, n))
 		})
 		if len(to) == 0 || len(to) == 1 && to[0] == l.owner {
 			continue
