@@ -24,7 +24,9 @@ type HostType struct {
 	Name string
 	// NonOwner is the state reported for a group that is up but does not
 	// own the LUN: ANO (I/O is forwarded) or STANDBY (I/O fails with 04/0B
-	// and the host moves to the owner at once).
+	// and the host moves to the owner at once). STANDBY is reported only
+	// while the ownership core pushes the host after a move (its
+	// hand-offs, pkg/array HandedOff); ANO otherwise.
 	NonOwner AccessState
 	// TPGS: the host's multipath stack reads RTPG and follows UA 2A/06.
 	TPGS bool
@@ -42,7 +44,7 @@ var HostTypes = map[string]HostType{
 	HostLinux: {Name: HostLinux, NonOwner: ActiveNonOptimized, TPGS: true,
 		Doc: "Linux dm-multipath with scsi_dh_alua; non-owner paths are ANO"},
 	HostLinuxStandby: {Name: HostLinuxStandby, NonOwner: Standby, TPGS: true,
-		Doc: "Linux dm-multipath; non-owner paths report STANDBY so I/O leaves them on the next command"},
+		Doc: "Linux dm-multipath; after a move, non-owner paths report STANDBY until the host follows (I/O leaves them on the next command); ANO otherwise, so a host without a path to the owner keeps its I/O"},
 	// The name storage admins know from arrays' host type lists.
 	HostLinuxDMMP: {Name: HostLinuxDMMP, NonOwner: Standby, TPGS: true,
 		Doc: "Linux DM-MP (same as linux-standby): dm-multipath at its defaults moves to the new owner within a second of a move instead of at its next path check"},
