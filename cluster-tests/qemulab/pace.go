@@ -54,14 +54,15 @@ func (l *lab) setPace() {
 	}
 	l.pace = min(max(slowest.Seconds()/nominalUp(len(l.res.Clients)).Seconds(), 1), maxPace)
 	l.res.Pace = l.pace
+	r := func(d time.Duration) string { return d.Round(time.Second).String() }
 	l.res.Waits = map[string]string{
-		"follow window":      l.scaled(l.opt.Follow).String(),
-		"guest back (paths)": l.scaled(90 * time.Second).String(),
+		"follow window":      r(l.scaled(l.opt.Follow)),
+		"guest back (paths)": r(l.scaled(90 * time.Second)),
 		"failback after the guest is back": fmt.Sprintf("failback window %v + discovery window %v + checker %v",
-			l.failbackWindow(), discoveryWindow, l.scaled(checkerMax)),
+			l.failbackWindow(), discoveryWindow, r(l.scaled(checkerMax))),
 	}
 	l.opt.Log("guests' pace %.2fx a quiet machine's (slowest bring-up %v, nominal %v): follow window %v",
-		l.pace, slowest.Round(100*time.Millisecond), nominalUp(len(l.res.Clients)), l.scaled(l.opt.Follow))
+		l.pace, slowest.Round(100*time.Millisecond), nominalUp(len(l.res.Clients)), r(l.scaled(l.opt.Follow)))
 }
 
 // scaled is d at the guests' pace.

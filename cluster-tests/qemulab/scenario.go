@@ -904,6 +904,10 @@ func (l *lab) step(ctx context.Context, name string) (*StepResult, error) {
 			return st, ctx.Err()
 		}
 	}
+	if returning != "" {
+		// How long after the guests were back the array failed back.
+		st.Notes = append(st.Notes, l.evidence(st.Start, returning))
+	}
 	// Then give every client time to follow every change. QEMU's libiscsi
 	// driver reconnects under a guest and holds its I/O, so such a guest
 	// notices a lost path only at its SCSI command timeout (30 s) and
@@ -921,8 +925,8 @@ func (l *lab) step(ctx context.Context, name string) (*StepResult, error) {
 		st.Follows = st.Follows[:0]
 		st.Changes = st.Changes[:0]
 		for _, e := range l.w.Changes(st.Start) {
-			st.Changes = append(st.Changes, fmt.Sprintf("LUNs %v %s -> %s (%s; I/O held %v)", e.Change.LUNs, e.Change.From, e.Change.To,
-				e.Change.Cause, e.Change.Stop.Round(time.Microsecond)))
+			st.Changes = append(st.Changes, fmt.Sprintf("+%v LUNs %v %s -> %s (%s; I/O held %v)", e.Time.Sub(st.Start).Round(100*time.Millisecond),
+				e.Change.LUNs, e.Change.From, e.Change.To, e.Change.Cause, e.Change.Stop.Round(time.Microsecond)))
 			if e.Change.To == "" || e.Change.From == "" {
 				continue // a node going down or up moves no LUN: nothing to follow
 			}
