@@ -110,7 +110,8 @@ func (l *lab) evidence(start time.Time, node string) string {
 	return "the array saw " + strings.Join(out, "; ")
 }
 
-// media is how many media commands of initiator arrived at node since t.
+// media is how many media commands of initiator arrived at node since t
+// (as the polls saw the counts rise).
 func (w *Watcher) media(initiator, node string, t time.Time) uint64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -119,13 +120,13 @@ func (w *Watcher) media(initiator, node string, t time.Time) uint64 {
 		if k.Initiator != initiator || k.Node != node || len(s) == 0 {
 			continue
 		}
-		var base uint64
-		for _, x := range s {
-			if x.t.Before(t) {
-				base = x.media
+		// The rises after t (a count falls when a session's counters
+		// start again after a relogin: that step adds nothing).
+		for i := 1; i < len(s); i++ {
+			if !s[i].t.Before(t) && s[i].media > s[i-1].media {
+				n += s[i].media - s[i-1].media
 			}
 		}
-		n += s[len(s)-1].media - base
 	}
 	return n
 }

@@ -38,3 +38,15 @@ func TestPace(t *testing.T) {
 		t.Fatal("nominal figures")
 	}
 }
+
+func TestMediaSince(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	w := &Watcher{steps: map[pathKey][]mediaStep{
+		{"i", "a", 0}: {{t0, 10}, {t0.Add(time.Second), 15}, {t0.Add(2 * time.Second), 3}, {t0.Add(3 * time.Second), 7}},
+		{"i", "b", 0}: {{t0, 50}, {t0.Add(2 * time.Second), 60}},
+	}}
+	// After t0+500ms: +5, a fall (the session's counters restart), +4.
+	if n := w.media("i", "a", t0.Add(500*time.Millisecond)); n != 9 {
+		t.Fatalf("media %d, want 9", n)
+	}
+}
