@@ -16,10 +16,10 @@ import (
 // owner's portals one after the other under fio (iscsiadm -m node -p
 // PORTAL -u), as when taking a controller's links out of service from the
 // host side, then logs it back in (-l). Each step is judged on the guest:
-// no I/O error reached fio, no I/O error line in its kernel log, and LUN
-// 0's multipath device kept completing I/O (its longest gap, from the
-// guest's own counters, is stated); and what the array did is recorded
-// (its moves, the reports it raised, LUN 0's owner after).
+// no I/O error reached fio, no I/O error line in its kernel log, and fio
+// kept completing I/O on LUN 0 (the longest gap between its completions,
+// from fio's own completion log, is stated); and what the array did is
+// recorded (its moves, the reports it raised, LUN 0's owner after).
 
 // startSamplers measures each guest's clock offset and starts its sampler
 // of completed I/O per block device (10 ms).

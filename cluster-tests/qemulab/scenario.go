@@ -135,9 +135,10 @@ var Scenarios = map[string]Scenario{
 		NoMoveFrom: "a"},
 	// mnd-dmmp: dm-multipath at its defaults (declared linux-dmmp) and with
 	// prio alua (linux) raise nothing (no Multipath Not Discovering Paths,
-	// no Host Type Incorrect) and move nothing; for the TCMU fabric, where
-	// LIO answers RTPG itself.
-	"mnd-dmmp": {Name: "mnd-dmmp", Clients: []ClientSpec{cDefaultsDMMP, cALUA}, Steps: []string{"observe"}, Observe: 90 * time.Second},
+	// no Host Type Incorrect) and move nothing (Boot's check); on the TCMU
+	// fabric too.
+	"mnd-dmmp": {Name: "mnd-dmmp", Clients: []ClientSpec{cDefaultsDMMP, cALUA}, Steps: []string{"observe"}, Observe: 90 * time.Second,
+		Boot: true},
 	// logout-owner: a linux-dmmp guest under fio is logged out of LUN 0's
 	// owner's two portals one after the other by its admin (iscsiadm -u),
 	// then logged back in: no I/O error, LUN 0's I/O goes on (its longest
