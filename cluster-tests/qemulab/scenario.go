@@ -227,6 +227,9 @@ type ClientResult struct {
 	// fioDone: per LUN, when fio completed each of its I/Os (the lab's
 	// clock; Sample scenarios).
 	fioDone map[uint64][]time.Time
+	// bootPace: how much slower than on a quiet machine it booted (>= 1):
+	// the set-up's commands get that much longer.
+	bootPace float64
 }
 
 // StepResult is one step: the changes the array made and how each client
@@ -570,6 +573,7 @@ func (l *lab) bringUp(ctx context.Context, i int, c *ClientResult) error {
 	c.vm, c.Booted = vm, vm.Booted
 	// The set-up's deadlines grow with how slowly the guest booted.
 	bp := max(1, vm.Booted.Seconds()/nominalBoot(len(l.res.Clients)).Seconds())
+	c.bootPace = bp
 	l.opt.Log("%s booted in %v", c.Spec.Name, vm.Booted.Round(100*time.Millisecond))
 	t := time.Now()
 	for _, f := range []string{"setup-client.sh", c.Spec.Conf} {
@@ -591,7 +595,7 @@ func (l *lab) bringUp(ctx context.Context, i int, c *ClientResult) error {
 	// Wait for dm-multipath to assemble every LUN from all four paths.
 	deadline := time.Now().Add(scaleDur(2*time.Minute, bp))
 	for !c.Spec.NoMultipath {
-		out, err := vm.Sh(ctx, 30*time.Second, "multipath -ll")
+		out, err := vm.Sh(ctx, scaleDur(30*time.Second, bp), "multipath -ll")
 		maps, perr := ParseMultipathLL(out)
 		if err == nil && perr == nil {
 			n := 0
@@ -616,7 +620,7 @@ func (l *lab) bringUp(ctx context.Context, i int, c *ClientResult) error {
 		return err
 	}
 	if c.Spec.NoMultipath {
-		c.DHState, _ = vm.Sh(ctx, 30*time.Second, "for d in /sys/block/sd*; do echo $(basename $d) $(cat $d/device/dh_state); done; lsmod | grep -E '^(scsi_dh|dm_)' || true")
+		c.DHState, _ = vm.Sh(ctx, scaleDur(30*time.Second, bp), "for d in /sys/block/sd*; do echo $(basename $d) $(cat $d/device/dh_state); done; lsmod | grep -E '^(scsi_dh|dm_)' || true")
 		l.opt.Log("%s set up in %v: %d disks, no multipath; device handlers: %s", c.Spec.Name, c.SetUp.Round(100*time.Millisecond), len(c.disks),
 			strings.Join(strings.Fields(c.DHState), " "))
 		return nil
@@ -624,8 +628,8 @@ func (l *lab) bringUp(ctx context.Context, i int, c *ClientResult) error {
 	l.checkAO(c)
 	if len(c.maps) > 0 && len(c.maps[0].Paths()) > 0 {
 		dev := "/dev/" + c.maps[0].Paths()[0].Dev
-		c.RTPG, _ = vm.Sh(ctx, 30*time.Second, "sg_rtpg -d "+dev+"; sg_rtpg -e -d "+dev)
-		c.Inquiry, _ = vm.Sh(ctx, 30*time.Second, "sg_inq "+dev+"; sg_inq -p 0x83 "+dev)
+		c.RTPG, _ = vm.Sh(ctx, scaleDur(30*time.Second, bp), "sg_rtpg -d "+dev+"; sg_rtpg -e -d "+dev)
+		c.Inquiry, _ = vm.Sh(ctx, scaleDur(30*time.Second, bp), "sg_inq "+dev+"; sg_inq -p 0x83 "+dev)
 	}
 	l.opt.Log("%s set up in %v: %d maps, %d paths", c.Spec.Name, c.SetUp.Round(100*time.Millisecond), c.Maps, c.Paths)
 	return nil
@@ -635,7 +639,8 @@ func (l *lab) bringUp(ctx context.Context, i int, c *ClientResult) error {
 func (l *lab) mapDisks(ctx context.Context, c *ClientResult, urls []string) error {
 	c.disks = map[string]DiskPath{}
 	if !c.Spec.LibISCSI {
-		out, err := c.vm.Sh(ctx, 30*time.Second, diskScript)
+		// Many processes per disk: seconds in a loaded TCG guest.
+		out, err := c.vm.Sh(ctx, scaleDur(30*time.Second, c.bootPace), diskScript)
 		if err != nil {
 			return err
 		}
@@ -648,7 +653,7 @@ func (l *lab) mapDisks(ctx context.Context, c *ClientResult, urls []string) erro
 		}
 		return nil
 	}
-	out, err := c.vm.Sh(ctx, 30*time.Second, scsiBlockScript)
+	out, err := c.vm.Sh(ctx, scaleDur(30*time.Second, c.bootPace), scsiBlockScript)
 	if err != nil {
 		return err
 	}
@@ -738,7 +743,7 @@ func (l *lab) startFio(ctx context.Context, c *ClientResult) error {
 	cmd := "fio --output-format=json --output=/tmp/fio.json --ioengine=libaio --direct=1 --rw=randrw --rwmixread=70 " +
 		"--bs=4k --iodepth=2 --rate_iops=70,30 --time_based --runtime=3600 " + strings.Join(jobs, " ") +
 		" >/tmp/fio.log 2>&1 & echo $! >/tmp/fio.pid"
-	_, err := c.vm.Sh(ctx, 30*time.Second, cmd)
+	_, err := c.vm.Sh(ctx, l.scaled(30*time.Second), cmd)
 	return err
 }
 
