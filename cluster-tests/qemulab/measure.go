@@ -2,7 +2,11 @@ package qemulab
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"os"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -223,4 +227,90 @@ func (w *Watcher) follow(initiator string, lun uint64, ch api.Event, at time.Tim
 		}
 	}
 	return f
+}
+
+// Events returns the feed's events of a kind at or after t.
+func (w *Watcher) Events(kind string, t time.Time) []api.Event {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []api.Event
+	for _, e := range w.events {
+		if e.Kind == kind && !e.Time.Before(t) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// Moves returns the ALUA changes at or after t that moved a LUN from one
+// node to another (not a node going down or coming up).
+func (w *Watcher) Moves(t time.Time) []api.Event {
+	var out []api.Event
+	for _, e := range w.Changes(t) {
+		if e.Change.From != "" && e.Change.To != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// LastLogin is the latest login of initiator on node at or after t (zero
+// if none), and how many there were.
+func (w *Watcher) LastLogin(initiator, node string, t time.Time) (time.Time, int) {
+	var last time.Time
+	n := 0
+	for _, e := range w.Events(api.EventLogin, t) {
+		if e.Initiator == initiator && (node == "" || e.Node == node) {
+			n++
+			if e.Time.After(last) {
+				last = e.Time
+			}
+		}
+	}
+	return last, n
+}
+
+// Raised is the first time a report of condition was raised for host on
+// node at or after t (zero if never).
+func (w *Watcher) Raised(condition, host, node string, t time.Time) time.Time {
+	for _, e := range w.Events(api.EventReport, t) {
+		if r := e.Report; r != nil && r.Raised && r.Condition == condition && r.Host == host && (node == "" || r.Node == node) {
+			return e.Time
+		}
+	}
+	return time.Time{}
+}
+
+// describeMoves renders moves for a check's detail.
+func describeMoves(es []api.Event, base time.Time) string {
+	if len(es) == 0 {
+		return "none"
+	}
+	var s []string
+	for _, e := range es {
+		s = append(s, fmt.Sprintf("LUNs %v %s->%s (%s) at +%v", e.Change.LUNs, e.Change.From, e.Change.To, e.Change.Cause,
+			e.Time.Sub(base).Round(100*time.Millisecond)))
+	}
+	return strings.Join(s, "; ")
+}
+
+// WriteEvents writes the array's event feed as the lab saw it (times on
+// the lab's clock), one JSON object a line, without the per-interval I/O
+// and path samples.
+func (w *Watcher) WriteEvents(path string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var b strings.Builder
+	for _, e := range w.events {
+		if e.Kind == api.EventIO || e.Kind == api.EventPath {
+			continue
+		}
+		j, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		b.Write(j)
+		b.WriteByte('\n')
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
 }

@@ -37,6 +37,9 @@ func (r *Results) Markdown() string {
 		"aluad on the host. Times are taken at the array: the move's commit (UA queued), the host's first 2A/06, "+
 		"and when its READs/WRITEs left the old owner and ran only on the new one (10 ms polling).\n\n",
 		r.Started.Format(time.RFC3339), r.Elapsed.Round(time.Second), (time.Duration(r.ImageMS) * time.Millisecond).Round(time.Second))
+	if r.Pace > 0 {
+		fmt.Fprintf(&b, "The guests came up %.2fx slower than on a quiet machine; the waits on their own timers were scaled by that: %v.\n\n", r.Pace, r.Waits)
+	}
 	if p := r.Polling; p.Polls > 0 {
 		fmt.Fprintf(&b, "The array's counters were read %d times, every %v on average, the longest gap %v (%d failed reads): "+
 			"the resolution of the first-I/O-at-the-new-owner times.\n\n", p.Polls, p.Mean.Round(time.Millisecond),
@@ -54,6 +57,31 @@ func (r *Results) Markdown() string {
 		}
 		for _, c := range st.Changes {
 			fmt.Fprintf(&b, "- %s\n", c)
+		}
+		if st.Owners != nil {
+			fmt.Fprintf(&b, "\nOwners at the end of the step: %v.\n", st.Owners)
+		}
+		for _, n := range st.Notes {
+			fmt.Fprintf(&b, "- %s\n", n)
+		}
+		if len(st.Raised) > 0 {
+			b.WriteString("\nReports raised or cleared during the step:\n\n")
+			for _, r := range st.Raised {
+				fmt.Fprintf(&b, "- %s\n", r)
+			}
+		}
+		if len(st.Reports) > 0 {
+			b.WriteString("\nReports standing at the end of the step:\n\n")
+			for _, r := range st.Reports {
+				fmt.Fprintf(&b, "- %s\n", r)
+			}
+		}
+		if len(st.IOErrLogs) > 0 {
+			b.WriteString("\nI/O error lines in the guests' kernel logs during the step:\n\n```\n")
+			for _, r := range st.IOErrLogs {
+				fmt.Fprintf(&b, "%s\n", r)
+			}
+			b.WriteString("```\n")
 		}
 		b.WriteString("\n| client | LUN | move | cause | I/O held | move -> UA | UA -> switch | move -> switch |\n|---|---|---|---|---|---|---|---|\n")
 		for _, f := range st.Follows {

@@ -1,6 +1,7 @@
 package qemulab
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -58,6 +59,17 @@ type Scenario struct {
 	// own counters lag; the agreement is then reported, not judged).
 	Qualify      string
 	QualifyAgree bool
+	// Observe is how long an "observe" step watches (default 80 s, then
+	// 5 s more for the forwarded count).
+	Observe time.Duration
+	// Sample starts each guest's sampler of its disks' completions after
+	// fio starts: the logout steps state the stall on LUN 0 from it.
+	Sample bool
+	// Boot judges the guests' boot: no LUN moves from the array's start
+	// until Observe after each guest's last login.
+	Boot bool
+	// NoMoveFrom: no LUN may move away from this node during the run.
+	NoMoveFrom string
 }
 
 var (
@@ -75,9 +87,22 @@ var (
 		Desc: "QEMU libiscsi + scsi-block; guest dm-multipath as c3 (scsi_dh_alua talks RTPG through QEMU)", Follows: true}
 )
 
-// cNoMP logs in everywhere but runs no multipath.
+// cNoMP logs in everywhere but runs no multipath (multipathd not
+// running), on a kernel that attaches scsi_dh_alua to every TPGS device
+// at scan and reads RTPG on every path (noMPModules).
 var cNoMP = ClientSpec{Name: "c6", Conf: "multipath-none.conf", HostType: "linux", NoMultipath: true,
-	Desc: "open-iscsi logged in on every portal, no multipath (multipathd stopped, scsi_dh_alua not loaded): I/O through node a's first path only"}
+	Desc: "open-iscsi logged in on every portal, no multipath (multipathd not running); scsi_dh_alua attached to every path at scan (RTPG on each): I/O through node a's first path only"}
+
+// noMPModules are c6's boot modules. The kernel attaches a device handler
+// at scan only if it is already registered: it does not load one
+// (scsi_dh_add_device looks handlers up without request_module). Kernels
+// that build scsi_dh_alua in attach it to every TPGS device at scan; the
+// Debian guest's kernel has it as a module that, at its defaults without
+// multipathd, nothing loads (checked on the bookworm guest: every path
+// "detached"). The guest loads it at boot, before its logins, so that it
+// attaches at scan as a built-in one does. dm_multipath is what Debian's
+// modules-load.d (multipath-tools) loads at boot; multipathd is not run.
+var noMPModules = []string{"virtio_net", "virtio_scsi", "sd_mod", "sg", "scsi_dh_alua", "iscsi_tcp", "dm_multipath"}
 
 // cLibISCSIShared is c5 in a crowded run: measured, not judged.
 var cLibISCSIShared = func() ClientSpec {
@@ -103,7 +128,27 @@ var Scenarios = map[string]Scenario{
 	// nomp: a guest whose multipathd is stopped scans every path and uses
 	// node a's: Multipath Not Discovering Paths for node b; a dm-multipath
 	// guest that reads RTPG on every path raises none.
-	"nomp": {Name: "nomp", Clients: []ClientSpec{cNoMP, cALUA}, Steps: []string{"observe"}},
+	// The no-multipath guest's scsi_dh_alua reads RTPG on every path at
+	// scan, as on a Debian host: that is not multipath discovery. No LUN
+	// may leave node a, where it sends its I/O.
+	"nomp": {Name: "nomp", Clients: []ClientSpec{cNoMP, cALUA}, Steps: []string{"observe"}, Observe: 90 * time.Second,
+		NoMoveFrom: "a"},
+	// mnd-dmmp: dm-multipath at its defaults (declared linux-dmmp) and with
+	// prio alua (linux) raise nothing (no Multipath Not Discovering Paths,
+	// no Host Type Incorrect) and move nothing (Boot's check); on the TCMU
+	// fabric too.
+	"mnd-dmmp": {Name: "mnd-dmmp", Clients: []ClientSpec{cDefaultsDMMP, cALUA}, Steps: []string{"observe"}, Observe: 90 * time.Second,
+		Boot: true},
+	// logout-owner: a linux-dmmp guest under fio is logged out of LUN 0's
+	// owner's two portals one after the other by its admin (iscsiadm -u),
+	// then logged back in: no I/O error, LUN 0's I/O goes on (its longest
+	// gap stated), and what the array did is recorded.
+	"logout-owner": {Name: "logout-owner", Clients: []ClientSpec{cDefaultsDMMP}, Steps: []string{"logout-owner", "login-owner"},
+		Sample: true},
+	// boot: a linux-dmmp guest boots and logs in to every portal
+	// (iscsiadm -m node -L all): no LUN moves during its logins nor in the
+	// 90 s after them.
+	"boot": {Name: "boot", Clients: []ClientSpec{cDefaultsDMMP}, Steps: []string{"observe"}, Observe: 90 * time.Second, Boot: true},
 	// powerloss: LUN 0's owner loses power (silent on the wire) and
 	// comes back: the guest's stall is its NOP-Out timeout plus
 	// fast_io_fail, then the array's takeover; no application error.
@@ -172,11 +217,19 @@ type ClientResult struct {
 	ClockOffset    time.Duration `json:"clock_offset_ns,omitempty"`
 	ClockRTT       time.Duration `json:"clock_rtt_ns,omitempty"`
 	KernelDMErrors int           `json:"kernel_dm_errors"`
-	Problems       []string      `json:"problems,omitempty"`
+	// DHState: each path's device handler (no-multipath client).
+	DHState  string   `json:"dh_state,omitempty"`
+	Problems []string `json:"problems,omitempty"`
 
 	vm    *VM
 	disks map[string]DiskPath // dev -> portal, LUN
 	maps  []MPath
+	// fioDone: per LUN, when fio completed each of its I/Os (the lab's
+	// clock; Sample scenarios).
+	fioDone map[uint64][]time.Time
+	// bootPace: how much slower than on a quiet machine it booted (>= 1):
+	// the set-up's commands get that much longer.
+	bootPace float64
 }
 
 // StepResult is one step: the changes the array made and how each client
@@ -195,6 +248,14 @@ type StepResult struct {
 	Reports   []string          `json:"reports,omitempty"`
 	Owners    map[uint64]string `json:"owners,omitempty"`
 	Forwarded uint64            `json:"forwarded_last_5s,omitempty"`
+	// Portal steps (logout-owner, login-owner): when the step ended, the
+	// reports raised during it, I/O error lines the guest's kernel logged
+	// during it, whether fio was still running at its end, and notes.
+	End       time.Time `json:"end,omitempty"`
+	Raised    []string  `json:"raised,omitempty"`
+	IOErrLogs []string  `json:"io_error_lines,omitempty"`
+	FioAlive  bool      `json:"fio_alive,omitempty"`
+	Notes     []string  `json:"notes,omitempty"`
 }
 
 // Check is one pass/fail condition of the run.
@@ -220,6 +281,10 @@ type Results struct {
 	// Topology each client's multipathd topology after each of its steps.
 	Qualify  []QualifyAgreement        `json:"qualify,omitempty"`
 	Topology map[string]map[int]string `json:"topology,omitempty"`
+	// Pace: the guests' bring-up time over a quiet machine's (>= 1), and
+	// the waits derived from it.
+	Pace  float64           `json:"pace"`
+	Waits map[string]string `json:"waits,omitempty"`
 }
 
 func (r *Results) check(name string, ok bool, format string, a ...any) {
@@ -254,6 +319,13 @@ type lab struct {
 	// client's `multipath -ll` after each of its steps.
 	qrep *qualify.Report
 	mpll map[string]map[int]string
+	// pace is how much slower than on a quiet machine the guests came up
+	// (>= 1): the waits that depend on the guests' own timers scale by it.
+	pace float64
+	// views: each guest's sampler record (Sample scenarios), read at the end.
+	views map[string]*guestView
+	// loggedOut is the node a logout-owner step logged the guests out of.
+	loggedOut string
 }
 
 // Run runs a scenario and writes its results to opt.Out.
@@ -279,6 +351,7 @@ func Run(ctx context.Context, opt Options) (*Results, error) {
 	l.res.Elapsed = time.Since(l.res.Started)
 	if l.w != nil {
 		l.res.Polling = l.w.Stats()
+		_ = l.w.WriteEvents(filepath.Join(opt.Out, "events.jsonl"))
 	}
 	l.res.Pass = err == nil
 	for _, c := range l.res.Checks {
@@ -394,10 +467,19 @@ func (l *lab) run(ctx context.Context) error {
 			return err
 		}
 	}
+	l.setPace()
 	for _, c := range l.res.Clients {
 		if c.Spec.NoMultipath {
 			l.res.check(c.Spec.Name+": every LUN on every path (4 disks per LUN)", len(c.disks) == 4*l.opt.LUNs,
 				"%d disks", len(c.disks))
+			attached := 0
+			for _, line := range strings.Split(c.DHState, "\n") {
+				if f := strings.Fields(line); len(f) == 2 && strings.HasPrefix(f[0], "sd") && f[1] == "alua" {
+					attached++
+				}
+			}
+			l.res.check(c.Spec.Name+": scsi_dh_alua attached to every path at scan", attached == len(c.disks) && attached > 0,
+				"%d of %d paths: %s", attached, len(c.disks), strings.Join(strings.Fields(c.DHState), " "))
 			continue
 		}
 		l.res.check(c.Spec.Name+": one multipath device per LUN, 4 paths each", c.Maps == l.opt.LUNs && c.Paths == 4*l.opt.LUNs,
@@ -409,6 +491,11 @@ func (l *lab) run(ctx context.Context) error {
 
 	for _, c := range l.res.Clients {
 		if err := l.startFio(ctx, c); err != nil {
+			return err
+		}
+	}
+	if sc.Sample {
+		if err := l.startSamplers(ctx); err != nil {
 			return err
 		}
 	}
@@ -434,7 +521,7 @@ func (l *lab) run(ctx context.Context) error {
 		if err := l.finish(ctx, c); err != nil && stepErr == nil {
 			stepErr = err
 		}
-		if sc.Qualify != "" {
+		if sc.Qualify != "" || sc.Sample {
 			v, err := l.collectGuest(ctx, c)
 			if err != nil && stepErr == nil {
 				stepErr = err
@@ -445,6 +532,7 @@ func (l *lab) run(ctx context.Context) error {
 			"%d I/Os, %d fio errors, %d errors on the multipath device, %d path errors retried by dm-multipath",
 			c.FioIOs, c.FioErrors, c.KernelDMErrors, c.KernelPathErrors)
 	}
+	l.views = views
 	l.judge()
 	if sc.Qualify != "" {
 		l.judgeQualify(views)
@@ -465,9 +553,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 func (l *lab) bringUp(ctx context.Context, i int, c *ClientResult) error {
 	spec := VMSpec{Name: c.Spec.Name, Index: i, InitiatorName: c.IQN}
 	if c.Spec.NoMultipath {
-		// A host without multipath software: no scsi_dh_alua either (the
-		// multipath stack is what loads it), so nothing reads RTPG.
-		spec.Modules = []string{"virtio_net", "virtio_scsi", "sd_mod", "sg", "iscsi_tcp"}
+		spec.Modules = noMPModules
 	}
 	var urls []string
 	if c.Spec.LibISCSI {
@@ -485,6 +571,9 @@ func (l *lab) bringUp(ctx context.Context, i int, c *ClientResult) error {
 		return err
 	}
 	c.vm, c.Booted = vm, vm.Booted
+	// The set-up's deadlines grow with how slowly the guest booted.
+	bp := max(1, vm.Booted.Seconds()/nominalBoot(len(l.res.Clients)).Seconds())
+	c.bootPace = bp
 	l.opt.Log("%s booted in %v", c.Spec.Name, vm.Booted.Round(100*time.Millisecond))
 	t := time.Now()
 	for _, f := range []string{"setup-client.sh", c.Spec.Conf} {
@@ -500,13 +589,13 @@ func (l *lab) bringUp(ctx context.Context, i int, c *ClientResult) error {
 	if c.Spec.LibISCSI {
 		portal = ""
 	}
-	if out, err := vm.Sh(ctx, 3*time.Minute, fmt.Sprintf("sh /run/lab/setup-client.sh /run/lab/%s %s %s", c.Spec.Conf, c.IQN, portal)); err != nil {
+	if out, err := vm.Sh(ctx, scaleDur(3*time.Minute, bp), fmt.Sprintf("sh /run/lab/setup-client.sh /run/lab/%s %s %s", c.Spec.Conf, c.IQN, portal)); err != nil {
 		return fmt.Errorf("%w\n%s", err, out)
 	}
 	// Wait for dm-multipath to assemble every LUN from all four paths.
-	deadline := time.Now().Add(2 * time.Minute)
+	deadline := time.Now().Add(scaleDur(2*time.Minute, bp))
 	for !c.Spec.NoMultipath {
-		out, err := vm.Sh(ctx, 30*time.Second, "multipath -ll")
+		out, err := vm.Sh(ctx, scaleDur(30*time.Second, bp), "multipath -ll")
 		maps, perr := ParseMultipathLL(out)
 		if err == nil && perr == nil {
 			n := 0
@@ -531,14 +620,16 @@ func (l *lab) bringUp(ctx context.Context, i int, c *ClientResult) error {
 		return err
 	}
 	if c.Spec.NoMultipath {
-		l.opt.Log("%s set up in %v: %d disks, no multipath", c.Spec.Name, c.SetUp.Round(100*time.Millisecond), len(c.disks))
+		c.DHState, _ = vm.Sh(ctx, scaleDur(30*time.Second, bp), "for d in /sys/block/sd*; do echo $(basename $d) $(cat $d/device/dh_state); done; lsmod | grep -E '^(scsi_dh|dm_)' || true")
+		l.opt.Log("%s set up in %v: %d disks, no multipath; device handlers: %s", c.Spec.Name, c.SetUp.Round(100*time.Millisecond), len(c.disks),
+			strings.Join(strings.Fields(c.DHState), " "))
 		return nil
 	}
 	l.checkAO(c)
 	if len(c.maps) > 0 && len(c.maps[0].Paths()) > 0 {
 		dev := "/dev/" + c.maps[0].Paths()[0].Dev
-		c.RTPG, _ = vm.Sh(ctx, 30*time.Second, "sg_rtpg -d "+dev+"; sg_rtpg -e -d "+dev)
-		c.Inquiry, _ = vm.Sh(ctx, 30*time.Second, "sg_inq "+dev+"; sg_inq -p 0x83 "+dev)
+		c.RTPG, _ = vm.Sh(ctx, scaleDur(30*time.Second, bp), "sg_rtpg -d "+dev+"; sg_rtpg -e -d "+dev)
+		c.Inquiry, _ = vm.Sh(ctx, scaleDur(30*time.Second, bp), "sg_inq "+dev+"; sg_inq -p 0x83 "+dev)
 	}
 	l.opt.Log("%s set up in %v: %d maps, %d paths", c.Spec.Name, c.SetUp.Round(100*time.Millisecond), c.Maps, c.Paths)
 	return nil
@@ -548,7 +639,8 @@ func (l *lab) bringUp(ctx context.Context, i int, c *ClientResult) error {
 func (l *lab) mapDisks(ctx context.Context, c *ClientResult, urls []string) error {
 	c.disks = map[string]DiskPath{}
 	if !c.Spec.LibISCSI {
-		out, err := c.vm.Sh(ctx, 30*time.Second, diskScript)
+		// Many processes per disk: seconds in a loaded TCG guest.
+		out, err := c.vm.Sh(ctx, scaleDur(30*time.Second, c.bootPace), diskScript)
 		if err != nil {
 			return err
 		}
@@ -561,7 +653,7 @@ func (l *lab) mapDisks(ctx context.Context, c *ClientResult, urls []string) erro
 		}
 		return nil
 	}
-	out, err := c.vm.Sh(ctx, 30*time.Second, scsiBlockScript)
+	out, err := c.vm.Sh(ctx, scaleDur(30*time.Second, c.bootPace), scsiBlockScript)
 	if err != nil {
 		return err
 	}
@@ -628,7 +720,13 @@ func (l *lab) startFio(ctx context.Context, c *ClientResult) error {
 	var jobs []string
 	for _, m := range c.maps {
 		lun, _ := c.lunOf(m)
-		jobs = append(jobs, fmt.Sprintf("--name=lun%d --filename=/dev/%s", lun, m.DM))
+		job := fmt.Sprintf("--name=lun%d --filename=/dev/%s", lun, m.DM)
+		if l.opt.Scenario.Sample {
+			// Every completion fio counted as done (an error ends the job),
+			// stamped with the guest's clock (ms).
+			job += fmt.Sprintf(" --write_lat_log=%s%d --log_unix_epoch=1", fioLatLog, lun)
+		}
+		jobs = append(jobs, job)
 	}
 	if c.Spec.NoMultipath { // one disk per LUN: the path through node a's first portal
 		devs := make([]string, 0, len(c.disks))
@@ -645,13 +743,13 @@ func (l *lab) startFio(ctx context.Context, c *ClientResult) error {
 	cmd := "fio --output-format=json --output=/tmp/fio.json --ioengine=libaio --direct=1 --rw=randrw --rwmixread=70 " +
 		"--bs=4k --iodepth=2 --rate_iops=70,30 --time_based --runtime=3600 " + strings.Join(jobs, " ") +
 		" >/tmp/fio.log 2>&1 & echo $! >/tmp/fio.pid"
-	_, err := c.vm.Sh(ctx, 30*time.Second, cmd)
+	_, err := c.vm.Sh(ctx, l.scaled(30*time.Second), cmd)
 	return err
 }
 
 // finish stops fio and collects errors and the final multipath view.
 func (l *lab) finish(ctx context.Context, c *ClientResult) error {
-	out, err := c.vm.Sh(ctx, 2*time.Minute, `p=$(cat /tmp/fio.pid); kill -INT $p; while kill -0 $p 2>/dev/null; do sleep 0.2; done; cat /tmp/fio.json`)
+	out, err := c.vm.Sh(ctx, l.scaled(2*time.Minute), `p=$(cat /tmp/fio.pid); kill -INT $p; while kill -0 $p 2>/dev/null; do sleep 0.2; done; cat /tmp/fio.json`)
 	if err != nil {
 		return err
 	}
@@ -666,11 +764,26 @@ func (l *lab) finish(ctx context.Context, c *ClientResult) error {
 			c.FioErrors++
 		}
 	}
-	dm, _ := c.vm.Sh(ctx, 10*time.Second, "dmesg | grep -c 'I/O error, dev dm-' || true")
-	sd, _ := c.vm.Sh(ctx, 10*time.Second, "dmesg | grep -c 'I/O error, dev sd' || true")
-	fmt.Sscan(strings.TrimSpace(dm), &c.KernelDMErrors)
-	fmt.Sscan(strings.TrimSpace(sd), &c.KernelPathErrors)
-	c.After, _ = c.vm.Sh(ctx, 30*time.Second, "multipath -ll")
+	if l.opt.Scenario.Sample {
+		if err := l.readFioDone(ctx, c); err != nil {
+			return err
+		}
+	}
+	// A count the guest did not answer in time is not zero: it fails the
+	// zero-errors check (-1) instead of passing it.
+	count := func(pattern string) int {
+		out, err := c.vm.Sh(ctx, l.scaled(30*time.Second), "dmesg | grep -c '"+pattern+"' || true")
+		n := -1
+		if err == nil {
+			if _, err := fmt.Sscan(strings.TrimSpace(out), &n); err != nil {
+				n = -1
+			}
+		}
+		return n
+	}
+	c.KernelDMErrors = count("I/O error, dev dm-")
+	c.KernelPathErrors = count("I/O error, dev sd")
+	c.After, _ = c.vm.Sh(ctx, l.scaled(30*time.Second), "multipath -ll")
 	for name, cmd := range map[string]string{"dmesg": "dmesg", "multipathd": "cat /var/log/aluad-lab/multipathd.log"} {
 		if out, err := c.vm.Sh(ctx, 30*time.Second, cmd); err == nil {
 			_ = os.WriteFile(filepath.Join(l.dir, c.Spec.Name+"."+name+".log"), []byte(out), 0o644)
@@ -691,6 +804,10 @@ func (l *lab) step(ctx context.Context, name string) (*StepResult, error) {
 	other := map[string]string{"a": "b", "b": "a"}
 	var want func(api.Event) bool
 	wait := 30 * time.Second
+	// returning: the node whose paths come back (failback, restart): the
+	// wait for the array's failback is derived from when the guests are
+	// back on it (failbackDeadline).
+	returning := ""
 	l.opt.Log("step %s", name)
 	switch name {
 	case "move":
@@ -739,6 +856,7 @@ func (l *lab) step(ctx context.Context, name string) (*StepResult, error) {
 		}
 		want = func(e api.Event) bool { return e.Change.Cause == "failback" }
 		wait = 90 * time.Second
+		returning = other[owner0]
 	case "power-loss":
 		// LUN 0's owner loses power: its ports go silent, so the guests
 		// learn of it only when their NOP-Out pings time out.
@@ -757,16 +875,19 @@ func (l *lab) step(ctx context.Context, name string) (*StepResult, error) {
 		if _, err := cl.Inject(api.Fault{Kind: api.FaultRestart, Node: l.down}); err != nil {
 			return st, err
 		}
+		returning = l.down
 		l.down = ""
 		want = func(e api.Event) bool { return e.Change.Cause == "failback" }
 		wait = 90 * time.Second
 	case "observe":
 		return st, l.observe(ctx, st)
+	case "logout-owner", "login-owner":
+		return st, l.portalStep(ctx, st, name)
 	default:
 		return st, fmt.Errorf("unknown step %q", name)
 	}
 	// Wait for the change the step is about.
-	deadline := time.Now().Add(wait)
+	deadline := st.Start.Add(wait)
 	var seen bool
 	for !seen {
 		for _, e := range l.w.Changes(st.Start) {
@@ -775,18 +896,29 @@ func (l *lab) step(ctx context.Context, name string) (*StepResult, error) {
 		if seen {
 			break
 		}
+		if returning != "" {
+			deadline = maxT(deadline, l.failbackDeadline(st.Start, returning, wait))
+		}
 		if time.Now().After(deadline) {
-			return st, fmt.Errorf("no %s move within %v", name, wait)
+			err := fmt.Errorf("no %s move within %v", name, time.Since(st.Start).Round(time.Second))
+			if returning != "" {
+				err = fmt.Errorf("%w: %s", err, l.evidence(st.Start, returning))
+			}
+			return st, err
 		}
 		if !sleepCtx(ctx, 100*time.Millisecond) {
 			return st, ctx.Err()
 		}
 	}
+	if returning != "" {
+		// How long after the guests were back the array failed back.
+		st.Notes = append(st.Notes, l.evidence(st.Start, returning))
+	}
 	// Then give every client time to follow every change. QEMU's libiscsi
 	// driver reconnects under a guest and holds its I/O, so such a guest
 	// notices a lost path only at its SCSI command timeout (30 s) and
 	// error handling: give a failover longer.
-	window := l.opt.Follow
+	window := l.scaled(l.opt.Follow)
 	for _, c := range l.res.Clients {
 		if c.Spec.LibISCSI && name == "failover" {
 			window = max(window, 90*time.Second)
@@ -799,8 +931,8 @@ func (l *lab) step(ctx context.Context, name string) (*StepResult, error) {
 		st.Follows = st.Follows[:0]
 		st.Changes = st.Changes[:0]
 		for _, e := range l.w.Changes(st.Start) {
-			st.Changes = append(st.Changes, fmt.Sprintf("LUNs %v %s -> %s (%s; I/O held %v)", e.Change.LUNs, e.Change.From, e.Change.To,
-				e.Change.Cause, e.Change.Stop.Round(time.Microsecond)))
+			st.Changes = append(st.Changes, fmt.Sprintf("+%v LUNs %v %s -> %s (%s; I/O held %v)", e.Time.Sub(st.Start).Round(100*time.Millisecond),
+				e.Change.LUNs, e.Change.From, e.Change.To, e.Change.Cause, e.Change.Stop.Round(time.Microsecond)))
 			if e.Change.To == "" || e.Change.From == "" {
 				continue // a node going down or up moves no LUN: nothing to follow
 			}
@@ -829,7 +961,7 @@ func (l *lab) step(ctx context.Context, name string) (*StepResult, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if out, err := c.vm.Sh(ctx, 20*time.Second, "multipath -ll"); err == nil {
+			if out, err := c.vm.Sh(ctx, l.scaled(20*time.Second), "multipath -ll"); err == nil {
 				mu.Lock()
 				st.MultipathLL[c.Spec.Name] = out
 				mu.Unlock()
@@ -856,7 +988,17 @@ func (l *lab) step(ctx context.Context, name string) (*StepResult, error) {
 // (30 s) and ship window (60 s), then records the reports, the owners and
 // the I/O forwarded between nodes over the last 5 s.
 func (l *lab) observe(ctx context.Context, st *StepResult) error {
-	if !sleepCtx(ctx, 80*time.Second) {
+	obs := cmp.Or(l.opt.Scenario.Observe, 80*time.Second)
+	until := time.Now().Add(obs)
+	if l.opt.Scenario.Boot {
+		// At least Observe after every guest's last login (its boot).
+		for _, c := range l.res.Clients {
+			if t, _ := l.w.LastLogin(c.IQN, "", l.res.Started); !t.IsZero() {
+				until = maxT(until, t.Add(obs))
+			}
+		}
+	}
+	if !sleepCtx(ctx, time.Until(until)) {
 		return ctx.Err()
 	}
 	cl := l.arr.Client
@@ -946,6 +1088,9 @@ func (l *lab) judge() {
 		if st.Name == "observe" {
 			l.judgeObserve(st)
 		}
+		if st.Name == "logout-owner" || st.Name == "login-owner" {
+			l.judgePortal(st)
+		}
 		for _, f := range st.Follows {
 			c := l.client(f.Host)
 			if c == nil || f.Cause == "manual" && st.Name == "rebalance" {
@@ -963,6 +1108,7 @@ func (l *lab) judge() {
 			}
 		}
 	}
+	l.judgeMoves()
 	sort.SliceStable(l.res.Checks, func(i, j int) bool { return l.res.Checks[i].Name < l.res.Checks[j].Name })
 }
 
@@ -986,7 +1132,11 @@ func (l *lab) judgeObserve(st *StepResult) {
 		}
 		if c.Spec.NoMultipath {
 			l.res.check(c.Spec.Name+": Multipath Not Discovering Paths raised for node b, not a", mnd["b"] && !mnd["a"], "%v", st.Reports)
-			continue // it never reads RTPG, so Host Type Incorrect is right for it too
+			l.judgeMNDTime(c, "b")
+			// Its scsi_dh_alua reads RTPG on every path: its type (linux,
+			// ANO) is right for a host that uses one path.
+			l.res.check(c.Spec.Name+": no Host Type Incorrect", !hti, "%v", st.Reports)
+			continue
 		}
 		l.res.check(c.Spec.Name+": no Multipath Not Discovering Paths", !mnd["a"] && !mnd["b"], "%v", st.Reports)
 		if c.Spec.Conf == "multipath-defaults.conf" && c.Spec.HostType == "linux" {
