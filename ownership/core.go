@@ -116,10 +116,6 @@ type lun struct {
 	// since when.
 	shipTo    string
 	shipSince int
-	// pushTo/pushAt: the node it last moved to, and when: its STANDBY-type
-	// users are pushed there until they follow (handoff.go).
-	pushTo string
-	pushAt int
 	// failures counts the LUN's moves rolled back in a row; no move of it
 	// is decided before retryAt (a doubling back-off, so a move the array
 	// cannot carry out is not asked for again in a loop).
@@ -334,11 +330,6 @@ func (c *Core) setOwner(l *lun, to string, cause alua.Cause) {
 	}
 	if t := c.nodes[to]; t != nil {
 		delete(t.movedOff, l.id) // back (or a rolled-back move: never left)
-	}
-	if cause == alua.CauseRollback {
-		l.pushTo = "" // the move did not happen: nothing to push
-	} else {
-		l.pushTo, l.pushAt = to, c.now
 	}
 	switch cause {
 	case alua.CauseRollback:

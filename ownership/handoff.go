@@ -101,19 +101,15 @@ func (c *Core) unpushableUser(l *lun, node string) bool {
 	return false
 }
 
-// pushing: one of h's LUNs moved to node and h has not followed yet (its
-// I/O to it does not arrive mostly there), within the follow window.
+// pushing: one of h's LUNs moved to node and the follow check of that move
+// (behaviour.go) still waits for h: its I/O did not arrive mostly there
+// when the LUN moved, and has not since, within the follow window.
 func (c *Core) pushing(h *host, node string) bool {
 	for id := range h.uses { // any will do: the order does not matter
 		l := c.luns[id]
-		if l.owner != node || l.pushTo != node || c.now-l.pushAt >= c.cfg.FollowWindow {
-			continue
+		if f := l.follow; l.owner == node && f != nil && f.to == node && f.judge[h.name] && !f.followed[h.name] {
+			return true
 		}
-		load := l.hostLoad(h.name)
-		if load >= activeWork && l.hostArrive[h.name][node] >= c.cfg.ShipShare*load {
-			continue // followed
-		}
-		return true
 	}
 	return false
 }
