@@ -51,11 +51,11 @@ type host struct {
 	// no session before), at joinedAt (pendingDiscovery).
 	had      map[string]bool
 	joinedAt int
-	// reachSince: per node it reaches now, since when without a break
-	// (the STANDBY hand-back waits HandbackHold on it); handoff: the
+	// inUseSince: per node its stack probes or uses now, since when
+	// without a break (a STANDBY push waits the hold on it); handoff: the
 	// nodes the core last said this host's non-owner paths must not be
 	// STANDBY for (handoff.go).
-	reachSince map[string]int
+	inUseSince map[string]int
 	handoff    map[string]bool
 	// away: it has no nexus and the last one ended by Logout (a host
 	// shut down or rebooting, not a host that lost its paths).
@@ -104,7 +104,7 @@ func (c *Core) hostOf(name string) *host {
 	if h == nil {
 		h = &host{name: name, typ: alua.HostTypes[alua.HostDefault], nexuses: map[nexusKey]*nexusState{},
 			everReached: map[string]bool{}, departed: map[string]int{}, lostPorts: map[string][]uint16{},
-			had: map[string]bool{}, reachSince: map[string]int{}, handoff: map[string]bool{},
+			had: map[string]bool{}, inUseSince: map[string]int{}, handoff: map[string]bool{},
 			media: map[mediaKey]evidence{}, uses: map[uint64]bool{},
 			obs: hostObs{mediaSince: -1, lastFollow: -1, notFollowAt: -1}}
 		c.hosts[name] = h

@@ -46,11 +46,13 @@ func (c *Core) trackReach(h *host) {
 	for _, n := range c.nodeNames {
 		if c.reaches(h, n) {
 			h.everReached[n], h.had[n] = true, true
-			if _, ok := h.reachSince[n]; !ok {
-				h.reachSince[n] = c.now
+		}
+		if c.reaches(h, n) && c.inUse(h, n) {
+			if _, ok := h.inUseSince[n]; !ok {
+				h.inUseSince[n] = c.now
 			}
 		} else {
-			delete(h.reachSince, n)
+			delete(h.inUseSince, n)
 		}
 	}
 }
@@ -79,13 +81,28 @@ func (c *Core) surelyReaches(h *host, node string) bool {
 func (c *Core) handbackHold() int { return max(c.cfg.HandbackHold, c.cfg.DiscoveryWindow/3) }
 
 // pushable: a STANDBY push onto node would reach h: it has shown a
-// multipath stack and has reached node for the hold.
+// multipath stack, and its stack has probed (or its I/O used) a path
+// there without a break for the hold. An RTPG is not enough: the one a
+// kernel reads as it attaches a new path comes before multipathd has put
+// the path in its map (a push then fails every path it has: seen with a
+// Debian guest logging back in to the owner's portals).
 func (c *Core) pushable(h *host, node string) bool {
 	if !h.obs.multipath {
 		return false
 	}
-	since, ok := h.reachSince[node]
+	since, ok := h.inUseSince[node]
 	return ok && c.now-since >= c.handbackHold()
+}
+
+// inUse: commands keep arriving on some up path of the host's to node (a
+// checker's probes, or I/O), or its media I/O through node proves use.
+func (c *Core) inUse(h *host, node string) bool {
+	for _, s := range h.nexuses {
+		if s.n.Node == node && c.pathUp(s) && s.discovered && c.probed(s) {
+			return true
+		}
+	}
+	return c.connected(h, node) && c.usesNode(h, node)
 }
 
 // unpushableUser: a user of l of a STANDBY type that runs multipath could
@@ -101,13 +118,19 @@ func (c *Core) unpushableUser(l *lun, node string) bool {
 	return false
 }
 
-// pushing: one of h's LUNs moved to node and the follow check of that move
-// (behaviour.go) still waits for h: its I/O did not arrive mostly there
-// when the LUN moved, and has not since, within the follow window.
+// pushing: h's I/O to a LUN that node owns arrives mostly elsewhere
+// (forwarded), or the follow check of a move onto node still waits for h.
+// The push lasts until h's I/O arrives at the owner.
 func (c *Core) pushing(h *host, node string) bool {
 	for id := range h.uses { // any will do: the order does not matter
 		l := c.luns[id]
-		if f := l.follow; l.owner == node && f != nil && f.to == node && f.judge[h.name] && !f.followed[h.name] {
+		if l.owner != node {
+			continue
+		}
+		if f := l.follow; f != nil && f.to == node && f.judge[h.name] && !f.followed[h.name] {
+			return true
+		}
+		if load := l.hostLoad(h.name); load >= activeWork && l.hostArrive[h.name][node] < c.cfg.ShipShare*load {
 			return true
 		}
 	}
