@@ -94,11 +94,16 @@ func (c *Core) pushable(h *host, node string) bool {
 	return ok && c.now-since >= c.handbackHold()
 }
 
-// inUse: commands keep arriving on some up path of the host's to node (a
-// checker's probes, or I/O), or its media I/O through node proves use.
+// inUse: the host's stack works a path to node now: commands arrived on
+// it after the hold since it logged in (past the attach at login: a
+// checker's probe, I/O), the last within a checker's longest interval
+// (multipathd's max_polling_interval, 20 s, and some), or its media I/O
+// through node proves use.
 func (c *Core) inUse(h *host, node string) bool {
+	fresh := max(c.evidenceGap(), int(25e6/c.cfg.TickMicros))
 	for _, s := range h.nexuses {
-		if s.n.Node == node && c.pathUp(s) && s.discovered && c.probed(s) {
+		if s.n.Node == node && c.pathUp(s) && s.discovered && s.traffic.ticks > 0 &&
+			s.traffic.last >= s.since+c.handbackHold() && c.now-s.traffic.last <= fresh {
 			return true
 		}
 	}
@@ -118,17 +123,20 @@ func (c *Core) unpushableUser(l *lun, node string) bool {
 	return false
 }
 
-// pushing: h's I/O to a LUN that node owns arrives mostly elsewhere
-// (forwarded), or the follow check of a move onto node still waits for h.
-// The push lasts until h's I/O arrives at the owner.
+// pushing: a move of one of h's LUNs onto node is being watched (its
+// follow window: a push that ended as soon as the host followed would
+// leave the paths the push made it fail STANDBY-failed in its map until
+// its checker reinstates them, and a move back soon after would wait for
+// that), or h's I/O to a LUN that node owns arrives mostly elsewhere
+// (forwarded) while it reaches node.
 func (c *Core) pushing(h *host, node string) bool {
 	for id := range h.uses { // any will do: the order does not matter
 		l := c.luns[id]
 		if l.owner != node {
 			continue
 		}
-		if f := l.follow; f != nil && f.to == node && f.judge[h.name] && !f.followed[h.name] {
-			return true
+		if f := l.follow; f != nil && f.to == node && f.judge[h.name] {
+			return true // for the whole follow window: the host's stack re-reads paths it failed only at its checker
 		}
 		if load := l.hostLoad(h.name); load >= activeWork && l.hostArrive[h.name][node] < c.cfg.ShipShare*load {
 			return true
