@@ -127,8 +127,10 @@ func (c *Core) unpushableUser(l *lun, node string) bool {
 // follow window: a push that ended as soon as the host followed would
 // leave the paths the push made it fail STANDBY-failed in its map until
 // its checker reinstates them, and a move back soon after would wait for
-// that), or h's I/O to a LUN that node owns arrives mostly elsewhere
-// (forwarded) while it reaches node.
+// that). Nothing else pushes: a host whose I/O turns up forwarded while
+// it still has a session to the owner is most likely leaving it (open-
+// iscsi removes the devices before it sends the Logout), and STANDBY then
+// would fail its last paths (seen in the QEMU lab).
 func (c *Core) pushing(h *host, node string) bool {
 	for id := range h.uses { // any will do: the order does not matter
 		l := c.luns[id]
@@ -137,9 +139,6 @@ func (c *Core) pushing(h *host, node string) bool {
 		}
 		if f := l.follow; f != nil && f.to == node && f.judge[h.name] {
 			return true // for the whole follow window: the host's stack re-reads paths it failed only at its checker
-		}
-		if load := l.hostLoad(h.name); load >= activeWork && l.hostArrive[h.name][node] < c.cfg.ShipShare*load {
-			return true
 		}
 	}
 	return false
