@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aluad/aluad/ownership"
 	"github.com/aluad/aluad/pkg/api"
 )
 
@@ -286,7 +285,7 @@ func (l *lab) judgeMoves() {
 // for the array's tick and the feed's polling) of c's last login there.
 func (l *lab) judgeMNDTime(c *ClientResult, node string) {
 	login, n := l.w.LastLogin(c.IQN, node, l.res.Started)
-	raised := l.w.Raised(string(ownership.MultipathNotDiscovering), c.Spec.Name, node, l.res.Started)
+	raised := l.w.Raised(conditionMND, c.Spec.Name, node, l.res.Started)
 	limit := discoveryWindow + 300*time.Millisecond + time.Second
 	ok := n > 0 && !raised.IsZero() && raised.Sub(login) <= limit
 	detail := fmt.Sprintf("%d logins on node %s, the last +%v", n, node, login.Sub(l.res.Started).Round(100*time.Millisecond))
@@ -318,3 +317,8 @@ func cmp0(d, def time.Duration) time.Duration {
 	}
 	return d
 }
+
+// conditionMND is the report condition Multipath Not Discovering Paths as
+// the array's API names it (the lab reads the array through its API, not
+// the ownership core).
+const conditionMND = "multipath-not-discovering-paths"
