@@ -51,18 +51,12 @@ const guestSamples = "/tmp/aluad-paths.log"
 // qualifyRun starts the guests' samplers, runs the schedule and writes
 // qualify's report under dir/qualify.
 func (l *lab) qualifyRun(ctx context.Context) error {
+	if err := l.startSamplers(ctx); err != nil {
+		return err
+	}
 	var names []string
 	for _, c := range l.res.Clients {
-		off, rtt, err := c.vm.ClockOffset(ctx, 20)
-		if err != nil {
-			return err
-		}
-		c.ClockOffset, c.ClockRTT = off, rtt
-		if err := c.vm.StartSampler(ctx, guestSamples, 10*time.Millisecond); err != nil {
-			return err
-		}
 		names = append(names, c.Spec.Name)
-		l.opt.Log("%s: guest clock offset %v (round trip %v); sampler on", c.Spec.Name, off.Round(time.Microsecond), rtt.Round(time.Microsecond))
 	}
 	s, err := qualify.LoadBuiltin(l.opt.Scenario.Qualify)
 	if err != nil {

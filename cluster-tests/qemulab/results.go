@@ -64,18 +64,8 @@ func (r *Results) Markdown() string {
 		for _, n := range st.Notes {
 			fmt.Fprintf(&b, "- %s\n", n)
 		}
-		if len(st.Raised) > 0 {
-			b.WriteString("\nReports raised or cleared during the step:\n\n")
-			for _, r := range st.Raised {
-				fmt.Fprintf(&b, "- %s\n", r)
-			}
-		}
-		if len(st.Reports) > 0 {
-			b.WriteString("\nReports standing at the end of the step:\n\n")
-			for _, r := range st.Reports {
-				fmt.Fprintf(&b, "- %s\n", r)
-			}
-		}
+		bullets(&b, "Reports raised or cleared during the step", st.Raised)
+		bullets(&b, "Reports standing at the end of the step", st.Reports)
 		if len(st.IOErrLogs) > 0 {
 			b.WriteString("\nI/O error lines in the guests' kernel logs during the step:\n\n```\n")
 			for _, r := range st.IOErrLogs {
@@ -138,4 +128,15 @@ func (r *Results) Markdown() string {
 		fmt.Fprintf(&b, "\n## %s: sg_rtpg and sg_inq on one path\n\n```\n%s\n%s```\n", c.Spec.Name, c.RTPG, c.Inquiry)
 	}
 	return b.String()
+}
+
+// bullets writes a titled list, if it has items.
+func bullets(b *strings.Builder, title string, items []string) {
+	if len(items) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\n%s:\n\n", title)
+	for _, r := range items {
+		fmt.Fprintf(b, "- %s\n", r)
+	}
 }
