@@ -359,8 +359,15 @@ func (w *World) checkMND() {
 				since = max(since, t) // scans look like probing while they go on
 			}
 			if logged && w.ticks-since > window {
+				view := ""
+				for _, st := range w.core.HostStates() {
+					if st.Host == h.name {
+						view = fmt.Sprintf("; the core's view: reaches %v, protocol-only %v, multipath shown %v", st.Reaches,
+							st.ProtocolOnly, w.core.ShownMultipath(h.name))
+					}
+				}
 				w.fail("mnd-missed", "host %s (no multipath) has been logged in on node %s for %d ticks without using it, "+
-					"and MND is not raised", h.name, n.Name, w.ticks-since)
+					"and MND is not raised%s", h.name, n.Name, w.ticks-since, view)
 				return
 			}
 		}
