@@ -40,8 +40,8 @@ type hostObs struct {
 	mediaSince int
 	// initiator: its initiator name, for the IQN naming authority.
 	initiator string
-	// multipath: it has shown a multipath stack (reached two nodes or
-	// more, or followed a move): its RTPGs on new paths discover them.
+	// multipath: it has shown a multipath stack (used two nodes at once:
+	// handoff.go usesTwoNodesAtOnce): its RTPGs on new paths discover them.
 	multipath bool
 	// splitShare: when it was judged not to follow, the share of its I/O
 	// that did arrive at the new owner (a policy that spreads I/O over
@@ -114,7 +114,6 @@ func (c *Core) trackFollow() {
 			if l.hostArrive[name][f.to] >= c.cfg.ShipShare*load {
 				f.followed[name] = true
 				h.obs.state, h.obs.lastFollow = followYes, c.now
-				h.obs.multipath = true
 				continue
 			}
 			if done {

@@ -35,13 +35,7 @@ type Handoff struct {
 // reached each node without a break (the hand-back waits on that).
 func (c *Core) trackReach(h *host) {
 	if !h.obs.multipath {
-		n := 0
-		for _, node := range c.reachable(h) {
-			if c.surelyReaches(h, node) {
-				n++
-			}
-		}
-		h.obs.multipath = n > 1
+		h.obs.multipath = c.usesTwoNodesAtOnce(h)
 	}
 	for _, n := range c.nodeNames {
 		if c.reaches(h, n) {
@@ -57,17 +51,41 @@ func (c *Core) trackReach(h *host) {
 	}
 }
 
-// surelyReaches: the host reaches node by evidence a host without
-// multipath cannot give by chance: media I/O that proves use, an RTPG
-// trusted, or commands that have kept arriving for a whole discovery
-// window (not a few scans in a row).
-func (c *Core) surelyReaches(h *host, node string) bool {
-	for _, s := range h.nexuses {
-		if s.n.Node != node || !s.discovered || !c.pathUp(s) {
-			continue
+// usesTwoNodesAtOnce: the host shows a multipath stack: evidence a host
+// without one cannot give by chance, on two nodes at the same time: media
+// I/O or commands that keep arriving, on each node, in runs that overlap
+// for a third of the discovery window. A host without multipath sends
+// through one path at a time; when that path moves to another node (its
+// node failed) the two runs follow each other, they do not overlap.
+func (c *Core) usesTwoNodesAtOnce(h *host) bool {
+	type span struct{ first, last int }
+	var spans []span
+	for _, n := range c.nodeNames {
+		best, ok := span{}, false
+		consider := func(e evidence) {
+			if c.proves(e) && (!ok || e.last-e.first > best.last-best.first) {
+				best, ok = span{e.first, e.last}, true
+			}
 		}
-		if !s.byTraffic || s.traffic.last-s.traffic.first >= c.cfg.DiscoveryWindow {
-			return true
+		for k, e := range h.media { // the longest run will do: the order does not matter
+			if k.node == n {
+				consider(e)
+			}
+		}
+		for _, s := range h.nexuses {
+			if s.n.Node == n && c.pathUp(s) {
+				consider(s.traffic)
+			}
+		}
+		if ok {
+			spans = append(spans, best)
+		}
+	}
+	for i := range spans {
+		for j := i + 1; j < len(spans); j++ {
+			if min(spans[i].last, spans[j].last)-max(spans[i].first, spans[j].first) >= c.cfg.DiscoveryWindow/3 {
+				return true
+			}
 		}
 	}
 	return false
