@@ -302,39 +302,28 @@ func (s *Server) allLUs() []*LU {
 // QueueUA queues a unit attention for every known nexus on lun (all LUNs
 // when all is set): used for ALUA changes and LUN map changes.
 func (s *Server) QueueUA(lun uint64, all bool, r Reason) {
-	s.mu.RLock()
-	var targets []*LU
-	if all {
-		targets = s.allLUs()
-	} else if lu := s.lus[lun]; lu != nil {
-		targets = []*LU{lu}
-	}
-	nexuses := make([]Nexus, 0, len(s.nexuses))
-	for x := range s.nexuses {
-		nexuses = append(nexuses, x)
-	}
-	s.mu.RUnlock()
-	for _, lu := range targets {
-		for _, n := range nexuses {
-			lu.ua.add(n, r)
-		}
-	}
+	s.queueUA(func(lu *LU) bool { return all || lu.cfg.LUN == lun }, func(Nexus) bool { return true }, r)
 }
 
 // QueueUAWhere queues a unit attention r for luns on the nexuses match
 // accepts (one host's: its access states changed, not everyone's).
 func (s *Server) QueueUAWhere(luns []uint64, match func(Nexus) bool, r Reason) {
+	s.queueUA(func(lu *LU) bool { return slices.Contains(luns, lu.cfg.LUN) }, match, r)
+}
+
+// queueUA queues r on the LUs and nexuses the predicates accept.
+func (s *Server) queueUA(onLU func(*LU) bool, onNexus func(Nexus) bool, r Reason) {
 	s.mu.RLock()
-	var nexuses []Nexus
-	for x := range s.nexuses {
-		if match(x) {
-			nexuses = append(nexuses, x)
+	var targets []*LU
+	for _, lu := range s.lus {
+		if onLU(lu) {
+			targets = append(targets, lu)
 		}
 	}
-	var targets []*LU
-	for _, id := range luns {
-		if lu := s.lus[id]; lu != nil {
-			targets = append(targets, lu)
+	var nexuses []Nexus
+	for x := range s.nexuses {
+		if onNexus(x) {
+			nexuses = append(nexuses, x)
 		}
 	}
 	s.mu.RUnlock()
