@@ -45,11 +45,12 @@ func needTool(t *testing.T) string {
 
 // client is a running alua-check with one session per URL.
 type client struct {
-	t   *testing.T
-	cmd *exec.Cmd
-	in  io.WriteCloser
-	out *bufio.Scanner
-	log *strings.Builder
+	t     *testing.T
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	out   *bufio.Scanner
+	log   *strings.Builder
+	paths int
 }
 
 func startClient(t *testing.T, tool, initiator string, urls []string) *client {
@@ -63,7 +64,7 @@ func startClient(t *testing.T, tool, initiator string, urls []string) *client {
 	require.NoError(t, err)
 	cmd.Stderr = os.Stderr
 	require.NoError(t, cmd.Start())
-	c := &client{t: t, cmd: cmd, in: in, out: bufio.NewScanner(outp), log: &strings.Builder{}}
+	c := &client{t: t, cmd: cmd, in: in, out: bufio.NewScanner(outp), log: &strings.Builder{}, paths: len(urls)}
 	require.True(t, c.out.Scan(), "alua-check did not start")
 	require.Equal(t, fmt.Sprintf("ready %d", len(urls)), c.out.Text())
 	t.Cleanup(c.close)
@@ -249,12 +250,19 @@ func TestIndependentClientExplicitAndStandby(t *testing.T) {
 }
 
 // untilRTPG sends "tur i" and "rtpg i 1" until the group states are want
-// (or 20 s pass) and returns every answer seen, for the UA checks.
-func untilRTPG(t *testing.T, c *client, i int, want map[string]string) []string {
+// (or 20 s pass) and returns every answer seen, for the UA checks. Each
+// round also sends a TUR down every path of checked, as a multipath path
+// checker does on the paths it is not using for I/O.
+func untilRTPG(t *testing.T, c *client, i int, want map[string]string, checked ...*client) []string {
 	t.Helper()
 	var seen []string
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
+		for _, k := range checked {
+			for j := range k.paths {
+				k.do("tur %d", j)
+			}
+		}
 		seen = append(seen, c.do("tur %d", i))
 		r := c.do("rtpg %d 1", i)
 		if strings.HasPrefix(r, "fmt=") {
@@ -306,7 +314,10 @@ func TestIndependentClientSeesFailoverAndFailback(t *testing.T) {
 		back.do("tur %d", i)
 		require.True(t, strings.HasPrefix(back.do("rtpg %d 1", i), "fmt=1"))
 	}
-	seen = untilRTPG(t, c, 0, map[string]string{"1": "ANO", "2": "AO"})
+	// One RTPG does not show the array a path (scsi_dh_alua reads it on
+	// every path at scan, multipath or not): the host's checker probing b's
+	// paths does.
+	seen = untilRTPG(t, c, 0, map[string]string{"1": "ANO", "2": "AO"}, back)
 	require.Contains(t, seen, "CHECK 6/2a/06", "the failback is announced on a's path")
 	var causes []string
 	evs, _ := d.Events.Since(0)
