@@ -298,11 +298,24 @@ func describeMoves(es []api.Event, base time.Time) string {
 // the lab's clock), one JSON object a line, without the per-interval I/O
 // and path samples.
 func (w *Watcher) WriteEvents(path string) error {
+	return w.writeEvents(path, func(e api.Event) bool { return e.Kind != api.EventIO && e.Kind != api.EventPath })
+}
+
+// WriteTraffic writes the per-interval traffic events (io, and path with
+// exchanges), one JSON object a line: what the array saw arrive on each
+// nexus, the evidence its discovery is judged on.
+func (w *Watcher) WriteTraffic(path string) error {
+	return w.writeEvents(path, func(e api.Event) bool {
+		return e.Kind == api.EventIO || (e.Kind == api.EventPath && e.Path != nil && e.Path.Exchanges > 0)
+	})
+}
+
+func (w *Watcher) writeEvents(path string, keep func(api.Event) bool) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var b strings.Builder
 	for _, e := range w.events {
-		if e.Kind == api.EventIO || e.Kind == api.EventPath {
+		if !keep(e) {
 			continue
 		}
 		j, err := json.Marshal(e)

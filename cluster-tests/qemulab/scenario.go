@@ -352,6 +352,7 @@ func Run(ctx context.Context, opt Options) (*Results, error) {
 	if l.w != nil {
 		l.res.Polling = l.w.Stats()
 		_ = l.w.WriteEvents(filepath.Join(opt.Out, "events.jsonl"))
+		_ = l.w.WriteTraffic(filepath.Join(opt.Out, "traffic.jsonl"))
 	}
 	l.res.Pass = err == nil
 	for _, c := range l.res.Checks {
