@@ -74,6 +74,10 @@ type conn struct {
 	closeOnce sync.Once
 	done      chan struct{}
 	tasksWG   sync.WaitGroup
+	// readDone is closed when serve has stopped reading PDUs (its read
+	// loop ended, or its login failed): no task is added after it, so
+	// tasksWG may be waited on from outside (Target.Shutdown).
+	readDone chan struct{}
 
 	// running counts the tasks executing in the device server: while
 	// any is, the writer waits a little for their responses (gather).
@@ -100,7 +104,8 @@ type conn struct {
 
 func newConn(t *Target, nc net.Conn, p fabric.Portal) *conn {
 	return &conn{t: t, nc: nc, portal: p, br: bufio.NewReaderSize(nc, 64*1024),
-		out: make(chan *outPDU, 512), work: make(chan *task), tasks: map[uint32]*task{}, done: make(chan struct{}), nextTTT: 1}
+		out: make(chan *outPDU, 512), work: make(chan *task), tasks: map[uint32]*task{}, done: make(chan struct{}),
+		readDone: make(chan struct{}), nextTTT: 1}
 }
 
 func (c *conn) close(reason string) {
@@ -128,6 +133,8 @@ func (c *conn) detach() {
 
 func (c *conn) serve() {
 	defer c.close("done")
+	readEnded := sync.OnceFunc(func() { close(c.readDone) })
+	defer readEnded()
 	sess, ok := c.login()
 	if !ok {
 		return
@@ -139,6 +146,7 @@ func (c *conn) serve() {
 		go c.keepalive()
 	}
 	err := c.readLoop()
+	readEnded()
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, errSilenced) && !c.stopRead.Load() {
 		c.t.log.Debug("connection ended", "initiator", sess.initiator, "err", err)
 	}

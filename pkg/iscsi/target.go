@@ -236,6 +236,10 @@ func (t *Target) Shutdown(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		for _, c := range conns {
+			// A read loop may still be admitting the command it read
+			// as stopReading was called: wait for it to stop before
+			// the tasks (WaitGroup: no Add concurrent with Wait at 0).
+			<-c.readDone
 			c.tasksWG.Wait()
 		}
 		close(done)
