@@ -84,9 +84,13 @@ type nexusState struct {
 	discovered bool
 	// traffic is the run of ticks commands arrived on the nexus in (any
 	// command: the discovery evidence of a multipath stack's probing);
-	// byTraffic: that alone discovered it (expireProbes).
+	// byTraffic: that alone discovered it (expireProbes). byMedia: media
+	// I/O through its node discovered it, for a host that had shown no
+	// multipath stack: a kernel without multipath reads every path it
+	// scans (udev's blkid at attach), for as long as the scan lasts.
 	traffic   evidence
 	byTraffic bool
+	byMedia   bool
 	// downAt: the last tick its port or node was down (no traffic can
 	// come then).
 	downAt int
@@ -158,6 +162,7 @@ func (c *Core) addNexus(h *host, n Nexus) *nexusState {
 	s := &nexusState{n: n, since: c.now}
 	h.nexuses[keyOf(n)] = s
 	s.discovered = c.usesNode(h, n.Node)
+	s.byMedia = s.discovered && !h.obs.multipath
 	c.gen++
 	return s
 }
@@ -254,11 +259,29 @@ func (c *Core) probed(s *nexusState) bool {
 // traffic discovered, of hosts that have not shown a multipath stack,
 // once their traffic has stopped for a gap: a host without multipath
 // that scanned its disks a few times in a row is not probing its paths.
+// A nexus that media I/O discovered (byMedia) ends the same way, but only
+// while the host's media I/O goes on through another node: its scan's
+// reads (udev probing each disk it attaches, for minutes on a slow host)
+// have stopped and its I/O goes elsewhere. A host idle everywhere keeps
+// what it used: silence says nothing of its paths.
 func (c *Core) expireProbes() {
 	for _, name := range c.hostNames {
 		h := c.hosts[name]
 		if h.obs.multipath {
-			continue
+			if !c.silentNode(h) {
+				continue
+			}
+			// Its overlapping use of two nodes was a scan (udev reading
+			// every disk at attach, under load for minutes), not a
+			// multipath stack: a checker would still be probing. What it
+			// discovered stands only on evidence that keeps coming.
+			h.obs.multipath = false
+			for _, s := range h.nexuses {
+				if s.discovered && !s.byTraffic {
+					s.byMedia = true
+				}
+			}
+			c.gen++
 		}
 		for _, k := range sortedNexusKeys(h) {
 			s := h.nexuses[k]
@@ -267,17 +290,51 @@ func (c *Core) expireProbes() {
 				continue
 			}
 			quiet := c.now - max(s.traffic.last, s.downAt)
-			if s.discovered && s.byTraffic && quiet >= c.evidenceGap() && !c.usesNode(h, s.n.Node) {
-				s.discovered, s.byTraffic = false, false
+			if !s.discovered || quiet < c.evidenceGap() || c.usesNode(h, s.n.Node) {
+				continue
+			}
+			if s.byTraffic || s.byMedia && c.usesOtherNode(h, s.n.Node) {
+				s.discovered, s.byTraffic, s.byMedia = false, false, false
 				c.gen++
+				if !c.reaches(h, s.n.Node) {
+					// It stopped using the node: no path was lost there
+					// (no Host Redundancy Lost).
+					delete(h.everReached, s.n.Node)
+				}
 			}
 		}
 	}
 }
 
+// silentNode: the host has a node whose every path is up, logged in and
+// silent (no command) for the evidence gap, while its media I/O goes
+// through another node. A multipath stack's checker probes every path
+// it has every 5-20 s, used or not: a host that has shown one and then
+// leaves a node's up paths silent while it works elsewhere had shown a
+// scan, not a stack.
+func (c *Core) silentNode(h *host) bool {
+	gap := c.evidenceGap()
+	for _, n := range c.nodeNames {
+		quiet, any := true, false
+		for _, s := range h.nexuses {
+			if s.n.Node != n || !c.pathUp(s) {
+				continue
+			}
+			any = true
+			if c.now-max(s.traffic.last, s.downAt, s.since) < gap {
+				quiet = false
+			}
+		}
+		if any && quiet && !c.usesNode(h, n) && c.usesOtherNode(h, n) {
+			return true
+		}
+	}
+	return false
+}
+
 // discover marks a nexus as in use by the host's multipath driver.
 func (c *Core) discover(h *host, s *nexusState) {
-	s.discovered, s.byTraffic = true, false
+	s.discovered, s.byTraffic, s.byMedia = true, false, false
 	delete(h.departed, s.n.Node)
 	c.gen++
 	c.joinChange(h)
@@ -695,6 +752,17 @@ func (c *Core) addEvidence(e evidence, now int) evidence {
 func (c *Core) usesNode(h *host, node string) bool {
 	for k, e := range h.media { // any LUN's run will do: the order does not matter
 		if k.node == node && c.usesNodeFor(h, node, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// usesOtherNode: the host's media I/O proves use of a node other than
+// node.
+func (c *Core) usesOtherNode(h *host, node string) bool {
+	for k, e := range h.media { // any will do: the order does not matter
+		if k.node != node && c.usesNodeFor(h, k.node, e) {
 			return true
 		}
 	}

@@ -252,6 +252,21 @@ func (s *sim) tail() string {
 // tick sends one interval of I/O, routed as ALUA hosts route it, then ticks.
 func (s *sim) tick() {
 	for _, h := range s.hosts {
+		// Its multipath checker probes every path it has discovered, one
+		// command a tick (too few for Path Degraded to judge).
+		ports := make([]int, 0, len(s.m.paths[h]))
+		for p, disc := range s.m.paths[h] {
+			if disc {
+				ports = append(ports, int(p))
+			}
+		}
+		sort.Ints(ports)
+		for _, p := range ports {
+			// Not logged: one a path a tick would push the faults out
+			// of the last steps a failure prints.
+			require.NoError(s.t, s.c.Step(PathLatency{Nexus: s.nexus(h, p-1), Ops: 1, Exchange: 100}))
+			s.apply()
+		}
 		var reach []string
 		for _, n := range s.m.nodes {
 			if s.m.reaches(h, n) {

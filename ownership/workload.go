@@ -82,8 +82,12 @@ func (c *Core) io(e IO) error {
 			case s.n.Node != e.Node || !c.pathUp(s):
 			case !s.discovered:
 				c.discover(h, s)
+				s.byMedia = !h.obs.multipath
 			case s.byTraffic:
-				s.byTraffic = false // proven by use: it stays while the session does
+				// Proven by use: it stays while the session does (for a
+				// host with no multipath stack shown, while it uses the
+				// node or nothing else: expireProbes).
+				s.byTraffic, s.byMedia = false, !h.obs.multipath
 			}
 		}
 	}

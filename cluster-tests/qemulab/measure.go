@@ -270,6 +270,20 @@ func (w *Watcher) LastLogin(initiator, node string, t time.Time) (time.Time, int
 	return last, n
 }
 
+// LastCommand is the end of the last interval in which the initiator's
+// commands arrived on node (path events with exchanges) at or after t and
+// before until (zero: no bound); zero if none.
+func (w *Watcher) LastCommand(initiator, node string, t, until time.Time) time.Time {
+	var last time.Time
+	for _, e := range w.Events(api.EventPath, t) {
+		if e.Initiator == initiator && e.Node == node && e.Path != nil && e.Path.Exchanges > 0 &&
+			(until.IsZero() || e.Time.Before(until)) && e.Time.After(last) {
+			last = e.Time
+		}
+	}
+	return last
+}
+
 // Raised is the first time a report of condition was raised for host on
 // node at or after t (zero if never).
 func (w *Watcher) Raised(condition, host, node string, t time.Time) time.Time {

@@ -282,17 +282,36 @@ func (l *lab) judgeMoves() {
 
 // judgeMNDTime: Multipath Not Discovering Paths was raised for c on node
 // within the discovery window (and the 3-tick debounce, and one second
-// for the array's tick and the feed's polling) of c's last login there.
+// for the array's tick and the feed's polling) of the last of: c's last
+// login there, the last command c sent there before the raise (a guest
+// without multipath reads every disk it attaches, udev's blkid, for as
+// long as its scan lasts: minutes on a loaded machine), and the start of
+// its I/O through the other node (the array drops a scan's evidence only
+// while the host uses another node).
 func (l *lab) judgeMNDTime(c *ClientResult, node string) {
 	login, n := l.w.LastLogin(c.IQN, node, l.res.Started)
 	raised := l.w.Raised(conditionMND, c.Spec.Name, node, l.res.Started)
 	limit := discoveryWindow + 300*time.Millisecond + time.Second
-	ok := n > 0 && !raised.IsZero() && raised.Sub(login) <= limit
-	detail := fmt.Sprintf("%d logins on node %s, the last +%v", n, node, login.Sub(l.res.Started).Round(100*time.Millisecond))
+	cmd := l.w.LastCommand(c.IQN, node, l.res.Started, raised)
+	ref := login
+	for _, t := range []time.Time{cmd, l.ioStart} {
+		if t.After(ref) {
+			ref = t
+		}
+	}
+	ok := n > 0 && !raised.IsZero() && raised.Sub(ref) <= limit
+	at := func(t time.Time) string {
+		if t.IsZero() {
+			return "none"
+		}
+		return "+" + t.Sub(l.res.Started).Round(100*time.Millisecond).String()
+	}
+	detail := fmt.Sprintf("%d logins on node %s, the last %s; its last command there %s; I/O on every client from %s",
+		n, node, at(login), at(cmd), at(l.ioStart))
 	if raised.IsZero() {
 		detail += "; never raised"
 	} else {
-		detail += fmt.Sprintf("; raised %v after it (limit %v)", raised.Sub(login).Round(100*time.Millisecond), limit)
+		detail += fmt.Sprintf("; raised %s, %v after the last of them (limit %v)", at(raised), raised.Sub(ref).Round(100*time.Millisecond), limit)
 	}
 	l.res.check(fmt.Sprintf("%s: Multipath Not Discovering Paths raised for node %s within the discovery window", c.Spec.Name, node), ok, "%s", detail)
 }

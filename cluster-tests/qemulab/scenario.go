@@ -326,6 +326,8 @@ type lab struct {
 	views map[string]*guestView
 	// loggedOut is the node a logout-owner step logged the guests out of.
 	loggedOut string
+	// ioStart: when fio was running on every client.
+	ioStart time.Time
 }
 
 // Run runs a scenario and writes its results to opt.Out.
@@ -500,6 +502,7 @@ func (l *lab) run(ctx context.Context) error {
 			return err
 		}
 	}
+	l.ioStart = time.Now()
 	l.opt.Log("fio running on every client; letting it settle")
 	if !sleepCtx(ctx, 10*time.Second) {
 		return ctx.Err()
