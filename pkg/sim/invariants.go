@@ -242,7 +242,7 @@ func (w *World) failoverJustified(id uint64, owner *array.Node) bool {
 		if !h.reaches(owner) || !h.usesNode(owner.Name) {
 			return true
 		}
-		if h.mp == "none" {
+		if h.kind.io == ioFirst {
 			if p, ok := h.pick(id, nil); ok && w.arr.Port(p).Node != owner {
 				return true
 			}
@@ -336,14 +336,14 @@ func (w *World) checkMND() {
 	for _, h := range w.hosts {
 		for _, n := range w.arr.Nodes {
 			on := active[h.name+"\x00"+n.Name]
-			if on && h.multipath() && h.usesNode(n.Name) {
+			if on && h.kind.multipath && h.ht.TPGS && h.usesNode(n.Name) {
 				w.fail("mnd-false", "MND raised for host %s on node %s, where its multipath driver read RTPG", h.name, n.Name)
 				return
 			}
 			if h.usesNode(n.Name) {
 				h.lastUsed[n.Name] = w.ticks
 			}
-			if h.mp != "none" || !n.Up() || on || h.usesNode(n.Name) {
+			if h.kind.multipath || !n.Up() || on || h.usesNode(n.Name) {
 				continue
 			}
 			since, logged := w.ticks, false
