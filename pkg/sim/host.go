@@ -76,6 +76,14 @@ type host struct {
 	// cutOff: per LUN (seenKey{lun}), since when every live path of the
 	// host's has reported no usable state (host-io).
 	cutOff map[seenKey]int
+	// sent counts, per path, the checker's probes and RTPGs sent and the
+	// media commands that completed GOOD (what a kind does, for tests).
+	sent map[sentKey]int
+}
+
+type sentKey struct {
+	port uint16
+	what string // "tur", "rtpg", "media"
 }
 
 // run is a run of media I/O, as the core keeps it: first and last tick,
@@ -216,7 +224,7 @@ func newHost(w *World, hs hostSpec) *host {
 		kind: mustKind(hs.kind), last: map[uint64]uint16{}, groupBack: map[uint16]bool{}, since: map[uint16]int{}, media: map[string]int{},
 		rtpgOn: map[uint16]bool{}, mediaTicks: map[nodeLUN]run{}, mediaPending: map[nodeLUN]bool{}, left: map[string]int{},
 		userOf: map[uint64]bool{}, lunTicks: map[uint64]run{}, lunPending: map[uint64]bool{}, lastUsed: map[string]int{},
-		cmdOn: map[string]int{}, cutOff: map[seenKey]int{}}
+		cmdOn: map[string]int{}, cutOff: map[seenKey]int{}, sent: map[sentKey]int{}}
 }
 
 func mustKind(name string) hostKind {
@@ -513,8 +521,11 @@ func (h *host) rtpg(port uint16, lun uint64) string {
 		h.w.fail("rtpg-parse", "RTPG for LUN %d on port %d: %v", lun, port, err)
 		return "bad data"
 	}
-	if h.w.coreMultipath(h.name) {
-		h.markUsed(port) // one RTPG is use only from a host known to run multipath
+	if h.kind.multipath && h.w.coreMultipath(h.name) {
+		// One RTPG is use only from a host known to run multipath (its
+		// stack reads it as it adds the path); a host without multipath
+		// reads it on every path and uses one, whatever the core thinks.
+		h.markUsed(port)
 	}
 	h.userOf[lun] = true
 	ao := 0
@@ -546,8 +557,7 @@ func stateName(s alua.AccessState) string { return alua.AccessState(s).String() 
 // (kinds.go): logged in, usable, not avoided; the best known state first
 // (AO, ANO, unknown, the rest), round robin among equals. A host without
 // TPGS round-robins over every path; one without multipath uses its
-// first usable path (one with a handler not one it knows is STANDBY or
-// UNAVAILABLE: scsi_dh_alua fails such I/O itself); a sticky one keeps
+// first usable path, for every LUN (its devices there); a sticky one keeps
 // the path (or node) it used last while it is usable and active; one
 // that spreads treats AO, ANO and unknown alike.
 func (h *host) pick(lun uint64, avoid map[uint16]bool) (uint16, bool) {
@@ -555,7 +565,7 @@ func (h *host) pick(lun uint64, avoid map[uint16]bool) (uint16, bool) {
 	switch h.kind.io {
 	case ioFirst:
 		for _, p := range h.paths {
-			if ok(p) && (!h.readsRTPG() || stateRank(h.states[lun], p) < 4) {
+			if ok(p) {
 				return p, true
 			}
 		}
@@ -674,6 +684,14 @@ func (h *host) execOn(port uint16, lun uint64, cdb, data []byte, inLen int, medi
 		w.stats.Good++
 	}
 	h.cmdOn[w.arr.Port(port).Node.Name] = w.ticks
+	switch {
+	case cdb[0] == scsi.OpTestUnitReady:
+		h.sent[sentKey{port, "tur"}]++
+	case cdb[0] == scsi.OpMaintenanceIn:
+		h.sent[sentKey{port, "rtpg"}]++
+	case mediaCmd && r.Status == scsi.StatusGood:
+		h.sent[sentKey{port, "media"}]++
+	}
 	k := seenKey{port, lun}
 	s := h.seen[k]
 	if s == nil {
