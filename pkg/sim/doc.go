@@ -11,6 +11,10 @@
 // with a move phase (@flush, @hold, @destage, @switch, @takeover) runs in
 // the middle of the next move that reaches that point.
 //
+// Each host runs a kind of multipath stack (kinds.go: dm-multipath at
+// its defaults or with prio alua, scsi_dh_alua alone, no handler, MSDSM,
+// NMP), modelled by what the array can observe of it.
+//
 // A seed generates a script (gen.go); running it checks the invariants
 // (invariants.go) after every event; a failing script is shrunk to a
 // minimal one that still fails the same invariant (shrink.go), in the form

@@ -152,19 +152,44 @@ func (g *gen) topology() {
 			h.luns = []uint64{g.luns[g.pick(len(g.luns))].id}
 		}
 		opts := map[string]string{"type": h.typ, "paths": joinNums(h.paths), "luns": joinNums(h.luns)}
-		switch x := g.r.Float64(); {
-		case x < 0.12:
-			h.mp = "none" // no multipath: scans every path, uses one
-		case x < 0.24 && h.typ != alua.HostLegacy:
-			h.mp = "sticky" // failback manual: does not follow moves
-		}
-		if h.mp != "" {
-			opts["mp"] = h.mp
+		h.kind = drawKind(g.r.Float64(), h.typ)
+		if h.kind != "auto" {
+			opts["kind"] = h.kind
 		}
 		g.hosts = append(g.hosts, h)
 		g.add(Event{Verb: "host", Args: []string{h.name}, Opts: opts})
 	}
 	g.top = len(g.s) + len(g.hosts)
+}
+
+// kindShares: how often each host kind is drawn (of one draw per host,
+// as the older mp= was, so a seed's other draws stay as they were):
+// one host in eight without multipath, as before, one in eight sticking
+// to the path it uses, the rest spread over the stacks that follow or
+// spread their I/O.
+var kindShares = []struct {
+	kind  string
+	share float64
+}{
+	{"nohandler", 0.06}, {"dh-alua-nomp", 0.06}, {"dmmp-defaults", 0.06}, {"vmw-mru", 0.06},
+	{"dmmp-alua", 0.10}, {"dmmp-followover", 0.10}, {"win-rr", 0.10}, {"win-rrws", 0.10}, {"vmw-rr", 0.10},
+	{"auto", 0.26},
+}
+
+// drawKind maps a uniform draw to a host kind. A legacy-type host sees
+// no ALUA: the kinds that stick to a path (which read the states to
+// choose it) are drawn as auto for it, as mp=sticky was never drawn.
+func drawKind(x float64, typ string) string {
+	for _, k := range kindShares {
+		if x < k.share {
+			if typ == alua.HostLegacy && (k.kind == "dmmp-defaults" || k.kind == "vmw-mru") {
+				return "auto"
+			}
+			return k.kind
+		}
+		x -= k.share
+	}
+	return "auto"
 }
 
 func joinNums[T uint16 | uint64](xs []T) string {

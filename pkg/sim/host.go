@@ -15,10 +15,10 @@ import (
 
 // host is a simulated host's multipath stack: one session per path (one
 // initiator port per target port, as open-iscsi logs in per portal), the
-// group states it last read by RTPG, and the ALUA behaviour of its type:
-// it sends I/O to an active/optimized path when it knows one, re-reads
-// RTPG on a unit attention, and leaves a standby or unavailable path.
-// A host of a type without TPGS ignores ALUA and round-robins.
+// group states it last read by RTPG, and the behaviour of its kind
+// (kinds.go): its checker, when it reads RTPG, which paths carry its
+// I/O. It leaves a standby or unavailable path. A host of a type without
+// TPGS reads no RTPG and treats every path alike.
 type host struct {
 	w         *World
 	name      string
@@ -34,10 +34,13 @@ type host struct {
 	states map[uint64]map[uint16]alua.AccessState
 	rr     map[uint64]int
 	seen   map[seenKey]*nexusSeen
-	// mp: "" (multipath by its type), "none" or "sticky" (hostSpec).
-	mp string
-	// last is the path each LUN's I/O last went through (sticky hosts).
-	last map[uint64]uint16
+	// kind is its multipath stack (kinds.go).
+	kind hostKind
+	// last is the path each LUN's I/O last went through (the kinds that
+	// stick to a path or group); groupBack: paths logged in to a node
+	// the host had no session to (followover).
+	last      map[uint64]uint16
+	groupBack map[uint16]bool
 	// rejoin: the paths a rebooting host has still to log in to, one a
 	// tick, as open-iscsi logs in portal after portal.
 	rejoin []uint16
@@ -73,6 +76,14 @@ type host struct {
 	// cutOff: per LUN (seenKey{lun}), since when every live path of the
 	// host's has reported no usable state (host-io).
 	cutOff map[seenKey]int
+	// sent counts, per path, the checker's probes and RTPGs sent and the
+	// media commands that completed GOOD (what a kind does, for tests).
+	sent map[sentKey]int
+}
+
+type sentKey struct {
+	port uint16
+	what string // "tur", "rtpg", "media"
 }
 
 // run is a run of media I/O, as the core keeps it: first and last tick,
@@ -210,14 +221,29 @@ func newHost(w *World, hs hostSpec) *host {
 	return &host{w: w, name: hs.name, detect: detectTicks(hs.name), initiator: initiatorOf(hs.name), ht: alua.HostTypes[hs.typ],
 		paths: hs.paths, luns: hs.luns, sess: map[uint16]bool{}, cut: map[uint16]bool{},
 		states: map[uint64]map[uint16]alua.AccessState{}, rr: map[uint64]int{}, seen: map[seenKey]*nexusSeen{},
-		mp: hs.mp, last: map[uint64]uint16{}, since: map[uint16]int{}, media: map[string]int{},
+		kind: mustKind(hs.kind), last: map[uint64]uint16{}, groupBack: map[uint16]bool{}, since: map[uint16]int{}, media: map[string]int{},
 		rtpgOn: map[uint16]bool{}, mediaTicks: map[nodeLUN]run{}, mediaPending: map[nodeLUN]bool{}, left: map[string]int{},
 		userOf: map[uint64]bool{}, lunTicks: map[uint64]run{}, lunPending: map[uint64]bool{}, lastUsed: map[string]int{},
-		cmdOn: map[string]int{}, cutOff: map[seenKey]int{}}
+		cmdOn: map[string]int{}, cutOff: map[seenKey]int{}, sent: map[sentKey]int{}}
 }
 
-// multipath: the host runs a multipath driver that reads RTPG.
-func (h *host) multipath() bool { return h.mp != "none" && h.ht.TPGS }
+func mustKind(name string) hostKind {
+	if name == "" {
+		name = "auto"
+	}
+	k, ok := kindOf(name)
+	if !ok {
+		panic("sim: unknown host kind " + name)
+	}
+	return k
+}
+
+// readsRTPG: the host's kernel reads RTPG (as its paths attach): its kind
+// has a handler and its type reports TPGS.
+func (h *host) readsRTPG() bool { return h.kind.rtpgLogin && h.ht.TPGS }
+
+// rtpgOnUA: it reads RTPG on a path where it meets a unit attention.
+func (h *host) rtpgOnUA() bool { return h.kind.rtpgUA && h.ht.TPGS }
 
 func (h *host) isid(port uint16) string { return fmt.Sprintf("00023d%06x", port) }
 
@@ -242,6 +268,10 @@ func (h *host) usable(port uint16) bool {
 func (h *host) connect(port uint16) bool {
 	if h.sess[port] || !h.usable(port) {
 		return false
+	}
+	n0 := h.w.arr.Port(port).Node
+	if h.kind.followover && !h.reaches(n0) {
+		h.groupBack[port] = true // the first path of its group back
 	}
 	h.sess[port] = true
 	h.away = false
@@ -313,13 +343,20 @@ func (h *host) forgetIfUnreached(n *array.Node) {
 	}
 }
 
-// discover reads RTPG for every LUN on a new path (scsi_dh_alua's attach).
+// discover reads RTPG for every LUN on a new path (scsi_dh_alua's
+// attach); a followover stack moves to the group that came back if it
+// is AO there.
 func (h *host) discover(port uint16) {
-	if !h.multipath() {
+	back := h.groupBack[port]
+	delete(h.groupBack, port)
+	if !h.readsRTPG() {
 		return
 	}
 	for _, lun := range h.luns {
 		h.rtpg(port, lun)
+		if back && h.states[lun][port] == alua.ActiveOptimized {
+			h.last[lun] = port
+		}
 	}
 }
 
@@ -390,8 +427,8 @@ func (h *host) exec(e Event) string {
 		return "refused: the host does not use that LUN"
 	}
 	if e.Verb == "rtpg" {
-		if h.mp == "none" {
-			return "no multipath driver: it reads no RTPG"
+		if !h.kind.rtpgLogin {
+			return "no device handler: it reads no RTPG"
 		}
 		p, ok := h.pick(lun, nil)
 		if !ok {
@@ -419,10 +456,11 @@ func (h *host) rejoinOne() {
 // check is the multipath stack's path checker (multipathd's TUR): a TEST
 // UNIT READY on every logged-in usable path, for its first LUN; a unit
 // attention it meets makes an ALUA host read RTPG there, as scsi_dh_alua
-// does. A host without multipath probes nothing; one whose stack ignores
-// ALUA (legacy) probes too.
+// does; prio alua reads RTPG for every LUN on every path each round. A
+// host without multipath probes nothing; one whose stack ignores ALUA
+// (legacy) probes too.
 func (h *host) check() {
-	if h.mp == "none" || len(h.luns) == 0 {
+	if !h.kind.multipath || len(h.luns) == 0 {
 		return
 	}
 	lun := h.luns[0]
@@ -431,7 +469,12 @@ func (h *host) check() {
 			continue
 		}
 		r := h.execOn(p, lun, []byte{scsi.OpTestUnitReady, 0, 0, 0, 0, 0}, nil, 0, false)
-		if r.Status == scsi.StatusCheckCondition && senseOf(r).Key == 6 && h.multipath() {
+		switch {
+		case h.kind.rtpgPoll && h.ht.TPGS:
+			for _, l := range h.luns {
+				h.rtpg(p, l)
+			}
+		case r.Status == scsi.StatusCheckCondition && senseOf(r).Key == 6 && h.rtpgOnUA():
 			h.rtpg(p, lun)
 		}
 	}
@@ -454,6 +497,10 @@ func (h *host) scan() string {
 				h.execOn(p, lun, cdb, nil, 96, false)
 				n++
 			}
+			if h.kind.rtpgScan && h.ht.TPGS {
+				h.rtpg(p, lun) // scsi_dh_alua's rescan
+				n++
+			}
 		}
 	}
 	return fmt.Sprintf("%d commands", n)
@@ -474,8 +521,11 @@ func (h *host) rtpg(port uint16, lun uint64) string {
 		h.w.fail("rtpg-parse", "RTPG for LUN %d on port %d: %v", lun, port, err)
 		return "bad data"
 	}
-	if h.w.coreMultipath(h.name) {
-		h.markUsed(port) // one RTPG is use only from a host known to run multipath
+	if h.kind.multipath && h.w.coreMultipath(h.name) {
+		// One RTPG is use only from a host known to run multipath (its
+		// stack reads it as it adds the path); a host without multipath
+		// reads it on every path and uses one, whatever the core thinks.
+		h.markUsed(port)
 	}
 	h.userOf[lun] = true
 	ao := 0
@@ -503,24 +553,42 @@ func (h *host) rtpg(port uint16, lun uint64) string {
 
 func stateName(s alua.AccessState) string { return alua.AccessState(s).String() }
 
-// pick chooses the path for a command: logged in, usable, not avoided;
-// the best known state first (AO, ANO, unknown, the rest), round robin
-// among equals. A host without TPGS round-robins over every path; one
-// without multipath uses its first usable path; a sticky one keeps the
-// path it used last while it is usable and active.
+// pick chooses the path for a command as the host's kind does
+// (kinds.go): logged in, usable, not avoided; the best known state first
+// (AO, ANO, unknown, the rest), round robin among equals. A host without
+// TPGS round-robins over every path; one without multipath uses its
+// first usable path, for every LUN (its devices there); a sticky one keeps
+// the path (or node) it used last while it is usable and active; one
+// that spreads treats AO, ANO and unknown alike.
 func (h *host) pick(lun uint64, avoid map[uint16]bool) (uint16, bool) {
 	ok := func(p uint16) bool { return h.sess[p] && h.usable(p) && !avoid[p] }
-	switch h.mp {
-	case "none":
+	switch h.kind.io {
+	case ioFirst:
 		for _, p := range h.paths {
 			if ok(p) {
 				return p, true
 			}
 		}
 		return 0, false
-	case "sticky":
+	case ioStickPath:
 		if p, had := h.last[lun]; had && ok(p) && stateRank(h.states[lun], p) <= 2 {
 			return p, true
+		}
+	case ioStickGroup:
+		if last, had := h.last[lun]; had {
+			node := h.w.arr.Port(last).Node
+			var group []uint16
+			for _, p := range h.paths {
+				if ok(p) && h.w.arr.Port(p).Node == node && stateRank(h.states[lun], p) <= 2 {
+					group = append(group, p)
+				}
+			}
+			if len(group) > 0 {
+				h.rr[lun]++
+				p := group[h.rr[lun]%len(group)]
+				h.last[lun] = p
+				return p, true
+			}
 		}
 	}
 	best, rank := []uint16(nil), 99
@@ -531,6 +599,9 @@ func (h *host) pick(lun uint64, avoid map[uint16]bool) (uint16, bool) {
 		r := 0
 		if h.ht.TPGS {
 			r = stateRank(h.states[lun], p)
+		}
+		if h.kind.io == ioAll && r <= 2 {
+			r = 0 // AO, ANO and unknown alike
 		}
 		switch {
 		case r < rank:
@@ -569,7 +640,7 @@ func stateRank(st map[uint16]alua.AccessState, p uint16) int {
 // path could carry it.
 func (h *host) send(lun uint64, cdb, data []byte, inLen int) (scsi.Response, bool) {
 	avoid := map[uint16]bool{}
-	if h.multipath() && len(h.states[lun]) == 0 {
+	if h.readsRTPG() && len(h.states[lun]) == 0 {
 		if p, ok := h.pick(lun, nil); ok {
 			h.rtpg(p, lun)
 		}
@@ -587,12 +658,12 @@ func (h *host) send(lun uint64, cdb, data []byte, inLen int) (scsi.Response, boo
 		s := senseOf(r)
 		switch {
 		case s.Key == 6: // unit attention: re-read the states, retry
-			if h.multipath() {
+			if h.rtpgOnUA() {
 				h.rtpg(p, lun)
 			}
 		case s.Key == 2 && s.ASC == 4 && (s.ASCQ == 0x0b || s.ASCQ == 0x0c): // standby, unavailable
 			avoid[p] = true
-			if h.multipath() {
+			if h.rtpgOnUA() {
 				h.rtpg(p, lun)
 			}
 		default:
@@ -613,6 +684,14 @@ func (h *host) execOn(port uint16, lun uint64, cdb, data []byte, inLen int, medi
 		w.stats.Good++
 	}
 	h.cmdOn[w.arr.Port(port).Node.Name] = w.ticks
+	switch {
+	case cdb[0] == scsi.OpTestUnitReady:
+		h.sent[sentKey{port, "tur"}]++
+	case cdb[0] == scsi.OpMaintenanceIn:
+		h.sent[sentKey{port, "rtpg"}]++
+	case mediaCmd && r.Status == scsi.StatusGood:
+		h.sent[sentKey{port, "media"}]++
+	}
 	k := seenKey{port, lun}
 	s := h.seen[k]
 	if s == nil {

@@ -36,15 +36,20 @@ import (
 //	planned-move-strands  a failback, balance or shipping move never goes to a
 //	                      node where a logged-in user of the LUN has no session
 //	mnd-false             Multipath Not Discovering Paths is never raised for a
-//	                      multipath host on a node where it read RTPG
-//	mnd-missed            it is raised for a host without multipath that has
-//	                      been logged in on a node, and not used it, for the
-//	                      discovery window and the debounce
+//	                      host of a kind with multipath on a node where it has
+//	                      a session on a usable path (its checker probes it),
+//	                      whatever RTPGs it reads
+//	mnd-missed            it is raised for a host of a kind without multipath
+//	                      (nohandler, dh-alua-nomp) that has been logged in on
+//	                      a node, and not used it, for the discovery window
+//	                      and the debounce, whatever RTPGs it reads
 //	host-io               every host with a session on a usable path to a live
 //	                      node can complete I/O on each LUN it uses: some such
 //	                      path reports AO or ANO to it (TRANSITIONING for at
 //	                      most the implicit transition time); STANDBY or
-//	                      UNAVAILABLE on all of them is a host cut off
+//	                      UNAVAILABLE on all of them is a host cut off. A
+//	                      host without multipath has only the path it uses
+//	                      (its first live one): that one must.
 func (w *World) check() {
 	if w.viol != nil {
 		return
@@ -242,7 +247,7 @@ func (w *World) failoverJustified(id uint64, owner *array.Node) bool {
 		if !h.reaches(owner) || !h.usesNode(owner.Name) {
 			return true
 		}
-		if h.mp == "none" {
+		if h.kind.io == ioFirst {
 			if p, ok := h.pick(id, nil); ok && w.arr.Port(p).Node != owner {
 				return true
 			}
@@ -268,7 +273,9 @@ func (w *World) checkStorm(id uint64) {
 // checkHostIO runs after each tick: judged from each host's side, every
 // LUN it uses has, among its paths with a session through a usable port
 // of a live node, one that reports AO or ANO to it, or has had only
-// TRANSITIONING ones for no longer than the implicit transition time.
+// TRANSITIONING ones for no longer than the implicit transition time. A
+// host without multipath counts only the first such path: its devices
+// are there, and nothing moves its I/O to another path.
 // (A host of a STANDBY type that logged out of, or lost, every path to a
 // LUN's owner while the LUN stays there for others must see its other
 // paths handed off to ANO.)
@@ -286,6 +293,9 @@ func (w *World) checkHostIO() {
 			for _, p := range h.paths {
 				if !h.sess[p] || !h.usable(p) {
 					continue
+				}
+				if h.kind.io == ioFirst && live {
+					break // no multipath: only the path it uses counts
 				}
 				live = true
 				st := l.State(h.initiator, w.arr.Port(p).Node)
@@ -307,20 +317,21 @@ func (w *World) checkHostIO() {
 				since = w.ticks
 			}
 			if !moving || w.ticks-since > limit {
-				w.fail("host-io", "host %s (%s) has live paths to LUN %d but none it can do I/O on: %s (owner %s)",
-					h.name, h.ht.Name, id, strings.Join(states, " "), l.Owner().Name)
+				w.fail("host-io", "host %s (%s, %s) has live paths to LUN %d but none it can do I/O on: %s (owner %s)",
+					h.name, h.ht.Name, h.kind.name, id, strings.Join(states, " "), l.Owner().Name)
 				return
 			}
 		}
 	}
 }
 
-// checkMND runs after each tick: MND is raised for a host without
-// multipath on a node it is logged in to but does not use, once the
-// discovery window and the debounce have passed since its last command
-// there (a run of scans looks like a checker's probing while it lasts),
-// and never for a multipath host on a node where it read RTPG (its
-// checker probes every path every tick).
+// checkMND runs after each tick: MND is raised for a host of a kind
+// without multipath on a node it is logged in to but does not use, once
+// the discovery window and the debounce have passed since its last
+// command there (a run of scans looks like a checker's probing while it
+// lasts), and never for a host of a kind with multipath on a node where
+// it has a session on a usable path (its checker probes every such path
+// every tick).
 func (w *World) checkMND() {
 	if w.viol != nil {
 		return
@@ -336,14 +347,15 @@ func (w *World) checkMND() {
 	for _, h := range w.hosts {
 		for _, n := range w.arr.Nodes {
 			on := active[h.name+"\x00"+n.Name]
-			if on && h.multipath() && h.usesNode(n.Name) {
-				w.fail("mnd-false", "MND raised for host %s on node %s, where its multipath driver read RTPG", h.name, n.Name)
+			if on && h.kind.multipath && h.probes(n) {
+				w.fail("mnd-false", "MND raised for host %s (%s) on node %s, where its multipath stack probes a path",
+					h.name, h.kind.name, n.Name)
 				return
 			}
 			if h.usesNode(n.Name) {
 				h.lastUsed[n.Name] = w.ticks
 			}
-			if h.mp != "none" || !n.Up() || on || h.usesNode(n.Name) {
+			if h.kind.multipath || !n.Up() || on || h.usesNode(n.Name) {
 				continue
 			}
 			since, logged := w.ticks, false
@@ -372,6 +384,17 @@ func (w *World) checkMND() {
 			}
 		}
 	}
+}
+
+// probes: the host's checker probes a path to n (a session on a usable
+// port; a kind with multipath probes every such path every tick).
+func (h *host) probes(n *array.Node) bool {
+	for _, p := range n.Ports {
+		if h.sess[p.RelativeID] && h.usable(p.RelativeID) {
+			return true
+		}
+	}
+	return false
 }
 
 // coreView says, for a violation's detail, which nodes the core thinks

@@ -262,6 +262,42 @@ read h1 1 lba=0 n=4
 		},
 		want: "mnd-missed",
 	}, {
+		// A host without multipath on a STANDBY type uses node a; LUN 0
+		// is on b. Its one path must not report STANDBY: without the
+		// hand-off it does, though its path to b is AO (host-io judged by
+		// the path a host without multipath uses, not by every path).
+		name: "host without multipath on a STANDBY type",
+		script: "nodes a:1,b:1\nlun 0 pref=b pages=4\nhost h1 type=linux-dmmp paths=1,2 luns=0 kind=nohandler\nlogin h1\n" +
+			strings.Repeat("write h1 0 lba=0 n=4\ntick\n", 4),
+		world: func(w *World) { w.noHandoff = true },
+		want:  "host-io",
+	}, {
+		// scsi_dh_alua without multipath reads RTPG on every path as it
+		// attaches, and at a rescan, and uses node a only: MND for b. A
+		// core that takes one RTPG for discovery (the old one) misses it.
+		name: "MND for scsi_dh_alua without multipath",
+		script: "nodes a:1,b:1\nlun 0 pref=a pages=4\nhost h1 type=linux paths=1,2 luns=0 kind=dh-alua-nomp\nlogin h1\n" +
+			strings.Repeat("write h1 0 lba=0 n=4\ntick\n", 6) + "scan h1\n" +
+			strings.Repeat("write h1 0 lba=0 n=4\nrtpg h1 0\ntick\n", 6) + "tick n=10\n",
+		cfg:  func(c *ownership.Config) { c.MediaTicks, c.DiscoveryWindow = 1, 2 },
+		want: "mnd-missed",
+	}, {
+		// dm-multipath at its defaults reads RTPG only as a path attaches
+		// and after a unit attention; its checker's TEST UNIT READYs on
+		// the paths to b are all the array hears there. A core that
+		// counts only RTPGs and media I/O as discovery raises MND for it.
+		name: "no MND for dm-multipath at its defaults",
+		script: "nodes a:1,b:1\nlun 0 pref=a pages=4\nhost h1 type=linux paths=1,2 luns=0 kind=dmmp-defaults\nlogin h1\n" +
+			strings.Repeat("write h1 0 lba=0 n=4\ntick\n", 20),
+		in: func(e ownership.Event) ownership.Event {
+			if pl, ok := e.(ownership.PathLatency); ok {
+				pl.Ops = 0
+				return pl
+			}
+			return e
+		},
+		want: "mnd-false",
+	}, {
 		// Light I/O with slow responses: no balance move below the
 		// stress floor; a core that takes any expansion for stress moves.
 		name: "no balance below the floor",

@@ -17,7 +17,7 @@ import (
 //	nodes a:2,b:2                 nodes and their port counts
 //	mirror on|off                 write-cache mirroring (default on)
 //	lun 0 pref=a pages=16 bs=512 media=ram group=dg0
-//	host h1 type=linux paths=1,2,3,4 luns=0,1 [mp=none|sticky]
+//	host h1 type=linux paths=1,2,3,4 luns=0,1 [kind=dmmp-alua]   (kinds.go; mp=none|sticky too)
 type topology struct {
 	nodes  []nodeSpec
 	luns   []lunSpec
@@ -41,12 +41,9 @@ type hostSpec struct {
 	name, typ string
 	paths     []uint16
 	luns      []uint64
-	// mp is the host's multipath stack: "" (follows ALUA as its type
-	// says), "none" (no multipath: it scans every path but sends I/O
-	// through the first usable one and never reads RTPG) or "sticky"
-	// (dm-multipath with failback manual: it stays on the path it uses
-	// while that path answers, whatever the ALUA states say).
-	mp string
+	// kind is the host's multipath stack (kinds.go); mp=none is
+	// nohandler, mp=sticky dmmp-defaults.
+	kind string
 }
 
 func parseTopology(s Script) (*topology, error) {
@@ -82,13 +79,15 @@ func parseTopology(s Script) (*topology, error) {
 			}
 			t.luns = append(t.luns, l)
 		case "host":
-			h := hostSpec{name: e.arg(0), typ: e.Opts["type"], mp: e.Opts["mp"]}
+			h := hostSpec{name: e.arg(0), typ: e.Opts["type"]}
 			if h.typ == "" {
 				h.typ = alua.HostDefault
 			}
-			if h.mp != "" && h.mp != "none" && h.mp != "sticky" {
-				return nil, fmt.Errorf("host %s: mp is none or sticky, not %q", h.name, h.mp)
+			kind, err := parseKind(h.name, e.Opts["kind"], e.Opts["mp"])
+			if err != nil {
+				return nil, err
 			}
+			h.kind = kind
 			if _, ok := alua.HostTypes[h.typ]; !ok {
 				return nil, fmt.Errorf("host %s: unknown type %q", h.name, h.typ)
 			}
