@@ -262,8 +262,10 @@ func (c *Core) probed(s *nexusState) bool {
 // A nexus that media I/O discovered (byMedia) ends the same way, but only
 // while the host's media I/O goes on through another node: its scan's
 // reads (udev probing each disk it attaches, for minutes on a slow host)
-// have stopped and its I/O goes elsewhere. A host idle everywhere keeps
-// what it used: silence says nothing of its paths.
+// have stopped and its I/O goes elsewhere; or when it is silent
+// everywhere and those reads came through more than one node (scanOnly).
+// A host idle everywhere that used one node keeps it: silence says
+// nothing of its paths.
 func (c *Core) expireProbes() {
 	for _, name := range c.hostNames {
 		h := c.hosts[name]
@@ -283,6 +285,7 @@ func (c *Core) expireProbes() {
 			}
 			c.gen++
 		}
+		scanOnly := c.scanOnly(h)
 		for _, k := range sortedNexusKeys(h) {
 			s := h.nexuses[k]
 			if !c.pathUp(s) {
@@ -293,7 +296,7 @@ func (c *Core) expireProbes() {
 			if !s.discovered || quiet < c.evidenceGap() || c.usesNode(h, s.n.Node) {
 				continue
 			}
-			if s.byTraffic || s.byMedia && c.usesOtherNode(h, s.n.Node) {
+			if s.byTraffic || s.byMedia && (c.usesOtherNode(h, s.n.Node) || scanOnly) {
 				s.discovered, s.byTraffic, s.byMedia = false, false, false
 				c.gen++
 				if !c.reaches(h, s.n.Node) {
@@ -308,12 +311,26 @@ func (c *Core) expireProbes() {
 
 // silentNode: the host has a node whose every path is up, logged in and
 // silent (no command) for the evidence gap, while its media I/O goes
-// through another node. A multipath stack's checker probes every path
-// it has every 5-20 s, used or not: a host that has shown one and then
-// leaves a node's up paths silent while it works elsewhere had shown a
-// scan, not a stack.
+// through another node or while it is silent on every node. A multipath
+// stack's checker probes every path it has every 5-20 s, used or not,
+// busy or idle: a host that has shown one and then leaves a node's up
+// paths silent had shown a scan (or a rescan), not a stack.
 func (c *Core) silentNode(h *host) bool {
+	silent := c.silentNodes(h)
+	for _, n := range c.nodeNames {
+		if silent[n] && (c.usesOtherNode(h, n) || len(silent) == c.connectedCount(h)) {
+			return true
+		}
+	}
+	return false
+}
+
+// silentNodes: the nodes whose every up path of the host's has been
+// logged in and silent for the evidence gap, and whose use its media I/O
+// does not prove.
+func (c *Core) silentNodes(h *host) map[string]bool {
 	gap := c.evidenceGap()
+	silent := map[string]bool{}
 	for _, n := range c.nodeNames {
 		quiet, any := true, false
 		for _, s := range h.nexuses {
@@ -325,11 +342,27 @@ func (c *Core) silentNode(h *host) bool {
 				quiet = false
 			}
 		}
-		if any && quiet && !c.usesNode(h, n) && c.usesOtherNode(h, n) {
-			return true
+		if any && quiet && !c.usesNode(h, n) {
+			silent[n] = true
 		}
 	}
-	return false
+	return silent
+}
+
+// scanOnly: the host is silent on every node it is logged in to, and
+// media I/O discovered paths of its on more than one node: the reads were
+// a scan's (a host without multipath uses one path), not its use.
+func (c *Core) scanOnly(h *host) bool {
+	if len(c.silentNodes(h)) != c.connectedCount(h) {
+		return false
+	}
+	nodes := map[string]bool{}
+	for _, s := range h.nexuses {
+		if s.discovered && s.byMedia {
+			nodes[s.n.Node] = true
+		}
+	}
+	return len(nodes) > 1
 }
 
 // discover marks a nexus as in use by the host's multipath driver.
@@ -623,13 +656,19 @@ func (c *Core) allowedFor(l *lun, strict bool) ([]string, bool) {
 		}
 		// A node the host left on purpose still counts for failover,
 		// unless the host is the LUN's one user still doing I/O; so does a
-		// node whose discovery may still come (pendingDiscovery).
+		// node whose discovery may still come (pendingDiscovery), and a
+		// node a host that has shown no multipath stack is logged in to
+		// and has never used: it lost nothing there, it sends through
+		// one path that no failover can change, and its I/O arriving at
+		// a non-owner is forwarded (where it arrives is shipping's
+		// business, with its ROI check).
 		departed := len(h.departed) > 0 && !c.soleActiveUser(l, h)
 		for i, n := range c.nodeNames {
 			if slices.Contains(r, i) {
 				continue
 			}
-			if _, ok := h.departed[n]; ok && departed || c.pendingDiscovery(h, n) {
+			if _, ok := h.departed[n]; ok && departed || c.pendingDiscovery(h, n) ||
+				!h.obs.multipath && !h.everReached[n] && c.connected(h, n) {
 				count[i]++
 			}
 		}

@@ -247,19 +247,15 @@ read h1 1 lba=0 n=4
 		want:   "move-storm",
 	}, {
 		// A host without multipath scans every path (twice, as a rescan
-		// does) and uses node a: MND is raised for b. Counting the scans
-		// as discovery (every command, as the old core did) hides it.
+		// does) and uses node a: MND is raised for b. A core that takes
+		// every interval of commands (its writes too) as arriving on b's
+		// path sees a checker probing b and misses it.
 		name: "MND for a scanning host",
 		script: "nodes a:1,b:1\nlun 0 pref=a pages=4\nhost h1 type=linux paths=1,2 luns=0 mp=none\nlogin h1\n" +
-			strings.Repeat("scan h1\n"+strings.Repeat("write h1 0 lba=0 n=4\ntick\n", 4), 2) + "tick n=10\n",
-		cfg: func(c *ownership.Config) { c.MediaTicks, c.DiscoveryWindow = 1, 2 },
-		in: func(e ownership.Event) ownership.Event {
-			if io, ok := e.(ownership.IO); ok {
-				io.Media = io.Ops
-				return io
-			}
-			return e
-		},
+			strings.Repeat("scan h1\n"+strings.Repeat("write h1 0 lba=0 n=4\ntick\n", 4), 2) +
+			strings.Repeat("write h1 0 lba=0 n=4\ntick\n", 12) + "tick n=10\n",
+		cfg:  func(c *ownership.Config) { c.MediaTicks, c.DiscoveryWindow = 1, 2 },
+		in:   pathOnB,
 		want: "mnd-missed",
 	}, {
 		// A host without multipath on a STANDBY type uses node a; LUN 0
@@ -274,12 +270,15 @@ read h1 1 lba=0 n=4
 	}, {
 		// scsi_dh_alua without multipath reads RTPG on every path as it
 		// attaches, and at a rescan, and uses node a only: MND for b. A
-		// core that takes one RTPG for discovery (the old one) misses it.
+		// core that counts every command (the RTPG after each write too)
+		// as arriving on the host's other path, b's, takes that for a
+		// checker probing b and misses it.
 		name: "MND for scsi_dh_alua without multipath",
 		script: "nodes a:1,b:1\nlun 0 pref=a pages=4\nhost h1 type=linux paths=1,2 luns=0 kind=dh-alua-nomp\nlogin h1\n" +
 			strings.Repeat("write h1 0 lba=0 n=4\ntick\n", 6) + "scan h1\n" +
-			strings.Repeat("write h1 0 lba=0 n=4\nrtpg h1 0\ntick\n", 6) + "tick n=10\n",
+			strings.Repeat("write h1 0 lba=0 n=4\nrtpg h1 0\ntick\n", 14) + "tick n=10\n",
 		cfg:  func(c *ownership.Config) { c.MediaTicks, c.DiscoveryWindow = 1, 2 },
+		in:   rtpgOnB,
 		want: "mnd-missed",
 	}, {
 		// dm-multipath at its defaults reads RTPG only as a path attaches
@@ -355,6 +354,32 @@ func asFault(e ownership.Event) ownership.Event {
 	if lo, ok := e.(ownership.Logout); ok {
 		lo.Orderly = false
 		return lo
+	}
+	return e
+}
+
+// nexusOnB is the host's nexus through port 2, node b's (two-node
+// scripts with one port a node).
+func nexusOnB(n ownership.Nexus) ownership.Nexus {
+	n.Node, n.Port, n.ISID = "b", 2, fmt.Sprintf("00023d%06x", 2)
+	return n
+}
+
+// pathOnB is a core that takes every interval of a nexus's commands as
+// arriving on node b's.
+func pathOnB(e ownership.Event) ownership.Event {
+	if p, ok := e.(ownership.PathLatency); ok {
+		p.Nexus = nexusOnB(p.Nexus)
+		return p
+	}
+	return e
+}
+
+// rtpgOnB is a core that takes every RTPG as arriving on node b's nexus.
+func rtpgOnB(e ownership.Event) ownership.Event {
+	if r, ok := e.(ownership.RTPG); ok {
+		r.Nexus = nexusOnB(r.Nexus)
+		return r
 	}
 	return e
 }
