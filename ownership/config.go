@@ -27,6 +27,16 @@ type Config struct {
 	// every path at login; a multipath driver that uses a path keeps
 	// using it.
 	MediaTicks int
+	// SilenceWindow: a host whose standing as a multipath stack is not
+	// confirmed loses it when its up paths to a node have had no command
+	// for this long (never under the discovery window) while it works
+	// elsewhere or idles everywhere: a checker probes every path every
+	// 5-20 s (40 s with some vendors' polling_interval). AttachWindow: how
+	// long after its latest login a host's use of two nodes at once may
+	// be the scan of the disks it attached (udev reading every disk on
+	// every path: 15 s on a quiet machine, minutes on a loaded one); its
+	// standing is confirmed when it shows it later.
+	SilenceWindow, AttachWindow int
 	// FailbackWindow: every host using a failed-over LUN must reach its
 	// preferred owner for this long before it fails back.
 	FailbackWindow int
@@ -124,7 +134,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		TickMicros: 1e6, Alpha: 0.7,
-		DiscoveryWindow: 30, Settle: 5, MediaTicks: 3, FailbackWindow: 30, Cooldown: 300, PlanInterval: 10,
+		DiscoveryWindow: 30, Settle: 5, MediaTicks: 3, SilenceWindow: 60, AttachWindow: 150, FailbackWindow: 30, Cooldown: 300, PlanInterval: 10,
 		FailbackCooldown: 60, DampCount: 3, DampWindow: 1800, DampClear: 3600, FollowWindow: 30,
 		StressUtil: 0.5, StressExpansion: 2.0, StressFloor: 0.25, StressWindow: 30, MinExpansionOps: 50,
 		Tolerance: 0.10, ROIHorizon: 600, ROIFactor: 2, MoveCost: 100,
@@ -166,7 +176,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("ownership: Debounces must name catalog conditions with non-negative ticks")
 	case c.HandbackHold < 0 || c.CrashCount < 0 || c.CrashWindow < 0 || c.CrashStable < 0:
 		return fmt.Errorf("ownership: hand-back and crash-loop windows must not be negative")
-	case c.DiscoveryWindow < 0 || c.Settle < 0 || c.ShipWindow < 0 || c.FailbackWindow < 0 || c.Cooldown < 0 || c.Debounce < 0 || c.ThrashWindow < 1 || c.PathMinOps < 0:
+	case c.DiscoveryWindow < 0 || c.SilenceWindow < 0 || c.AttachWindow < 0 || c.Settle < 0 || c.ShipWindow < 0 || c.FailbackWindow < 0 || c.Cooldown < 0 || c.Debounce < 0 || c.ThrashWindow < 1 || c.PathMinOps < 0:
 		return fmt.Errorf("ownership: windows must not be negative")
 	}
 	return nil

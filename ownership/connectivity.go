@@ -270,7 +270,7 @@ func (c *Core) expireProbes() {
 	for _, name := range c.hostNames {
 		h := c.hosts[name]
 		if h.obs.multipath {
-			if !c.silentNode(h) {
+			if h.obs.confirmed || !c.silentNode(h) {
 				continue
 			}
 			// Its overlapping use of two nodes was a scan (udev reading
@@ -310,13 +310,15 @@ func (c *Core) expireProbes() {
 }
 
 // silentNode: the host has a node whose every path is up, logged in and
-// silent (no command) for the evidence gap, while its media I/O goes
+// silent (no command) for the silence window (a minute), while its media I/O goes
 // through another node or while it is silent on every node. A multipath
-// stack's checker probes every path it has every 5-20 s, used or not,
-// busy or idle: a host that has shown one and then leaves a node's up
-// paths silent had shown a scan (or a rescan), not a stack.
+// stack's checker probes every path it has every 5-20 s (40 s with some
+// vendors' polling_interval), used or not, busy or idle: a host whose
+// standing is not confirmed (shown within the attach window after a
+// login) and that then leaves a node's up paths silent had shown a scan
+// (or a rescan), not a stack.
 func (c *Core) silentNode(h *host) bool {
-	silent := c.silentNodes(h)
+	silent := c.silentNodes(h, c.silenceWindow())
 	for _, n := range c.nodeNames {
 		if silent[n] && (c.usesOtherNode(h, n) || len(silent) == c.connectedCount(h)) {
 			return true
@@ -325,11 +327,13 @@ func (c *Core) silentNode(h *host) bool {
 	return false
 }
 
+// silenceWindow: Config.SilenceWindow, never under the evidence gap.
+func (c *Core) silenceWindow() int { return max(c.evidenceGap(), c.cfg.SilenceWindow) }
+
 // silentNodes: the nodes whose every up path of the host's has been
-// logged in and silent for the evidence gap, and whose use its media I/O
-// does not prove.
-func (c *Core) silentNodes(h *host) map[string]bool {
-	gap := c.evidenceGap()
+// logged in and silent for gap ticks, and whose use its media I/O does
+// not prove.
+func (c *Core) silentNodes(h *host, gap int) map[string]bool {
 	silent := map[string]bool{}
 	for _, n := range c.nodeNames {
 		quiet, any := true, false
@@ -353,7 +357,7 @@ func (c *Core) silentNodes(h *host) map[string]bool {
 // media I/O discovered paths of its on more than one node: the reads were
 // a scan's (a host without multipath uses one path), not its use.
 func (c *Core) scanOnly(h *host) bool {
-	if len(c.silentNodes(h)) != c.connectedCount(h) {
+	if len(c.silentNodes(h, c.evidenceGap())) != c.connectedCount(h) {
 		return false
 	}
 	nodes := map[string]bool{}

@@ -34,8 +34,12 @@ type Handoff struct {
 // joined), whether it has shown a multipath stack, and since when it has
 // reached each node without a break (the hand-back waits on that).
 func (c *Core) trackReach(h *host) {
-	if !h.obs.multipath {
-		h.obs.multipath = c.usesTwoNodesAtOnce(h)
+	if !h.obs.confirmed && c.usesTwoNodesAtOnce(h) {
+		h.obs.multipath = true
+		h.obs.confirmed = c.now >= c.lastLogin(h)+c.attachWindow()
+	}
+	if h.obs.state == followYes {
+		h.obs.confirmed = h.obs.multipath
 	}
 	for _, n := range c.nodeNames {
 		if c.reaches(h, n) {
@@ -49,6 +53,20 @@ func (c *Core) trackReach(h *host) {
 			delete(h.inUseSince, n)
 		}
 	}
+}
+
+// attachWindow: how long after a login a host's use of two nodes at once
+// may still be the scan of the disks it attached (Config.AttachWindow,
+// and never under five discovery windows).
+func (c *Core) attachWindow() int { return max(5*c.cfg.DiscoveryWindow, c.cfg.AttachWindow) }
+
+// lastLogin: when the host's newest nexus logged in.
+func (c *Core) lastLogin(h *host) int {
+	last := 0
+	for _, s := range h.nexuses {
+		last = max(last, s.since)
+	}
+	return last
 }
 
 // usesTwoNodesAtOnce: the host shows a multipath stack: evidence a host

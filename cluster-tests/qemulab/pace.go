@@ -30,6 +30,10 @@ const (
 	checkerMax = 20 * time.Second
 	// The lab array's discovery window (ArraySpec.Config).
 	discoveryWindow = 30 * time.Second
+	// silenceWindow: the array's (ownership.Config.SilenceWindow, a
+	// minute of wall time): how long a node's paths must be silent before
+	// a host a scan made it take for multipath is judged to run none.
+	silenceWindow = time.Minute
 )
 
 // nominalBoot is the boot time of a guest on a quiet machine when n boot at once.

@@ -281,25 +281,30 @@ func (l *lab) judgeMoves() {
 }
 
 // judgeMNDTime: Multipath Not Discovering Paths was raised for c on node
-// within the discovery window (and the 3-tick debounce, and one second
-// for the array's tick and the feed's polling) of the last of: c's last
-// login there, the last command c sent there before the raise (a guest
-// without multipath reads every disk it attaches, udev's blkid, for as
-// long as its scan lasts: minutes on a loaded machine), and the start of
-// its I/O through the other node (the array drops a scan's evidence only
-// while the host uses another node).
+// by the last of: a discovery window after c's last login there; the
+// silence window after the last command c sent there before the raise (a
+// guest without multipath reads every disk it attaches, udev's blkid,
+// for as long as its scan lasts: minutes on a loaded machine, and the
+// array may take that for a multipath stack until the node has been
+// silent that long); a discovery window after the start of its I/O
+// through the other node (the array drops a scan's evidence only while
+// the host uses another node); plus the 3-tick debounce and one second
+// for the array's tick and the feed's polling.
 func (l *lab) judgeMNDTime(c *ClientResult, node string) {
 	login, n := l.w.LastLogin(c.IQN, node, l.res.Started)
 	raised := l.w.Raised(conditionMND, c.Spec.Name, node, l.res.Started)
-	limit := discoveryWindow + 300*time.Millisecond + time.Second
+	slack := 300*time.Millisecond + time.Second
 	cmd := l.w.LastCommand(c.IQN, node, l.res.Started, raised)
-	ref := login
-	for _, t := range []time.Time{cmd, l.ioStart} {
-		if t.After(ref) {
-			ref = t
+	// A scan that made the array take the guest for multipath is judged
+	// over after the silence window (a minute without a command there).
+	due := login.Add(discoveryWindow)
+	for _, t := range []time.Time{cmd.Add(silenceWindow), l.ioStart.Add(discoveryWindow)} {
+		if t.After(due) {
+			due = t
 		}
 	}
-	ok := n > 0 && !raised.IsZero() && raised.Sub(ref) <= limit
+	due = due.Add(slack)
+	ok := n > 0 && !raised.IsZero() && !raised.After(due)
 	at := func(t time.Time) string {
 		if t.IsZero() {
 			return "none"
@@ -311,7 +316,8 @@ func (l *lab) judgeMNDTime(c *ClientResult, node string) {
 	if raised.IsZero() {
 		detail += "; never raised"
 	} else {
-		detail += fmt.Sprintf("; raised %s, %v after the last of them (limit %v)", at(raised), raised.Sub(ref).Round(100*time.Millisecond), limit)
+		detail += fmt.Sprintf("; raised %s, due by %s (a discovery window after the login or the I/O's start, "+
+			"the silence window after the last command, %v slack)", at(raised), at(due), slack)
 	}
 	l.res.check(fmt.Sprintf("%s: Multipath Not Discovering Paths raised for node %s within the discovery window", c.Spec.Name, node), ok, "%s", detail)
 }

@@ -152,6 +152,8 @@ func (o Config) Core(explicit bool) (ownership.Config, time.Duration) {
 	oc.DampWindow = wall(o.DampWindow, 30*time.Minute)
 	oc.DampClear = wall(o.DampClear, time.Hour)
 	oc.FollowWindow = wall(o.FollowWindow, 30*time.Second)
+	oc.SilenceWindow = wall(0, time.Minute)
+	oc.AttachWindow = wall(0, 150*time.Second)
 	oc.HandbackHold = ticks(o.HandbackHold, oc.HandbackHold)
 	oc.CrashWindow = wall(o.CrashWindow, 30*time.Minute)
 	oc.CrashStable = wall(o.CrashStable, 30*time.Minute)

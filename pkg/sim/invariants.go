@@ -343,7 +343,9 @@ func (w *World) checkMND() {
 		}
 	}
 	cfg := coreConfig()
-	window := cfg.DiscoveryWindow + cfg.Debounce + 2
+	// A host a scan made the core take for multipath is judged silent
+	// after the silence window.
+	window := max(cfg.DiscoveryWindow, cfg.SilenceWindow) + cfg.Debounce + 2
 	for _, h := range w.hosts {
 		for _, n := range w.arr.Nodes {
 			on := active[h.name+"\x00"+n.Name]

@@ -173,6 +173,7 @@ func newWorldWrapped(s Script, wrap func(lun uint64, st media.Store) media.Store
 func coreConfig() ownership.Config {
 	oc := ownership.DefaultConfig()
 	oc.FailbackWindow, oc.DiscoveryWindow, oc.Cooldown, oc.PlanInterval, oc.ShipWindow = 5, 5, 30, 5, 10
+	oc.SilenceWindow, oc.AttachWindow = 10, 25 // two and five discovery windows, as the defaults are
 	oc.FailbackCooldown, oc.StressWindow, oc.FollowWindow = 10, 5, 10
 	oc.DampCount, oc.DampWindow, oc.DampClear = dampCount, 3600, 300
 	return oc
