@@ -288,12 +288,12 @@ func (l *lab) judgeMoves() {
 // array may take that for a multipath stack until the node has been
 // silent that long); a discovery window after the start of its I/O
 // through the other node (the array drops a scan's evidence only while
-// the host uses another node); plus the 3-tick debounce and one second
-// for the array's tick and the feed's polling.
+// the host uses another node); plus the 3-tick debounce and three
+// seconds for the array's tick and the feed's polling under load.
 func (l *lab) judgeMNDTime(c *ClientResult, node string) {
 	login, n := l.w.LastLogin(c.IQN, node, l.res.Started)
 	raised := l.w.Raised(conditionMND, c.Spec.Name, node, l.res.Started)
-	slack := 300*time.Millisecond + time.Second
+	slack := 300*time.Millisecond + 3*time.Second // the debounce; the array's tick and the feed's polling on a loaded machine
 	cmd := l.w.LastCommand(c.IQN, node, l.res.Started, raised)
 	// A scan that made the array take the guest for multipath is judged
 	// over after the silence window (a minute without a command there).
