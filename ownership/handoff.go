@@ -130,16 +130,15 @@ func (c *Core) pushable(h *host, node string) bool {
 	return ok && c.now-since >= c.handbackHold()
 }
 
-// inUse: the host's stack works a path to node now: commands keep
-// arriving on it (a run that proves use: a checker's probes, I/O; one
-// rescan's burst does not) after the hold since it logged in (past the
-// attach at login), the last within a checker's longest interval
+// inUse: the host's stack works a path to node now: commands arrived on
+// it after the hold since it logged in (past the attach at login: a
+// checker's probe, I/O), the last within a checker's longest interval
 // (multipathd's max_polling_interval, 20 s, and some), or its media I/O
 // through node proves use.
 func (c *Core) inUse(h *host, node string) bool {
 	fresh := max(c.evidenceGap(), int(25e6/c.cfg.TickMicros))
 	for _, s := range h.nexuses {
-		if s.n.Node == node && c.pathUp(s) && s.discovered && c.proves(s.traffic) &&
+		if s.n.Node == node && c.pathUp(s) && s.discovered && s.traffic.ticks > 0 &&
 			s.traffic.last >= s.since+c.handbackHold() && c.now-s.traffic.last <= fresh {
 			return true
 		}
