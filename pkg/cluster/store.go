@@ -13,6 +13,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/aluad/aluad/pkg/clock"
 )
@@ -334,17 +336,45 @@ func (s *Store) ownerKey(lun uint64) string { return fmt.Sprintf("%sowners/%05d"
 var ErrStale = errors.New("cluster: the ownership record changed since it was read")
 
 // Init creates the records that do not exist yet (the first start of the
-// array); existing ones are kept.
+// array); existing ones are kept. Each create-if-absent is idempotent, so
+// one the cluster could not take now (no leader yet, a proposal dropped
+// during an election: seen when controllers start together on a loaded
+// machine) is tried again until ctx ends.
 func (s *Store) Init(ctx context.Context, recs []Record) error {
 	for _, r := range recs {
 		key := s.ownerKey(r.LUN)
 		val, _ := json.Marshal(r)
-		if _, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, string(val))).Commit(); err != nil {
-			return fmt.Errorf("cluster: LUN %d's record: %w", r.LUN, err)
+		for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+			_, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+				Then(clientv3.OpPut(key, string(val))).Commit()
+			if err == nil {
+				break
+			}
+			if !transient(err) {
+				return fmt.Errorf("cluster: LUN %d's record: %w", r.LUN, err)
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("cluster: LUN %d's record: %w (and then %w)", r.LUN, err, ctx.Err())
+			case <-time.After(wait):
+			}
 		}
 	}
 	return nil
+}
+
+// transient: etcd could not take a request now but may in a moment (no
+// leader, a leader change, a proposal dropped during an election, a
+// request timed out).
+func transient(err error) bool {
+	var ee rpctypes.EtcdError // what the client turns the server's known errors into
+	if errors.As(err, &ee) && ee.Code() == codes.Unavailable {
+		return true
+	}
+	if st, ok := status.FromError(err); ok && st.Code() == codes.Unavailable {
+		return true
+	}
+	return strings.Contains(rpctypes.ErrorDesc(err), "proposal dropped")
 }
 
 // Owners reads the whole table, and the revision read.
