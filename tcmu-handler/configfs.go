@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -74,6 +75,12 @@ type Layout struct {
 	// Subtype is dev_config's first part: tcmu-runner looks handlers up by
 	// it, and has none for aluad's.
 	Subtype string
+	// Initiators are the declared hosts' initiator names: each gets an
+	// explicit node ACL in every TPG, with every LUN mapped at its ID (what
+	// demo mode shows any other initiator), so that LIO counts its
+	// commands per (LUN, port) and aluad can tell it apart from another
+	// host on the same port (ACLCommands).
+	Initiators []string
 }
 
 // TargetSpec is one node's LIO target.
@@ -188,8 +195,13 @@ func (l Layout) Create(f FS) error {
 					return fmt.Errorf("tcmu: export LUN %d on %s: %w", lun.ID, dir, err)
 				}
 			}
-			// Any initiator may log in and sees every LUN, as on the
-			// pure-Go fabric (host mapping is issue 10's).
+			for _, ini := range l.Initiators {
+				if err := l.createACL(f, dir, ini); err != nil {
+					return err
+				}
+			}
+			// Any other initiator may log in and sees every LUN, as on
+			// the pure-Go fabric.
 			for _, kv := range [][2]string{{"generate_node_acls", "1"}, {"cache_dynamic_acls", "1"},
 				{"demo_mode_write_protect", "0"}, {"authentication", "0"}} {
 				if err := f.Write(filepath.Join(dir, "attrib", kv[0]), kv[1]); err != nil {
@@ -202,6 +214,66 @@ func (l Layout) Create(f FS) error {
 		}
 	}
 	return nil
+}
+
+// aclDir is an initiator's node ACL in a TPG. iSCSI names compare
+// without case (RFC 3722); LIO compares them as strings, and initiators
+// send them in lower case.
+func aclDir(tpgDir, ini string) string { return filepath.Join(tpgDir, "acls", strings.ToLower(ini)) }
+
+// createACL makes an explicit node ACL for ini with every LUN mapped at
+// its own ID, made before the TPG is enabled, so no session of ini ever
+// runs under a dynamic ACL (converting one in place queues REPORTED
+// LUNS DATA HAS CHANGED on the host's other LUNs).
+func (l Layout) createACL(f FS, tpgDir, ini string) error {
+	acl := aclDir(tpgDir, ini)
+	if err := f.Mkdir(acl); err != nil {
+		return fmt.Errorf("tcmu: node ACL %s: %w", acl, err)
+	}
+	for _, lun := range l.LUNs {
+		ml := filepath.Join(acl, fmt.Sprintf("lun_%d", lun.ID))
+		if err := f.Mkdir(ml); err != nil {
+			return fmt.Errorf("tcmu: mapped LUN %s: %w", ml, err)
+		}
+		if err := f.Symlink(filepath.Join(tpgDir, "lun", fmt.Sprintf("lun_%d", lun.ID)), filepath.Join(ml, lunLink)); err != nil {
+			return fmt.Errorf("tcmu: map LUN %d for %s: %w", lun.ID, ini, err)
+		}
+	}
+	return nil
+}
+
+// ACLSession tells whether ini has a session under its explicit ACL in
+// a TPG (LIO's acls/<ini>/info: "No active iSCSI Session ..." or the
+// session's details).
+func (l Layout) ACLSession(f FS, iqn string, tpgt uint16, ini string) (bool, error) {
+	s, err := f.Read(filepath.Join(aclDir(l.TPGDir(iqn, tpgt), ini), "info"))
+	if err != nil {
+		return false, err
+	}
+	return ParseACLInfo(s), nil
+}
+
+// ParseACLInfo reads an ACL's info attribute: true when it describes a
+// session.
+func ParseACLInfo(s string) bool {
+	s = strings.TrimSpace(s)
+	return s != "" && !strings.HasPrefix(s, "No active")
+}
+
+// ACLCommands is LIO's count of the commands ini sent to lun through a
+// TPG (acls/<ini>/lun_N/statistics/scsi_auth_intr/num_cmds: counted at
+// LUN lookup, so it includes what LIO answers itself).
+func (l Layout) ACLCommands(f FS, iqn string, tpgt uint16, ini string, lun uint64) (uint64, error) {
+	p := filepath.Join(aclDir(l.TPGDir(iqn, tpgt), ini), fmt.Sprintf("lun_%d", lun), "statistics", "scsi_auth_intr", "num_cmds")
+	s, err := f.Read(p)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("tcmu: %s: %w", p, err)
+	}
+	return n, nil
 }
 
 // npName is LIO's network portal directory name: ip:port, IPv6 in [].
@@ -243,6 +315,22 @@ func (l Layout) Remove(f FS) error {
 			}
 			dir := filepath.Join(tdir, tp)
 			_ = f.Write(filepath.Join(dir, "enable"), "0")
+			// Mapped LUNs first: each links to a TPG LUN.
+			acls, _ := f.List(filepath.Join(dir, "acls"))
+			for _, a := range acls {
+				ad := filepath.Join(dir, "acls", a)
+				mls, _ := f.List(ad)
+				for _, ml := range mls {
+					if !strings.HasPrefix(ml, "lun_") {
+						continue
+					}
+					if link := filepath.Join(ad, ml, lunLink); f.Exists(link) {
+						keep(f.Remove(link))
+					}
+					keep(f.Remove(filepath.Join(ad, ml)))
+				}
+				keep(f.Remove(ad))
+			}
 			luns, _ := f.List(filepath.Join(dir, "lun"))
 			for _, ln := range luns {
 				ld := filepath.Join(dir, "lun", ln)
@@ -254,10 +342,6 @@ func (l Layout) Remove(f FS) error {
 			nps, _ := f.List(filepath.Join(dir, "np"))
 			for _, np := range nps {
 				keep(f.Remove(filepath.Join(dir, "np", np)))
-			}
-			acls, _ := f.List(filepath.Join(dir, "acls"))
-			for _, a := range acls {
-				keep(f.Remove(filepath.Join(dir, "acls", a)))
 			}
 			keep(f.Remove(dir))
 		}

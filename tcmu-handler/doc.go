@@ -11,12 +11,14 @@
 // configfs layout: one LIO target per storage node, one TPG per controller
 // port, one user backstore per (LUN, port), kernel ALUA driven by the
 // array (Frontend.ALUAChanged), logins read from each TPG's
-// dynamic_sessions.
+// dynamic_sessions and the declared hosts' explicit node ACLs, and which
+// host sent a ring command told from LIO's per-ACL command counts
+// (attribute.go).
 //
 // The SCSI semantics stay in pkg/scsi and pkg/array: a Frontend hands
 // every command from a ring to a scsi.Handler with the nexus it can know
-// (the port from the device, the initiator only while one is logged in to
-// that port). What the TCMU mode can and cannot know compared with the
+// (the port from the device, the initiator from the port's one session or
+// from LIO's counts). What the TCMU mode can and cannot know compared with the
 // pure-Go fabric is listed in docs/tcmu.md ("What the TCMU mode can and
 // cannot know").
 //

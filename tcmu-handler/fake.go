@@ -222,6 +222,10 @@ func (m *MemFS) Mkdir(p string) error {
 		groups = []string{"alua", "alua/default_tg_pt_gp", "attrib"}
 	case strings.HasPrefix(path.Base(p), "tpgt_"):
 		groups = []string{"attrib", "np", "lun", "acls", "param", "auth"}
+	case parent == "acls": // a node ACL
+		groups = []string{"attrib", "auth", "param", "fabric_statistics"}
+	case path.Base(path.Dir(path.Dir(p))) == "acls": // a mapped LUN
+		groups = []string{"statistics", "statistics/scsi_auth_intr", "statistics/scsi_att_intr_port"}
 	}
 	for _, g := range groups {
 		m.dirs[p+"/"+g] = true
@@ -303,7 +307,8 @@ func (m *MemFS) Remove(p string) error {
 func attrGroup(d string) bool {
 	b := path.Base(d)
 	switch b {
-	case "alua", "default_tg_pt_gp", "attrib", "np", "lun", "acls", "param", "auth":
+	case "alua", "default_tg_pt_gp", "attrib", "np", "lun", "acls", "param", "auth",
+		"fabric_statistics", "statistics", "scsi_auth_intr", "scsi_att_intr_port":
 		return true
 	}
 	return false

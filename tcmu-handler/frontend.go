@@ -64,6 +64,7 @@ type Frontend struct {
 	dirty    map[uint64]bool // LUNs whose kernel state needs writing
 	written  map[devKey]alua.AccessState
 	stats    map[pathKey]*pathStat
+	declared map[string]bool // Layout.Initiators, lower case
 	closed   bool
 }
 
@@ -98,6 +99,7 @@ type device struct {
 	devKey
 	uio  Region
 	ring *Ring
+	cred devCredit // who sent what, when several share the port
 }
 
 // New checks the options; Start builds LIO's side and serves it.
@@ -129,7 +131,10 @@ func New(opt Options) (*Frontend, error) {
 	f := &Frontend{opt: opt, fs: opt.FS, ports: map[uint16]TPGSpec{}, iqnOf: map[uint16]string{},
 		done: make(chan struct{}), aluaCh: make(chan struct{}, 1), sessions: map[uint16]map[string]time.Time{},
 		portDown: map[uint16]bool{}, dirty: map[uint64]bool{}, written: map[devKey]alua.AccessState{},
-		stats: map[pathKey]*pathStat{}}
+		stats: map[pathKey]*pathStat{}, declared: map[string]bool{}}
+	for _, ini := range opt.Layout.Initiators {
+		f.declared[strings.ToLower(ini)] = true
+	}
 	for _, t := range opt.Layout.Targets {
 		for _, p := range t.TPGs {
 			if _, dup := f.ports[p.TPGT]; dup {
@@ -274,21 +279,6 @@ func (f *Frontend) serve(d *device) {
 	}
 }
 
-// nexus is the I_T nexus a command on port is credited to: the one
-// initiator logged in to the port, or none when several are (the ring
-// entry does not say which).
-func (f *Frontend) nexus(port uint16) scsi.Nexus {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	n := scsi.Nexus{TargetPort: port}
-	if s := f.sessions[port]; len(s) == 1 {
-		for ini := range s {
-			n.InitiatorName = ini
-		}
-	}
-	return n
-}
-
 func (f *Frontend) sessionsOn(port uint16) []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -309,7 +299,7 @@ func (f *Frontend) exec(d *device, c *Cmd) {
 	defer f.cmds.Done()
 	start := time.Now()
 	var rsp Response
-	n := f.nexus(d.port)
+	n := f.nexus(d)
 	if c.Err != nil {
 		f.opt.Logger.Warn("tcmu: bad ring entry", "device", DeviceName(d.lun, d.port), "err", c.Err)
 		rsp = Response{Status: byte(scsi.StatusCheckCondition), Sense: scsi.BuildSense(scsi.Sense(scsi.ReasonHardwareError), false)}
@@ -371,6 +361,7 @@ func (f *Frontend) pollSessions() {
 		if err != nil {
 			continue
 		}
+		names = append(names, f.declaredSessions(port)...)
 		now := time.Now()
 		cur := map[string]bool{}
 		for _, ini := range names {
@@ -405,6 +396,9 @@ func (f *Frontend) pollSessions() {
 	for _, e := range events {
 		f.opt.Logger.Info("tcmu: "+e.Kind, "initiator", e.Nexus.InitiatorName, "port", e.Portal.Name, "reason", e.Reason)
 		f.opt.OnEvent(e)
+	}
+	for k, n := range f.lapse() {
+		f.opt.Logger.Debug("tcmu: commands LIO answered itself", "initiator", k.initiator, "port", k.port, "commands", n)
 	}
 }
 

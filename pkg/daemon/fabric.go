@@ -76,7 +76,7 @@ func (f iscsiFabric) SetPathDelay(initiator string, port uint16, d time.Duration
 
 // tcmuLayout is what the TCMU front end builds in LIO for cfg: one
 // target per node, one TPG per port (TPGT = relative port id), one
-// device per (LUN, port).
+// device per (LUN, port), a node ACL per declared initiator.
 func tcmuLayout(cfg config.Config, arr *array.Array) tcmu.Layout {
 	l := tcmu.Layout{Root: cfg.Fabric.ConfigFS, HBA: cfg.Fabric.HBA, Subtype: "aluad"}
 	for _, n := range arr.Nodes {
@@ -88,6 +88,11 @@ func tcmuLayout(cfg config.Config, arr *array.Array) tcmu.Layout {
 	}
 	for _, lun := range arr.LUNs {
 		l.LUNs = append(l.LUNs, tcmu.LUNSpec{ID: lun.ID, Size: lun.Size, BlockSize: lun.BlockSize})
+	}
+	// Declared hosts get explicit ACLs: LIO counts their commands per
+	// (LUN, port), which tells them apart on a shared port.
+	for _, h := range cfg.Hosts {
+		l.Initiators = append(l.Initiators, h.Initiators...)
 	}
 	return l
 }
