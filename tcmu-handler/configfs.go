@@ -216,10 +216,9 @@ func (l Layout) Create(f FS) error {
 	return nil
 }
 
-// aclDir is an initiator's node ACL in a TPG. iSCSI names compare
-// without case (RFC 3722); LIO compares them as strings, and initiators
-// send them in lower case.
-func aclDir(tpgDir, ini string) string { return filepath.Join(tpgDir, "acls", strings.ToLower(ini)) }
+// aclDir is an initiator's node ACL in a TPG, named as configured: LIO
+// matches a login's initiator name to ACLs byte for byte.
+func aclDir(tpgDir, ini string) string { return filepath.Join(tpgDir, "acls", ini) }
 
 // createACL makes an explicit node ACL for ini with every LUN mapped at
 // its own ID, made before the TPG is enabled, so no session of ini ever
@@ -324,9 +323,7 @@ func (l Layout) Remove(f FS) error {
 					if !strings.HasPrefix(ml, "lun_") {
 						continue
 					}
-					if link := filepath.Join(ad, ml, lunLink); f.Exists(link) {
-						keep(f.Remove(link))
-					}
+					unlinkAll(f, filepath.Join(ad, ml), keep)
 					keep(f.Remove(filepath.Join(ad, ml)))
 				}
 				keep(f.Remove(ad))
@@ -334,9 +331,7 @@ func (l Layout) Remove(f FS) error {
 			luns, _ := f.List(filepath.Join(dir, "lun"))
 			for _, ln := range luns {
 				ld := filepath.Join(dir, "lun", ln)
-				if link := filepath.Join(ld, lunLink); f.Exists(link) {
-					keep(f.Remove(link))
-				}
+				unlinkAll(f, ld, keep)
 				keep(f.Remove(ld))
 			}
 			nps, _ := f.List(filepath.Join(dir, "np"))
@@ -358,6 +353,21 @@ func (l Layout) Remove(f FS) error {
 		keep(f.Remove(l.hbaDir()))
 	}
 	return first
+}
+
+// lunAttrs are what a TPG LUN or a mapped LUN holds besides its link.
+var lunAttrs = map[string]bool{"statistics": true, "write_protect": true, "alua_tg_pt_gp": true,
+	"alua_tg_pt_offline": true, "alua_tg_pt_status": true, "alua_tg_pt_write_md": true}
+
+// unlinkAll removes the links in a TPG LUN or mapped LUN, whatever their
+// names (aluad's are lunLink; targetcli names them in hex).
+func unlinkAll(f FS, dir string, keep func(error)) {
+	names, _ := f.List(dir)
+	for _, n := range names {
+		if !lunAttrs[n] {
+			keep(f.Remove(filepath.Join(dir, n)))
+		}
+	}
 }
 
 // lunLink is the name of the link from a TPG LUN to its device.

@@ -33,6 +33,9 @@ type Options struct {
 	// OnRTPG credits an RTPG to an initiator when the device it came on is
 	// shared by several (the device server reports RTPGs it can pin to one).
 	OnRTPG func(n scsi.Nexus, lun uint64, extended bool)
+	// OnAnswered receives commands of a declared host that LIO counted
+	// on a device and answered itself (never on the ring), as they lapse.
+	OnAnswered func(n scsi.Nexus, lun uint64, cmds uint64)
 	// Poll is how often the sessions are read (default 250 ms).
 	Poll   time.Duration
 	Logger *slog.Logger
@@ -64,7 +67,9 @@ type Frontend struct {
 	dirty    map[uint64]bool // LUNs whose kernel state needs writing
 	written  map[devKey]alua.AccessState
 	stats    map[pathKey]*pathStat
-	declared map[string]bool // Layout.Initiators, lower case
+	aclName  map[string]string          // declared initiator, lower case -> as configured (its ACL)
+	viaACL   map[uint16]map[string]bool // port -> sessions under a declared host's ACL
+	warned   map[pathKey]bool           // declared hosts seen under a dynamic ACL, logged
 	closed   bool
 }
 
@@ -131,9 +136,10 @@ func New(opt Options) (*Frontend, error) {
 	f := &Frontend{opt: opt, fs: opt.FS, ports: map[uint16]TPGSpec{}, iqnOf: map[uint16]string{},
 		done: make(chan struct{}), aluaCh: make(chan struct{}, 1), sessions: map[uint16]map[string]time.Time{},
 		portDown: map[uint16]bool{}, dirty: map[uint64]bool{}, written: map[devKey]alua.AccessState{},
-		stats: map[pathKey]*pathStat{}, declared: map[string]bool{}}
+		stats: map[pathKey]*pathStat{}, aclName: map[string]string{}, viaACL: map[uint16]map[string]bool{},
+		warned: map[pathKey]bool{}}
 	for _, ini := range opt.Layout.Initiators {
-		f.declared[strings.ToLower(ini)] = true
+		f.aclName[strings.ToLower(ini)] = ini
 	}
 	for _, t := range opt.Layout.Targets {
 		for _, p := range t.TPGs {
@@ -356,12 +362,29 @@ func (f *Frontend) pollLoop() {
 
 func (f *Frontend) pollSessions() {
 	var events []fabric.Event
+	type newACL struct {
+		port uint16
+		ini  string
+	}
+	var fresh []newACL
 	for port, p := range f.ports {
 		names, err := f.opt.Layout.Sessions(f.fs, f.iqnOf[port], port)
 		if err != nil {
 			continue
 		}
-		names = append(names, f.declaredSessions(port)...)
+		for _, ini := range names {
+			k := pathKey{strings.ToLower(ini), port}
+			if _, ok := f.aclName[k.initiator]; ok && !f.warned[k] {
+				f.warned[k] = true
+				f.opt.Logger.Warn("tcmu: a declared host logged in under a dynamic ACL: its name differs from the configured one (LIO matches names byte for byte); its commands are told apart from other hosts' only while it is alone on the port",
+					"initiator", ini, "configured", f.aclName[k.initiator], "port", p.Port)
+			}
+		}
+		viaACL := map[string]bool{}
+		for _, ini := range f.declaredSessions(port) {
+			viaACL[ini] = true
+			names = append(names, ini)
+		}
 		now := time.Now()
 		cur := map[string]bool{}
 		for _, ini := range names {
@@ -378,8 +401,12 @@ func (f *Frontend) pollSessions() {
 			if _, ok := prev[ini]; !ok {
 				prev[ini] = now
 				events = append(events, fabric.Event{Kind: "login", Nexus: scsi.Nexus{InitiatorName: ini, TargetPort: port}, Portal: portal})
+				if viaACL[ini] {
+					fresh = append(fresh, newACL{port, ini})
+				}
 			}
 		}
+		f.viaACL[port] = viaACL
 		for ini := range prev {
 			if !cur[ini] {
 				delete(prev, ini)
@@ -397,8 +424,13 @@ func (f *Frontend) pollSessions() {
 		f.opt.Logger.Info("tcmu: "+e.Kind, "initiator", e.Nexus.InitiatorName, "port", e.Portal.Name, "reason", e.Reason)
 		f.opt.OnEvent(e)
 	}
-	for k, n := range f.lapse() {
-		f.opt.Logger.Debug("tcmu: commands LIO answered itself", "initiator", k.initiator, "port", k.port, "commands", n)
+	for _, s := range fresh {
+		f.baseline(s.port, s.ini)
+	}
+	for _, a := range f.lapse() {
+		if f.opt.OnAnswered != nil {
+			f.opt.OnAnswered(a.n, a.lun, a.cmds)
+		}
 	}
 }
 

@@ -109,8 +109,11 @@ func (d *Daemon) startTCMU(cfg config.Config, opt Options) error {
 		},
 		OnEvent: d.ctl.Fabric,
 		OnRTPG:  d.ctl.RTPG,
-		Logger:  opt.Logger,
-		Netlink: true,
+		// Commands of a declared host LIO answered itself: the path's
+		// traffic as the pure-Go fabric would count it.
+		OnAnswered: d.SCSI.CountAnswered,
+		Logger:     opt.Logger,
+		Netlink:    true,
 	}
 	if opt.TCMUOptions != nil {
 		opt.TCMUOptions(&to)

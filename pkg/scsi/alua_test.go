@@ -208,6 +208,17 @@ func TestIOStats(t *testing.T) {
 	require.Equal(t, uint64(1), byPort[3].Writes)
 	require.Equal(t, uint64(512), byPort[3].BytesWritten)
 	require.Equal(t, uint64(2), byPort[3].NonOptimized)
+	// Commands the fabric answered itself count in Other, on their LU
+	// only; an unknown LU is ignored.
+	other := byPort[1].Other
+	s.CountAnswered(n1, 0, 3)
+	s.CountAnswered(n1, 9, 5)
+	for _, st := range s.IOStats() {
+		if st.Nexus == n1 {
+			require.Equal(t, other+3, st.Other)
+			require.Equal(t, uint64(1), st.Reads)
+		}
+	}
 	s.NexusLost(n2)
 	for _, st := range s.IOStats() {
 		require.Equal(t, st.Nexus == n2, st.Gone)

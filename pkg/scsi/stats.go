@@ -154,3 +154,14 @@ func (s *Server) ForgetIO(n Nexus, lun uint64) {
 		}
 	}
 }
+
+// CountAnswered counts cmds commands of n to lun that the fabric answered
+// itself without handing them to the device server (LIO on the TCMU
+// fabric: REPORT LUNS, its own unit attentions, what its ALUA gate
+// refuses). They reached the LU on that path, as every command does on
+// the pure-Go fabric, and count in Other.
+func (s *Server) CountAnswered(n Nexus, lun uint64, cmds uint64) {
+	if lu := s.LU(lun); lu != nil && cmds > 0 {
+		lu.io.counters(n).other.Add(cmds)
+	}
+}
