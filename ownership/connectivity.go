@@ -91,6 +91,10 @@ type nexusState struct {
 	traffic   evidence
 	byTraffic bool
 	byMedia   bool
+	// probing: the run of ticks commands arrived on the nexus in from the
+	// hand-back hold after its login on (past the attach), a gap longer
+	// than a checker's longest interval starting a new one (inUse).
+	probing evidence
 	// downAt: the last tick its port or node was down (no traffic can
 	// come then).
 	downAt int
@@ -236,6 +240,14 @@ func (c *Core) rtpg(n Nexus) {
 // have kept arriving (probed), the nexus is discovered.
 func (c *Core) traffic(h *host, s *nexusState) {
 	s.traffic = c.addEvidence(s.traffic, c.now)
+	if c.now >= s.since+c.handbackHold() {
+		switch p := &s.probing; {
+		case p.ticks == 0 || c.now-p.last > c.checkerFresh():
+			*p = evidence{first: c.now, last: c.now, ticks: 1}
+		case c.now != p.last:
+			p.last, p.ticks = c.now, p.ticks+1
+		}
+	}
 	if !s.discovered && c.probed(s) {
 		c.discover(h, s)
 		s.byTraffic = true
@@ -310,21 +322,18 @@ func (c *Core) expireProbes() {
 }
 
 // silentNode: the host has a node whose every path is up, logged in and
-// silent (no command) for the silence window (a minute), while its media I/O goes
-// through another node or while it is silent on every node. A multipath
+// silent (no command) for the silence window (a minute), and whose use
+// its media I/O does not prove, whatever it sends elsewhere. A multipath
 // stack's checker probes every path it has every 5-20 s (40 s with some
 // vendors' polling_interval), used or not, busy or idle: a host whose
 // standing is not confirmed (shown within the attach window after a
 // login) and that then leaves a node's up paths silent had shown a scan
-// (or a rescan), not a stack.
+// (or a rescan), not a stack. Commands on another node do not excuse the
+// silence: a host without multipath whose one path moved there (its
+// node failed and came back) sends them through that path, and one
+// still logging in reads RTPG on each path it attaches.
 func (c *Core) silentNode(h *host) bool {
-	silent := c.silentNodes(h, c.silenceWindow())
-	for _, n := range c.nodeNames {
-		if silent[n] && (c.usesOtherNode(h, n) || len(silent) == c.connectedCount(h)) {
-			return true
-		}
-	}
-	return false
+	return len(c.silentNodes(h, c.silenceWindow())) > 0
 }
 
 // silenceWindow: Config.SilenceWindow, never under the evidence gap.

@@ -16,8 +16,9 @@ package ownership
 // moved to, while the move is being followed: from the move until the
 // host's I/O to that LUN arrives mostly at the new owner, or the follow
 // window ends. Only a host that can follow is pushed: one that has shown
-// a multipath stack and has reached the new owner without a break for the
-// hand-back hold (its stack has the path in its map by then). A failback
+// a multipath stack and whose checker has probed the new owner without a
+// break for the hand-back hold (its stack has the path in its map by
+// then; one rescan's burst is no probing). A failback
 // or a balance move waits until every such user can be pushed; otherwise
 // it would follow late. At its last logout from a node a STANDBY-type host
 // is handed off at once as well (pkg/control), in case a push was under
@@ -41,13 +42,18 @@ func (c *Core) trackReach(h *host) {
 	if h.obs.state == followYes {
 		h.obs.confirmed = h.obs.multipath
 	}
+	for _, s := range h.nexuses { // each on its own: the order does not matter
+		if !c.pathUp(s) {
+			s.probing = evidence{} // a break: its probes prove the path again when it is back
+		}
+	}
 	for _, n := range c.nodeNames {
 		if c.reaches(h, n) {
 			h.everReached[n], h.had[n] = true, true
 		}
-		if c.reaches(h, n) && c.inUse(h, n) {
+		if from, ok := c.inUse(h, n); ok && c.reaches(h, n) {
 			if _, ok := h.inUseSince[n]; !ok {
-				h.inUseSince[n] = c.now
+				h.inUseSince[n] = from
 			}
 		} else {
 			delete(h.inUseSince, n)
@@ -130,21 +136,33 @@ func (c *Core) pushable(h *host, node string) bool {
 	return ok && c.now-since >= c.handbackHold()
 }
 
-// inUse: the host's stack works a path to node now: commands arrived on
-// it after the hold since it logged in (past the attach at login: a
-// checker's probe, I/O), the last within a checker's longest interval
-// (multipathd's max_polling_interval, 20 s, and some), or its media I/O
-// through node proves use.
-func (c *Core) inUse(h *host, node string) bool {
-	fresh := max(c.evidenceGap(), int(25e6/c.cfg.TickMicros))
+// inUse: the host's stack works a path to node now, and since when: its
+// checker probes it (commands arrived on it in two ticks or more past the
+// hold after it logged in, with no gap longer than a checker's longest
+// interval, the last within that interval: since the first of them), or
+// its media I/O through node proves use (since now). One burst of
+// commands is not probing: a kernel without multipath rescanning its
+// disks sends one on every path, and its last rescan may come just before
+// a move; a push then would turn the one path it uses STANDBY. A checker
+// comes back within its interval (multipathd: 5-20 s).
+func (c *Core) inUse(h *host, node string) (int, bool) {
+	from, ok := c.now, false
 	for _, s := range h.nexuses {
-		if s.n.Node == node && c.pathUp(s) && s.discovered && s.traffic.ticks > 0 &&
-			s.traffic.last >= s.since+c.handbackHold() && c.now-s.traffic.last <= fresh {
-			return true
+		p := s.probing
+		if s.n.Node == node && c.pathUp(s) && s.discovered && p.ticks >= 2 && c.now-p.last <= c.checkerFresh() {
+			from, ok = min(from, p.first), true
 		}
 	}
-	return c.connected(h, node) && c.usesNode(h, node)
+	if ok {
+		return from, true
+	}
+	return c.now, c.connected(h, node) && c.usesNode(h, node)
 }
+
+// checkerFresh: a checker's longest interval between probes of a path
+// (multipathd's max_polling_interval, 20 s, and some), and never under
+// the evidence gap.
+func (c *Core) checkerFresh() int { return max(c.evidenceGap(), int(25e6/c.cfg.TickMicros)) }
 
 // unpushableUser: a user of l of a STANDBY type that runs multipath could
 // not be pushed onto node now (a move there would leave it on ANO paths:
