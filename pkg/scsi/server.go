@@ -327,9 +327,10 @@ func (s *Server) queueUA(onLU func(*LU) bool, onNexus func(Nexus) bool, r Reason
 		}
 	}
 	s.mu.RUnlock()
+	now := s.now()
 	for _, lu := range targets {
 		for _, n := range nexuses {
-			lu.ua.add(n, r)
+			lu.ua.addAt(n, r, now)
 		}
 	}
 }
