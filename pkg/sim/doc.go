@@ -16,9 +16,10 @@
 // NMP), modelled by what the array can observe of it.
 //
 // A seed generates a script (gen.go); running it checks the invariants
-// (invariants.go) after every event; a failing script is shrunk to a
-// minimal one that still fails the same invariant (shrink.go), in the form
-// the regression tests in testdata/ replay. The same script always gives
+// (invariants.go; the balance/shipping ping-pong in pingpong.go) after
+// every event; a failing script is shrunk to a minimal one that still
+// fails the same invariant (shrink.go), in the form the regression tests
+// in testdata/ replay. The same script always gives
 // a byte-identical event log.
 //
 // Where the simulation is coarser than the running array: commands are

@@ -35,6 +35,24 @@ import (
 //	                      (stormBound)
 //	planned-move-strands  a failback, balance or shipping move never goes to a
 //	                      node where a logged-in user of the LUN has no session
+//	planned-ping-pong     balance and shipping never undo each other: a
+//	                      balance or shipping move never takes a LUN back to
+//	                      the node its previous one (balance or shipping)
+//	                      took it from, within the cooldown plus the follow
+//	                      and ship windows, while the LUN's media I/O arrived
+//	                      mostly (ShipShare) at one node, the same, over the
+//	                      ship window before both, unless between them: a
+//	                      node or port went down or up, a host logged in or
+//	                      out (cut, mended, rebooted, timed out), a capacity
+//	                      changed, an owner changed that the core did not
+//	                      decide (an operator's move, a rollback), a LUN
+//	                      failed over or back, a host's I/O to the LUN
+//	                      arrived at a node other than the first move's
+//	                      destination where it had not arrived before it,
+//	                      or a host sending to the LUN was not judged yet
+//	                      (follows or not) at the first move, or was judged
+//	                      differently since (the round trip that judging a
+//	                      host costs, which the ROI check charges for)
 //	mnd-false             Multipath Not Discovering Paths is never raised for a
 //	                      host of a kind with multipath on a node where it has
 //	                      a session on a usable path (its checker probes it),
@@ -149,6 +167,12 @@ func stormBound() int {
 
 // checkBatch judges a batch the core decided, before it is carried out.
 func (w *World) checkBatch(b ownership.Batch) {
+	switch b.Cause {
+	case alua.CauseBalance, alua.CauseShipping:
+		w.checkPingPong(b)
+	default:
+		w.facts++ // a failover or failback may justify moving a LUN back
+	}
 	switch b.Cause {
 	case alua.CauseFailover:
 		for _, id := range b.LUNs {

@@ -323,6 +323,22 @@ tick n=20
 			c.StressFloor, c.StressUtil, c.StressWindow, c.MinExpansionOps = 0, 0.001, 0, 0
 		},
 		want: "balance-below-floor",
+	}, {
+		// A stressed node a, and h1, declared linux, runs dm-multipath
+		// at its defaults (it stays on the path it uses). Balance moves
+		// LUN 1 to b before h1 is judged; h1's I/O stays on a, it is
+		// judged not to follow, and shipping brings LUN 1 back: the one
+		// round trip judging costs. Then nothing moves again. The old
+		// core, which went by the host's type and kept nothing of what
+		// it saw, moved LUN 1 away again once it cooled down: balance
+		// and shipping undoing each other every cooldown.
+		name: "balance and shipping never undo each other",
+		script: "nodes a:1,b:1\nlun 0 pref=a pages=128 bs=4096\nlun 1 pref=a pages=128 bs=4096\n" +
+			"host h1 type=linux paths=1,2 luns=0,1 kind=dmmp-defaults\nlogin h1\ncapacity a 40\ncapacity b 40\n" +
+			strings.Repeat("write h1 0 lba=0 n=128\nwrite h1 0 lba=0 n=128\nwrite h1 1 lba=0 n=128\n"+
+				"write h1 1 lba=0 n=128\ntick\n", 90),
+		world: func(w *World) { w.forgetFollowing = true },
+		want:  "planned-ping-pong",
 	}} {
 		t.Run(tt.name, func(t *testing.T) {
 			s, err := ParseScript(tt.script)

@@ -77,9 +77,21 @@ type World struct {
 	coreIn func(ownership.Event) ownership.Event
 	// noHandoff plants the old array: no STANDBY hand-off (tests).
 	noHandoff bool
-	ioPrev    map[ioKey]scsi.NexusIO
-	viol      *Violation
-	stats     Stats
+	// forgetFollowing plants the old core: before each tick it forgets
+	// what it saw each host do after a move, so a host's following is
+	// what its type says (tests).
+	forgetFollowing bool
+	// The planned-ping-pong check (pingpong.go): facts counts the events
+	// that may justify moving a LUN back; media, the media I/O of the
+	// last ship window; planned, each LUN's latest balance or shipping
+	// move; judged, the core's latest judgement of each host's following.
+	facts   int
+	media   []mediaSample
+	planned map[uint64]*plannedMove
+	judged  map[string]string
+	ioPrev  map[ioKey]scsi.NexusIO
+	viol    *Violation
+	stats   Stats
 	// seen is each node's destager state between passes.
 	seen []uint64
 }
@@ -112,7 +124,7 @@ func newWorldWrapped(s Script, wrap func(lun uint64, st media.Store) media.Store
 	w := &World{top: top, clock: time.Unix(1_000_000_000, 0).UTC(), byName: map[string]*host{},
 		byInit: map[string]*host{}, held: map[uint64]bool{}, portUp: map[uint16]bool{}, silent: map[uint16]int{},
 		sw: map[uint64]*media.Switch{}, downSince: map[uint64]time.Time{}, recovery: map[uint64][]int{}, ioPrev: map[ioKey]scsi.NexusIO{},
-		script: s}
+		planned: map[uint64]*plannedMove{}, judged: map[string]string{}, script: s}
 	cfg := top.config()
 	w.arr, err = array.New(cfg, array.Options{
 		Now:   func() time.Time { return w.clock },
@@ -374,11 +386,18 @@ func (w *World) step(e ownership.Event) {
 		prev = append(prev, owner)
 	}
 	w.prevOwners = prev
+	w.notePingPong(e)
 	if w.coreIn != nil {
 		e = w.coreIn(e)
 	}
+	if _, tick := e.(ownership.Tick); tick && w.forgetFollowing {
+		w.forget()
+	}
 	if err := w.core.Step(e); err != nil {
 		return
+	}
+	if _, tick := e.(ownership.Tick); tick {
+		w.noteJudged()
 	}
 	r := w.core.Ready()
 	for _, b := range r.Batches {
@@ -390,6 +409,18 @@ func (w *World) step(e ownership.Event) {
 	}
 	w.handoffs(r.Handoffs)
 	w.core.Advance()
+}
+
+// forget makes the core forget what it saw each host do after a move
+// (a type declared afresh is judged afresh): the planted old core.
+func (w *World) forget() {
+	for _, hs := range w.top.hosts {
+		ht := alua.HostTypes[hs.typ]
+		other := ht
+		other.Name += "-forgotten"
+		w.core.Step(ownership.HostDecl{Host: hs.name, Type: other})
+		w.core.Step(ownership.HostDecl{Host: hs.name, Type: ht})
+	}
 }
 
 // handoffs applies the core's STANDBY hand-offs to the array, as the
