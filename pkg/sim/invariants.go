@@ -215,14 +215,14 @@ func (w *World) checkBatch(b ownership.Batch) {
 				load[w.prevOwners[i]] += w.core.LUNLoad(l.ID)
 			}
 		}
+		stressed := false
 		for _, st := range w.core.NodeStats() {
-			if nodeUp(w.arr, st.Node) && load[st.Node] >= floor*st.Capacity {
-				return
-			}
+			stressed = stressed || nodeUp(w.arr, st.Node) && load[st.Node] >= floor*st.Capacity
 		}
-		w.fail("balance-below-floor", "balance move of %v while every up node is below the stress floor %.2f", b.LUNs, floor)
-	}
-	if b.Cause == alua.CauseBalance {
+		if !stressed {
+			w.fail("balance-below-floor", "balance move of %v while every up node is below the stress floor %.2f", b.LUNs, floor)
+			return
+		}
 		w.checkPlanned(b)
 	}
 }
