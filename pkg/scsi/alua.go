@@ -1,8 +1,6 @@
 package scsi
 
 import (
-	"time"
-
 	"encoding/binary"
 	"fmt"
 
@@ -80,9 +78,6 @@ func reportTargetPortGroups(x *exec) ([]byte, error) {
 		o.RTPG(x.c.Nexus, x.c.LUN, format == 1)
 	}
 	b := AppendRTPG(nil, x.s.alua.Groups(x.c.Nexus, x.c.LUN), format == 1, x.s.alua.TransitionTime())
-	if x.lu != nil {
-		x.lu.ua.told(x.c.Nexus)
-	}
 	return alloc(b, allocLen), nil
 }
 
@@ -233,20 +228,6 @@ func aluaAllowed(cdb []byte) aluaAllow {
 	return op.alua
 }
 
-// untoldGrace: how long after a change of a LU's access states a nexus
-// that has not read them yet (REPORT TARGET PORT GROUPS) is refused a
-// media command (READ, WRITE, SYNCHRONIZE CACHE, VERIFY) its new STANDBY
-// or UNAVAILABLE state does not allow with 04/0A (transitioning: retry)
-// rather than 04/0B or 04/0C. Other commands get the state's own sense:
-// multipathd's TUR checker takes 04/0B for a standby path and anything
-// else for a failed one. Linux's scsi_dh_alua
-// answers the 2A/06 by retrying the command and reading RTPG at once;
-// the retry often arrives first, and a 04/0B then fails it as an I/O
-// error the kernel logs, where a STANDBY it has read makes the handler
-// fail the path's I/O quietly and dm-multipath take another path. The
-// SCSI midlayer retries 04/0A after a delay with or without a handler.
-const untoldGrace = 2 * time.Second
-
 // aluaGate returns the access state of the command's target port for its
 // LU and the NOT READY sense if that state does not allow the command.
 func (s *Server) aluaGate(c *Command) (alua.AccessState, *SenseError) {
@@ -268,13 +249,6 @@ func (s *Server) aluaGate(c *Command) (alua.AccessState, *SenseError) {
 	}
 	if aluaAllowed(c.CDB)&need != 0 {
 		return st, nil
-	}
-	if io := opTable[c.CDB[0]].io; st != alua.Transitioning && io != ioOther {
-		if lu := s.LU(c.LUN); lu != nil {
-			if at, ok := lu.ua.untoldSince(c.Nexus); ok && s.now().Sub(at) < untoldGrace {
-				return st, Sense(ReasonNotReadyTransitioning)
-			}
-		}
 	}
 	return st, Sense(r)
 }

@@ -1,8 +1,6 @@
 package scsi
 
 import (
-	"time"
-
 	"fmt"
 	"sync"
 	"testing"
@@ -120,63 +118,6 @@ func TestUABeforeGate(t *testing.T) {
 	r = s.Execute(&Command{Nexus: n2, CDB: make([]byte, 6)})
 	_, asc, ascq = senseOf(t, r)
 	require.Equal(t, [2]byte{0x04, 0x0b}, [2]byte{asc, ascq})
-}
-
-// A nexus owed a change of access states that it has not read yet gets
-// 04/0A (retry) for a media command its new STANDBY or UNAVAILABLE state
-// refuses, for untoldGrace: the retry scsi_dh_alua sends after the 2A/06
-// would otherwise fail as a logged I/O error before its RTPG tells it
-// the path is standby. Other commands (a checker's TUR) get the state's
-// own sense; once the nexus read RTPG, or the grace ran out, so does
-// media I/O.
-func TestUntoldGrace(t *testing.T) {
-	read10 := []byte{OpRead10, 0, 0, 0, 0, 0, 0, 0, 1, 0}
-	tur := make([]byte, 6)
-	rtpg := []byte{OpMaintenanceIn, SAReportTPG, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0}
-	type step struct {
-		cdb  []byte
-		wait time.Duration
-		want string // "" GOOD, else ASC/ASCQ
-	}
-	for _, tc := range []struct {
-		name  string
-		state alua.AccessState
-		steps []step
-	}{
-		{"standby: retry until read", alua.Standby, []step{
-			{read10, 0, "2a/06"}, {read10, 0, "04/0a"}, {tur, 0, "04/0b"}, {read10, time.Second, "04/0a"},
-			{rtpg, 0, ""}, {read10, 0, "04/0b"}}},
-		{"standby: the grace runs out", alua.Standby, []step{
-			{read10, 0, "2a/06"}, {read10, 0, "04/0a"}, {read10, 2 * time.Second, "04/0b"}}},
-		{"unavailable", alua.Unavailable, []step{
-			{read10, 0, "2a/06"}, {read10, 0, "04/0a"}, {rtpg, 0, ""}, {read10, 0, "04/0c"}}},
-		{"an active path is served", alua.ActiveNonOptimized, []step{
-			{read10, 0, "2a/06"}, {read10, 0, ""}}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			s, f := newALUAServer(t, 0x1)
-			now := time.Unix(1e9, 0)
-			s.SetClock(func() time.Time { return now })
-			// Before any change: the state's own sense at once.
-			f.set(3, tc.state)
-			if tc.state == alua.Standby {
-				r := s.Execute(&Command{Nexus: n2, CDB: read10, DataInLen: 512})
-				_, asc, ascq := senseOf(t, r)
-				require.Equal(t, "04/0b", fmt.Sprintf("%02x/%02x", asc, ascq))
-			}
-			s.QueueUA(0, false, ReasonUAAsymmetricChanged)
-			for i, st := range tc.steps {
-				now = now.Add(st.wait)
-				r := s.Execute(&Command{Nexus: n2, CDB: st.cdb, DataInLen: 512})
-				if st.want == "" {
-					require.Equal(t, StatusGood, r.Status, "step %d: sense %x", i, r.Sense)
-					continue
-				}
-				_, asc, ascq := senseOf(t, r)
-				require.Equal(t, st.want, fmt.Sprintf("%02x/%02x", asc, ascq), "step %d", i)
-			}
-		})
-	}
 }
 
 func TestSTPGByMode(t *testing.T) {

@@ -3,7 +3,6 @@ package scsi
 import (
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // LU is one logical unit's device-server state: mode parameters, power
@@ -89,10 +88,6 @@ func (lu *LU) reset(all []Nexus) {
 type uaQueues struct {
 	mu sync.Mutex
 	q  map[Nexus][]Reason
-	// untold: when a change of the LU's access states was queued for a
-	// nexus (2A/06) that has not read REPORT TARGET PORT GROUPS since
-	// (the ALUA gate's grace, aluaGate).
-	untold map[Nexus]time.Time
 	// n counts the nexuses with a pending UA: take reads it without the
 	// lock, so a command on a LU with none pending takes no lock.
 	n atomic.Int32
@@ -115,19 +110,9 @@ func (u *uaQueues) setLocked(n Nexus, q []Reason) {
 
 // add queues r for n unless it is already pending. A POWER ON/RESET
 // condition supersedes everything else that is pending (SAM-5 5.14.2).
-func (u *uaQueues) add(n Nexus, r Reason) { u.addAt(n, r, time.Time{}) }
-
-// addAt is add that also records, for a change of access states, when n
-// was owed the news (at).
-func (u *uaQueues) addAt(n Nexus, r Reason, at time.Time) {
+func (u *uaQueues) add(n Nexus, r Reason) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if r == ReasonUAAsymmetricChanged && !at.IsZero() {
-		if u.untold == nil {
-			u.untold = map[Nexus]time.Time{}
-		}
-		u.untold[n] = at
-	}
 	for _, p := range u.q[n] {
 		if p == r {
 			return
@@ -175,24 +160,6 @@ func (u *uaQueues) drop(n Nexus) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.setLocked(n, nil)
-	delete(u.untold, n)
-}
-
-// told records that n read the LU's access states (REPORT TARGET PORT
-// GROUPS answered).
-func (u *uaQueues) told(n Nexus) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	delete(u.untold, n)
-}
-
-// untoldSince is when n was owed a change of access states it has not
-// read yet.
-func (u *uaQueues) untoldSince(n Nexus) (time.Time, bool) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	t, ok := u.untold[n]
-	return t, ok
 }
 
 // Pending returns the queued UAs for n (for tests and reports).

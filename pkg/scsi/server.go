@@ -327,10 +327,9 @@ func (s *Server) queueUA(onLU func(*LU) bool, onNexus func(Nexus) bool, r Reason
 		}
 	}
 	s.mu.RUnlock()
-	now := s.now()
 	for _, lu := range targets {
 		for _, n := range nexuses {
-			lu.ua.addAt(n, r, now)
+			lu.ua.add(n, r)
 		}
 	}
 }
