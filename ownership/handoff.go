@@ -159,10 +159,15 @@ func (c *Core) inUse(h *host, node string) (int, bool) {
 	return c.now, c.connected(h, node) && c.usesNode(h, node)
 }
 
-// checkerFresh: a checker's longest interval between probes of a path
-// (multipathd's max_polling_interval, 20 s, and some), and never under
-// the evidence gap.
-func (c *Core) checkerFresh() int { return max(c.evidenceGap(), int(25e6/c.cfg.TickMicros)) }
+// checkerFresh: a checker's longest interval between probes of a path:
+// the silence window, as silentNode assumes (multipathd's
+// max_polling_interval is four polling intervals: 20 s at the defaults,
+// 40 s with polling_interval 10), and never under 25 s or the evidence
+// gap. Shorter, a checker at 40 s would break every run of probes and
+// its host could never be pushed: a failback would wait for good.
+func (c *Core) checkerFresh() int {
+	return max(c.evidenceGap(), int(25e6/c.cfg.TickMicros), c.silenceWindow())
+}
 
 // unpushableUser: a user of l of a STANDBY type that runs multipath could
 // not be pushed onto node now (a move there would leave it on ANO paths:
