@@ -2,6 +2,9 @@ package tcmu
 
 import (
 	"encoding/binary"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -65,5 +68,34 @@ func FuzzRing(f *testing.F) {
 			t.Fatalf("tail %d", tail)
 		}
 		_ = err
+	})
+}
+
+// FuzzACLCounts: what LIO's ACL attributes hold is read without a panic;
+// a count reads back as the number written, anything else is an error,
+// and an info that says there is no session never reads as one.
+func FuzzACLCounts(f *testing.F) {
+	f.Add("No active iSCSI Session for Initiator Endpoint: iqn.2026-11.org.example:h1\n", "0\n")
+	f.Add("InitiatorName: iqn.2026-11.org.example:h1\nSession State: TARG_SESS_STATE_LOGGED_IN\n", "18446744073709551615\n")
+	f.Add("", "-1")
+	f.Fuzz(func(t *testing.T, info, count string) {
+		if strings.HasPrefix(strings.TrimSpace(info), "No active") && ParseACLInfo(info) {
+			t.Fatalf("%q read as a session", info)
+		}
+		l := testLayout()
+		l.Initiators = []string{"iqn.2026-11.org.example:h1"}
+		fs := NewMemFS()
+		fs.MkdirAll("/t")
+		if err := l.Create(fs); err != nil {
+			t.Fatal(err)
+		}
+		iqn := l.Targets[0].IQN
+		p := filepath.Join(l.TPGDir(iqn, 1), "acls", l.Initiators[0], "lun_0", "statistics", "scsi_auth_intr", "num_cmds")
+		fs.Set(p, count)
+		n, err := l.ACLCommands(fs, iqn, 1, l.Initiators[0], 0)
+		want, perr := strconv.ParseUint(strings.TrimSpace(count), 10, 64)
+		if (err == nil) != (perr == nil) || err == nil && n != want {
+			t.Fatalf("%q: %d, %v", count, n, err)
+		}
 	})
 }
