@@ -60,6 +60,9 @@ type Frontend struct {
 	loops  sync.WaitGroup // ring, poll and ALUA goroutines
 	cmds   sync.WaitGroup // commands in flight
 	aluaCh chan struct{}
+	// pollMu keeps polls of the sessions one at a time: the poll loop,
+	// SetPortUp and a test may each start one.
+	pollMu sync.Mutex
 
 	mu       sync.Mutex
 	sessions map[uint16]map[string]time.Time // port -> initiator -> since
@@ -210,6 +213,7 @@ func (f *Frontend) Start() error {
 			}
 		}
 	}
+	f.pollSessions() // the sessions are known before Start returns
 	f.loops.Add(2)
 	go f.pollLoop()
 	go f.aluaLoop()
@@ -351,16 +355,18 @@ func (f *Frontend) pollLoop() {
 	t := time.NewTicker(f.opt.Poll)
 	defer t.Stop()
 	for {
-		f.pollSessions()
 		select {
 		case <-f.done:
 			return
 		case <-t.C:
 		}
+		f.pollSessions()
 	}
 }
 
 func (f *Frontend) pollSessions() {
+	f.pollMu.Lock()
+	defer f.pollMu.Unlock()
 	var events []fabric.Event
 	type newACL struct {
 		port uint16
