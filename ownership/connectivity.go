@@ -91,6 +91,9 @@ type nexusState struct {
 	traffic   evidence
 	byTraffic bool
 	byMedia   bool
+	// mediaProven: media I/O through its node has proven use while it
+	// was logged in (usesNode at some tick, fresh or not since).
+	mediaProven bool
 	// probing: the run of ticks commands arrived on the nexus in from the
 	// hand-back hold after its login on (past the attach), a gap longer
 	// than a checker's longest interval starting a new one (inUse).
@@ -167,6 +170,7 @@ func (c *Core) addNexus(h *host, n Nexus) *nexusState {
 	h.nexuses[keyOf(n)] = s
 	s.discovered = c.usesNode(h, n.Node)
 	s.byMedia = s.discovered && !h.obs.multipath
+	s.mediaProven = s.discovered
 	c.gen++
 	return s
 }
@@ -288,11 +292,13 @@ func (c *Core) expireProbes() {
 			// Its overlapping use of two nodes was a scan (udev reading
 			// every disk at attach, under load for minutes), not a
 			// multipath stack: a checker would still be probing. What it
-			// discovered stands only on evidence that keeps coming.
+			// discovered stands only on evidence that keeps coming: media
+			// I/O that proved use of the node, or else traffic (the RTPG
+			// it read as a stack would was its kernel's, on every path).
 			h.obs.multipath = false
 			for _, s := range h.nexuses {
 				if s.discovered && !s.byTraffic {
-					s.byMedia = true
+					s.byMedia, s.byTraffic = s.mediaProven, !s.mediaProven
 				}
 			}
 			c.gen++

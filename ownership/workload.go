@@ -78,6 +78,9 @@ func (c *Core) io(e IO) error {
 	if c.usesNodeFor(h, e.Node, h.media[k]) {
 		for _, k := range sortedNexusKeys(h) {
 			s := h.nexuses[k]
+			if s.n.Node == e.Node && c.pathUp(s) {
+				s.mediaProven = true
+			}
 			switch {
 			case s.n.Node != e.Node || !c.pathUp(s):
 			case !s.discovered:
