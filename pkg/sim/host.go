@@ -556,20 +556,19 @@ func stateName(s alua.AccessState) string { return alua.AccessState(s).String() 
 // pick chooses the path for a command as the host's kind does
 // (kinds.go): logged in, usable, not avoided; the best known state first
 // (AO, ANO, unknown, the rest), round robin among equals. A host without
-// TPGS round-robins over every path; one without multipath uses its
-// first usable path, for every LUN (its devices there); a sticky one keeps
+// TPGS round-robins over every path; one without multipath uses one
+// path device per LUN (devicePath); a sticky one keeps
 // the path (or node) it used last while it is usable and active; one
 // that spreads treats AO, ANO and unknown alike.
 func (h *host) pick(lun uint64, avoid map[uint16]bool) (uint16, bool) {
 	ok := func(p uint16) bool { return h.sess[p] && h.usable(p) && !avoid[p] }
 	switch h.kind.io {
 	case ioFirst:
-		for _, p := range h.paths {
-			if ok(p) {
-				return p, true
-			}
+		p, found := h.devicePath(lun, avoid)
+		if found {
+			h.last[lun] = p
 		}
-		return 0, false
+		return p, found
 	case ioStickPath:
 		if p, had := h.last[lun]; had && ok(p) && stateRank(h.states[lun], p) <= 2 {
 			return p, true
@@ -619,6 +618,24 @@ func (h *host) pick(lun uint64, avoid map[uint16]bool) (uint16, bool) {
 	return p, true
 }
 
+// devicePath is the path a host without multipath sends a LUN's I/O on:
+// the device it uses, while that path's session lasts and its port is
+// usable (nothing moves its I/O while the device is there); when it is
+// gone, the first usable path (its application started on another
+// device). It changes nothing (checkHostIO asks it too).
+func (h *host) devicePath(lun uint64, avoid map[uint16]bool) (uint16, bool) {
+	ok := func(p uint16) bool { return h.sess[p] && h.usable(p) && !avoid[p] }
+	if p, had := h.last[lun]; had && ok(p) {
+		return p, true
+	}
+	for _, p := range h.paths {
+		if ok(p) {
+			return p, true
+		}
+	}
+	return 0, false
+}
+
 func stateRank(st map[uint16]alua.AccessState, p uint16) int {
 	s, ok := st[p]
 	switch {
@@ -662,6 +679,9 @@ func (h *host) send(lun uint64, cdb, data []byte, inLen int) (scsi.Response, boo
 				h.rtpg(p, lun)
 			}
 		case s.Key == 2 && s.ASC == 4 && (s.ASCQ == 0x0b || s.ASCQ == 0x0c): // standby, unavailable
+			if h.kind.io == ioFirst {
+				return r, true // no multipath: the application gets the error
+			}
 			avoid[p] = true
 			if h.rtpgOnUA() {
 				h.rtpg(p, lun)

@@ -298,8 +298,8 @@ func (w *World) checkStorm(id uint64) {
 // LUN it uses has, among its paths with a session through a usable port
 // of a live node, one that reports AO or ANO to it, or has had only
 // TRANSITIONING ones for no longer than the implicit transition time. A
-// host without multipath counts only the first such path: its devices
-// are there, and nothing moves its I/O to another path.
+// host without multipath counts only the path whose device it uses:
+// nothing moves its I/O to another path.
 // (A host of a STANDBY type that logged out of, or lost, every path to a
 // LUN's owner while the LUN stays there for others must see its other
 // paths handed off to ANO.)
@@ -314,12 +314,13 @@ func (w *World) checkHostIO() {
 			k := seenKey{lun: id}
 			live, usable, moving := false, false, false
 			var states []string
+			dev, _ := h.devicePath(id, nil)
 			for _, p := range h.paths {
 				if !h.sess[p] || !h.usable(p) {
 					continue
 				}
-				if h.kind.io == ioFirst && live {
-					break // no multipath: only the path it uses counts
+				if h.kind.io == ioFirst && p != dev {
+					continue // no multipath: only the path it uses counts
 				}
 				live = true
 				st := l.State(h.initiator, w.arr.Port(p).Node)

@@ -17,8 +17,8 @@ import (
 //	dmmp-defaults    dm-multipath at its defaults   TUR      login, scan, UA (scsi_dh)     the path in use (sticks)
 //	dmmp-alua        prio alua, failback immediate  TUR      login, scan, UA, every round  best state, round robin (follows)
 //	dmmp-followover  prio alua, failback followover TUR      login, scan, UA, every round  the group in use; a group back from failing, if AO
-//	dh-alua-nomp     scsi_dh_alua, no multipath     none     login, scan, UA on its path   the first usable path
-//	nohandler        no handler, no multipath       none     never                         the first usable path
+//	dh-alua-nomp     scsi_dh_alua, no multipath     none     login, scan, UA on its path   one path device (sticks)
+//	nohandler        no handler, no multipath       none     never                         one path device (sticks)
 //	win-rr           MSDSM Round Robin              TUR      login, scan, UA               every AO and ANO path, round robin
 //	win-rrws         MSDSM Round Robin with Subset  TUR      login, scan, UA               AO paths, round robin (follows)
 //	vmw-mru          NMP MRU, SATP_ALUA             TUR      login, scan, UA               the path in use (sticks)
@@ -51,9 +51,12 @@ import (
 //     to and reads AO there (failback followover: the first path of a
 //     group that failed comes back). "every AO and ANO path" spreads I/O
 //     over all nodes' paths alike, leaving only STANDBY and UNAVAILABLE
-//     ones. "the first usable path": one block device, no failover
-//     software; the simulation lets it go on through the next usable path
-//     when that one fails (a remount), and it never reads the states.
+//     ones. "one path device": one block device, no failover software; it
+//     stays on that path while its session lasts, whatever comes back
+//     (a real host cannot switch); a command its path refuses (STANDBY,
+//     UNAVAILABLE) fails; the simulation lets it go on through the first
+//     usable path when that path's session ends (a remount), and it never
+//     reads the states.
 //
 // Old scripts keep working: mp=none is nohandler and mp=sticky is
 // dmmp-defaults (the same behaviour as before, scans aside).
@@ -76,7 +79,7 @@ const (
 	ioStickPath                  // the path in use while usable, else the best
 	ioStickGroup                 // the node in use while a path of it is usable, else the best
 	ioAll                        // AO, ANO and unknown alike, round robin
-	ioFirst                      // the first usable path
+	ioFirst                      // one path device: the one in use while its session lasts, else the first usable
 )
 
 var hostKinds = []hostKind{

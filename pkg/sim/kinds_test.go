@@ -66,9 +66,9 @@ func TestKindsBehaviour(t *testing.T) {
 		{kind: "dmmp-followover", login: all, tick: all, scan: all, moved: all, tur: all,
 			io: a, ioMoved: a, ioBack: []uint16{1}},
 		{kind: "dh-alua-nomp", login: all, tick: none, scan: all, moved: []uint16{1}, tur: none,
-			io: []uint16{1}, ioMoved: []uint16{1}, ioBack: []uint16{1}},
+			io: []uint16{1}, ioMoved: []uint16{1}, ioBack: []uint16{3}}, // it stays on the device it moved to
 		{kind: "nohandler", login: none, tick: none, scan: none, moved: none, tur: none,
-			io: []uint16{1}, ioMoved: []uint16{1}, ioBack: []uint16{1}},
+			io: []uint16{1}, ioMoved: []uint16{1}, ioBack: []uint16{3}}, // it stays on the device it moved to
 		{kind: "win-rr", login: all, tick: none, scan: all, moved: all, tur: all,
 			io: all, ioMoved: all, ioBack: []uint16{1, 3, 4}},
 		{kind: "win-rrws", login: all, tick: none, scan: all, moved: all, tur: all,
