@@ -179,7 +179,7 @@ func (c *Core) strandsNonFollower(l *lun, dest string) bool {
 }
 
 // IQN naming authorities of the initiators that ship with common stacks.
-var iqnAuthorities = []struct{ prefix, stack, typ string }{
+var iqnAuthorities = []iqnAuth{
 	{"iqn.1993-08.org.debian", "open-iscsi (Debian, Ubuntu)", alua.HostLinuxDMMP},
 	{"iqn.2004-10.com.ubuntu", "open-iscsi (Ubuntu)", alua.HostLinuxDMMP},
 	{"iqn.1994-05.com.redhat", "open-iscsi (Red Hat)", alua.HostLinuxDMMP},
@@ -187,6 +187,25 @@ var iqnAuthorities = []struct{ prefix, stack, typ string }{
 	{"iqn.2005-03.org.open-iscsi", "open-iscsi", alua.HostLinuxDMMP},
 	{"iqn.1991-05.com.microsoft", "the Microsoft iSCSI initiator (MSDSM)", alua.HostWindows},
 	{"iqn.1998-01.com.vmware", "the VMware software iSCSI adapter (NMP)", alua.HostVMware},
+}
+
+type iqnAuth struct{ prefix, stack, typ string }
+
+// iqnAuthority finds the stack whose naming authority the initiator's
+// name bears.
+func iqnAuthority(initiator string) (iqnAuth, bool) {
+	for _, a := range iqnAuthorities {
+		if strings.HasPrefix(strings.ToLower(initiator), a.prefix) {
+			return a, true
+		}
+	}
+	return iqnAuth{}, false
+}
+
+// iqnStack is the host type of the stack the initiator's name names ("").
+func iqnStack(initiator string) string {
+	a, _ := iqnAuthority(initiator)
+	return a.typ
 }
 
 // suggestType says which host type fits what the host was seen to do,
@@ -199,11 +218,8 @@ var iqnAuthorities = []struct{ prefix, stack, typ string }{
 // names. The array never changes a declared type by itself.
 func (c *Core) suggestType(h *host) (typ, why string) {
 	stack, stackTyp := "", ""
-	for _, a := range iqnAuthorities {
-		if strings.HasPrefix(strings.ToLower(h.obs.initiator), a.prefix) {
-			stack, stackTyp = a.stack, a.typ
-			break
-		}
+	if a, ok := iqnAuthority(h.obs.initiator); ok {
+		stack, stackTyp = a.stack, a.typ
 	}
 	linux := stackTyp == alua.HostLinuxDMMP || stackTyp == "" && h.obs.extended
 	evidence := func() string {
@@ -271,10 +287,8 @@ func (c *Core) policyAdvice(h *host) string {
 // stackType is the host type of the stack the host's initiator name or
 // declared type names ("" if neither says).
 func (c *Core) stackType(h *host) string {
-	for _, a := range iqnAuthorities {
-		if strings.HasPrefix(strings.ToLower(h.obs.initiator), a.prefix) {
-			return a.typ
-		}
+	if t := iqnStack(h.obs.initiator); t != "" {
+		return t
 	}
 	switch h.typ.Name {
 	case alua.HostWindows, alua.HostVMware:

@@ -220,11 +220,12 @@ func (c *Core) forgetIfUnconnected(h *host, node string) {
 }
 
 // rtpg notes an RTPG on a nexus: traffic on it. One RTPG alone does not
-// discover a path (a kernel without multipath reads RTPG on every path at
-// scan), unless the host has shown a multipath stack already: its stack
-// reads RTPG on a path as it adds it (a path back after a fault, a host
-// logging in again). A command on a nexus we missed the login of counts
-// as a login.
+// discover a path (a Linux kernel without multipath reads RTPG on every
+// path at scan), unless the host has shown a multipath stack already:
+// its stack reads RTPG on a path as it adds it (a path back after a
+// fault, a host logging in again), or its initiator is Windows' or
+// ESXi's (rtpgShowsStack). A command on a nexus we missed the login of
+// counts as a login.
 func (c *Core) rtpg(n Nexus) {
 	h := c.hostOf(n.Host)
 	s := h.nexuses[keyOf(n)]
@@ -232,12 +233,32 @@ func (c *Core) rtpg(n Nexus) {
 		s = c.addNexus(h, n)
 	}
 	c.traffic(h, s)
+	if !h.obs.confirmed && rtpgShowsStack(n.Initiator) {
+		h.obs.multipath, h.obs.confirmed = true, true
+		c.gen++
+	}
 	if h.obs.multipath && c.pathUp(s) {
 		if !s.discovered {
 			c.discover(h, s)
 		}
 		s.byTraffic = false
 	}
+}
+
+// rtpgShowsStack: the initiator's name is the Microsoft iSCSI
+// initiator's or the VMware software adapter's (their default names):
+// on those systems only the multipath stack reads RTPG (MSDSM, NMP's
+// SATP_ALUA), as it claims a path, and neither probes idle paths at its
+// defaults (MSDSM's path verification is off; NMP evaluates paths every
+// 300 s), so an RTPG is the evidence they give. The name, not the
+// declared type: a Linux host declared windows by mistake still reads
+// RTPG from scsi_dh_alua on every path without multipath.
+func rtpgShowsStack(initiator string) bool {
+	switch iqnStack(initiator) {
+	case alua.HostWindows, alua.HostVMware:
+		return true
+	}
+	return false
 }
 
 // traffic notes that commands arrived on a nexus this tick; once they

@@ -20,9 +20,11 @@ import (
 //	     [dampclear=N] [follow=N] [ship=N] [settle=N] [visible=(COND:N,...)]
 //	lun id=N preferred=X [owner=X] [media=M] [group=G]
 //	luns n=N [media=M] [group=G]            LUNs 0..N-1, preferred alternating over the nodes
-//	host name=H [type=legacy] [mp=none]     mp=none: no multipath stack; every other
+//	host name=H [type=legacy] [mp=none] [initiator=IQN]
+//	                                        mp=none: no multipath stack; every other
 //	                                        host's checker probes each of its logged-in
-//	                                        paths every tick (TUR)
+//	                                        paths every tick (TUR); initiator: its name
+//	                                        (iqn.2026-11.org.example:H)
 //	path host=H node=X [port=P] [extended] [luns=(..)]  login + RTPG (for every LUN,
 //	                                        or those): an established path (its multipath
 //	                                        stack has probed it for the window)
@@ -66,6 +68,8 @@ type harness struct {
 	nomp map[string]bool
 	// silent: paths the host's checker does not probe (blacklisted).
 	silent map[Nexus]bool
+	// initiator: per host, its initiator name when the script gives one.
+	initiator map[string]string
 	// refused: per host, the intervals of I/O that met a STANDBY path
 	// with no other to go to (the application's EIO).
 	refused map[string]int
@@ -119,6 +123,9 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	case "host":
 		if arg(d, "mp", "") == "none" {
 			h.nomp[arg(d, "name", "")] = true
+		}
+		if ini := arg(d, "initiator", ""); ini != "" {
+			h.initiator[arg(d, "name", "")] = ini
 		}
 		tn := arg(d, "type", "linux")
 		typ := alua.HostType{Name: tn, TPGS: tn != "legacy", NonOwner: standbyIf(tn == "linux-dmmp")}
@@ -349,7 +356,7 @@ func (h *harness) init(t *testing.T, d *datadriven.TestData) {
 	}
 	h.c, h.work, h.ports, h.passive = c, map[string]map[uint64]wl{}, map[string]uint16{}, cfg.Passive
 	h.exch = map[Nexus][2]float64{}
-	h.nomp, h.silent, h.refused = map[string]bool{}, map[Nexus]bool{}, map[string]int{}
+	h.nomp, h.silent, h.refused, h.initiator = map[string]bool{}, map[Nexus]bool{}, map[string]int{}, map[string]string{}
 	capacity, _ := strconv.ParseFloat(arg(d, "capacity", "10000"), 64)
 	nodes := argList(d, "nodes")
 	if len(nodes) == 0 {
@@ -370,7 +377,11 @@ func (h *harness) nexus(t *testing.T, d *datadriven.TestData) Nexus {
 		v, _ := strconv.Atoi(p)
 		port = uint16(v)
 	}
-	return Nexus{Host: host, Initiator: "iqn.2026-11.org.example:" + host, ISID: fmt.Sprintf("%04x", port), Port: port, Node: node}
+	ini, ok := h.initiator[host]
+	if !ok {
+		ini = "iqn.2026-11.org.example:" + host
+	}
+	return Nexus{Host: host, Initiator: ini, ISID: fmt.Sprintf("%04x", port), Port: port, Node: node}
 }
 
 // sendIO sends one tick of the standing workload the way an ALUA host

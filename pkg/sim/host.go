@@ -73,6 +73,8 @@ type host struct {
 	// core counts as probing while it goes on).
 	lastUsed map[string]int
 	cmdOn    map[string]int
+	// claimed: the paths it read RTPG on in their current session.
+	claimed map[uint16]bool
 	// cutOff: per LUN (seenKey{lun}), since when every live path of the
 	// host's has reported no usable state (host-io).
 	cutOff map[seenKey]int
@@ -218,13 +220,13 @@ func detectTicks(name string) int {
 }
 
 func newHost(w *World, hs hostSpec) *host {
-	return &host{w: w, name: hs.name, detect: detectTicks(hs.name), initiator: initiatorOf(hs.name), ht: alua.HostTypes[hs.typ],
+	return &host{w: w, name: hs.name, detect: detectTicks(hs.name), initiator: initiatorOf(hs.name, hs.kind), ht: alua.HostTypes[hs.typ],
 		paths: hs.paths, luns: hs.luns, sess: map[uint16]bool{}, cut: map[uint16]bool{},
 		states: map[uint64]map[uint16]alua.AccessState{}, rr: map[uint64]int{}, seen: map[seenKey]*nexusSeen{},
 		kind: mustKind(hs.kind), last: map[uint64]uint16{}, groupBack: map[uint16]bool{}, since: map[uint16]int{}, media: map[string]int{},
 		rtpgOn: map[uint16]bool{}, mediaTicks: map[nodeLUN]run{}, mediaPending: map[nodeLUN]bool{}, left: map[string]int{},
 		userOf: map[uint64]bool{}, lunTicks: map[uint64]run{}, lunPending: map[uint64]bool{}, lastUsed: map[string]int{},
-		cmdOn: map[string]int{}, cutOff: map[seenKey]int{}, sent: map[sentKey]int{}}
+		cmdOn: map[string]int{}, claimed: map[uint16]bool{}, cutOff: map[seenKey]int{}, sent: map[sentKey]int{}}
 }
 
 func mustKind(name string) hostKind {
@@ -321,6 +323,7 @@ func (h *host) end(port uint16, orderly bool) {
 	h.away = orderly && h.sessions() == 0
 	h.w.srv.NexusLost(h.nexus(port))
 	delete(h.rtpgOn, port)
+	delete(h.claimed, port)
 	n := h.w.arr.Port(port).Node
 	if orderly && !h.usesNode(n.Name) {
 		h.left[n.Name] = h.w.ticks // no path it used there is left
@@ -460,7 +463,7 @@ func (h *host) rejoinOne() {
 // host without multipath probes nothing; one whose stack ignores ALUA
 // (legacy) probes too.
 func (h *host) check() {
-	if !h.kind.multipath || len(h.luns) == 0 {
+	if !h.kind.probeIdle || len(h.luns) == 0 {
 		return
 	}
 	lun := h.luns[0]
@@ -513,6 +516,7 @@ func (h *host) rtpg(port uint16, lun uint64) string {
 	if r.Status == scsi.StatusCheckCondition && senseOf(r).Key == 6 {
 		r = h.execOn(port, lun, cdb, nil, 4096, false) // the UA is reported once
 	}
+	h.claimed[port] = true
 	if r.Status != scsi.StatusGood {
 		return fmt.Sprintf("status 0x%02x %s", byte(r.Status), senseString(r))
 	}

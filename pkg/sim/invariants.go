@@ -413,11 +413,12 @@ func (w *World) checkMND() {
 	}
 }
 
-// probes: the host's checker probes a path to n (a session on a usable
-// port; a kind with multipath probes every such path every tick).
+// probes: the host's stack shows the array a path to n: a session on a
+// usable port that its checker probes every tick (probeIdle), or, for a
+// stack that probes no idle path, on which it read RTPG as it claimed it.
 func (h *host) probes(n *array.Node) bool {
 	for _, p := range n.Ports {
-		if h.sess[p.RelativeID] && h.usable(p.RelativeID) {
+		if h.sess[p.RelativeID] && h.usable(p.RelativeID) && (h.kind.probeIdle || h.claimed[p.RelativeID]) {
 			return true
 		}
 	}

@@ -19,19 +19,22 @@ import (
 //	dmmp-followover  prio alua, failback followover TUR      login, scan, UA, every round  the group in use; a group back from failing, if AO
 //	dh-alua-nomp     scsi_dh_alua, no multipath     none     login, scan, UA on its path   one path device (sticks)
 //	nohandler        no handler, no multipath       none     never                         one path device (sticks)
-//	win-rr           MSDSM Round Robin              TUR      login, scan, UA               every AO and ANO path, round robin
-//	win-rrws         MSDSM Round Robin with Subset  TUR      login, scan, UA               AO paths, round robin (follows)
-//	vmw-mru          NMP MRU, SATP_ALUA             TUR      login, scan, UA               the path in use (sticks)
-//	vmw-rr           NMP RR, SATP_ALUA              TUR      login, scan, UA               AO paths, round robin (follows)
+//	win-rr           MSDSM Round Robin              none     login, scan, UA               every AO and ANO path, round robin
+//	win-rrws         MSDSM Round Robin with Subset  none     login, scan, UA               AO paths, round robin (follows)
+//	vmw-mru          NMP MRU, SATP_ALUA             none     login, scan, UA               the path in use (sticks)
+//	vmw-rr           NMP RR, SATP_ALUA              none     login, scan, UA               AO paths, round robin (follows)
 //
 // The details, as each stack behaves:
 //
-//   - checker: a multipath stack probes every logged-in path every tick
-//     with a TEST UNIT READY (multipathd's path checker every 5-20 s;
-//     MSDSM's path verification and NMP's path evaluation stand for the
-//     same here), for the host's first LUN; a unit attention it meets is
-//     read as the kind's RTPG rule says. A kind without multipath probes
-//     nothing.
+//   - checker: dm-multipath probes every logged-in path every tick with
+//     a TEST UNIT READY (multipathd's path checker every 5-20 s), for
+//     the host's first LUN; a unit attention it meets is read as the
+//     kind's RTPG rule says. MSDSM and NMP at their defaults probe no
+//     idle path (MSDSM's path verification is off; NMP evaluates paths
+//     every 300 s, beyond the simulation's windows): the array knows
+//     their stacks by the RTPG they read on every path as they claim it,
+//     under their initiators' default names (iqn.1991-05.com.microsoft,
+//     iqn.1998-01.com.vmware). A kind without multipath probes nothing.
 //   - RTPG (only to a host type with TPGS: a legacy-type host's kernel
 //     sees no ALUA and reads none): "login" is scsi_dh_alua attaching to
 //     each new path device (MSDSM and SATP_ALUA claiming it), for every
@@ -62,8 +65,13 @@ import (
 // dmmp-defaults (the same behaviour as before, scans aside).
 type hostKind struct {
 	name, doc string
-	// multipath: a multipath stack, whose checker probes every path.
-	multipath bool
+	// multipath: a multipath stack; probeIdle: its checker probes every
+	// path every tick, used or idle (multipathd's). MSDSM and NMP at
+	// their defaults send nothing on an idle path (MSDSM's path
+	// verification is off; NMP evaluates paths every 300 s, beyond the
+	// simulation's windows): they show their stack by the RTPG they read
+	// on each path as they claim it, under their initiators' own names.
+	multipath, probeIdle bool
 	// rtpgLogin, rtpgScan, rtpgUA, rtpgPoll: when it reads RTPG.
 	rtpgLogin, rtpgScan, rtpgUA, rtpgPoll bool
 	io                                    ioPolicy
@@ -83,13 +91,13 @@ const (
 )
 
 var hostKinds = []hostKind{
-	{name: "auto", multipath: true, rtpgLogin: true, rtpgUA: true, io: ioBest,
+	{name: "auto", multipath: true, probeIdle: true, rtpgLogin: true, rtpgUA: true, io: ioBest,
 		doc: "the host type's own stack (follows ALUA as its type says)"},
-	{name: "dmmp-defaults", multipath: true, rtpgLogin: true, rtpgScan: true, rtpgUA: true, io: ioStickPath,
+	{name: "dmmp-defaults", multipath: true, probeIdle: true, rtpgLogin: true, rtpgScan: true, rtpgUA: true, io: ioStickPath,
 		doc: "dm-multipath at its defaults: checker tur, prio sysfs, one path a group, failback manual"},
-	{name: "dmmp-alua", multipath: true, rtpgLogin: true, rtpgScan: true, rtpgUA: true, rtpgPoll: true, io: ioBest,
+	{name: "dmmp-alua", multipath: true, probeIdle: true, rtpgLogin: true, rtpgScan: true, rtpgUA: true, rtpgPoll: true, io: ioBest,
 		doc: "dm-multipath, group_by_prio, prio alua, failback immediate"},
-	{name: "dmmp-followover", multipath: true, rtpgLogin: true, rtpgScan: true, rtpgUA: true, rtpgPoll: true,
+	{name: "dmmp-followover", multipath: true, probeIdle: true, rtpgLogin: true, rtpgScan: true, rtpgUA: true, rtpgPoll: true,
 		io: ioStickGroup, followover: true, doc: "dm-multipath, group_by_prio, prio alua, failback followover"},
 	{name: "dh-alua-nomp", rtpgLogin: true, rtpgScan: true, rtpgUA: true, io: ioFirst,
 		doc: "scsi_dh_alua without multipath: one path device in use"},

@@ -69,13 +69,13 @@ func TestKindsBehaviour(t *testing.T) {
 			io: []uint16{1}, ioMoved: []uint16{1}, ioBack: []uint16{3}}, // it stays on the device it moved to
 		{kind: "nohandler", login: none, tick: none, scan: none, moved: none, tur: none,
 			io: []uint16{1}, ioMoved: []uint16{1}, ioBack: []uint16{3}}, // it stays on the device it moved to
-		{kind: "win-rr", login: all, tick: none, scan: all, moved: all, tur: all,
+		{kind: "win-rr", login: all, tick: none, scan: all, moved: all, tur: none, // no idle probing
 			io: all, ioMoved: all, ioBack: []uint16{1, 3, 4}},
-		{kind: "win-rrws", login: all, tick: none, scan: all, moved: all, tur: all,
+		{kind: "win-rrws", login: all, tick: none, scan: all, moved: []uint16{2, 3, 4}, tur: none, // the paths its I/O met the UA on
 			io: a, ioMoved: []uint16{3, 4}, ioBack: []uint16{1}},
-		{kind: "vmw-mru", login: all, tick: none, scan: all, moved: all, tur: all,
+		{kind: "vmw-mru", login: all, tick: none, scan: all, moved: []uint16{2}, tur: none, // the paths its I/O met the UA on
 			io: []uint16{2}, ioMoved: []uint16{2}, ioBack: []uint16{3}},
-		{kind: "vmw-rr", login: all, tick: none, scan: all, moved: all, tur: all,
+		{kind: "vmw-rr", login: all, tick: none, scan: all, moved: []uint16{2, 3, 4}, tur: none, // the paths its I/O met the UA on
 			io: a, ioMoved: []uint16{3, 4}, ioBack: []uint16{1}},
 	} {
 		t.Run(tt.kind, func(t *testing.T) {

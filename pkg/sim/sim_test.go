@@ -281,6 +281,17 @@ read h1 1 lba=0 n=4
 		in:   rtpgOnB,
 		want: "mnd-missed",
 	}, {
+		// MSDSM (Round Robin with Subset) probes no idle path: its I/O
+		// goes to node a, which owns the LUN, and node b hears only the
+		// RTPGs it read as it claimed each path. Its initiator's name
+		// says Windows, where only MSDSM reads RTPG: no MND. A core that
+		// does not know the name raises MND for b.
+		name: "no MND for Windows at its defaults",
+		script: "nodes a:1,b:1\nlun 0 pref=a pages=4\nhost h1 type=windows paths=1,2 luns=0 kind=win-rrws\nlogin h1\n" +
+			strings.Repeat("write h1 0 lba=0 n=4\ntick\n", 20),
+		in:   anonymous,
+		want: "mnd-false",
+	}, {
 		// dm-multipath at its defaults reads RTPG only as a path attaches
 		// and after a unit attention; its checker's TEST UNIT READYs on
 		// the paths to b are all the array hears there. A core that
@@ -387,6 +398,19 @@ func pathOnB(e ownership.Event) ownership.Event {
 	if p, ok := e.(ownership.PathLatency); ok {
 		p.Nexus = nexusOnB(p.Nexus)
 		return p
+	}
+	return e
+}
+
+// anonymous is a core that never learns an initiator's name.
+func anonymous(e ownership.Event) ownership.Event {
+	switch ev := e.(type) {
+	case ownership.RTPG:
+		ev.Nexus.Initiator = "iqn.2026-11.org.example:anonymous"
+		return ev
+	case ownership.Login:
+		ev.Nexus.Initiator = "iqn.2026-11.org.example:anonymous"
+		return ev
 	}
 	return e
 }

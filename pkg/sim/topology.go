@@ -143,7 +143,7 @@ func (t *topology) config() array.Config {
 			Media: l.media, Group: l.group, BlockSize: l.bs})
 	}
 	for _, h := range t.hosts {
-		c.Hosts = append(c.Hosts, array.HostConfig{Name: h.name, Type: h.typ, Initiators: []string{initiatorOf(h.name)}})
+		c.Hosts = append(c.Hosts, array.HostConfig{Name: h.name, Type: h.typ, Initiators: []string{initiatorOf(h.name, h.kind)}})
 	}
 	mirror := t.mirror
 	c.Cache.Mirror = &mirror
@@ -152,6 +152,17 @@ func (t *topology) config() array.Config {
 	return c
 }
 
-func initiatorOf(host string) string { return "iqn.2026-11.org.aluad.sim:" + host }
+// initiatorOf names a host's initiator: Windows' and ESXi's kinds bear
+// their initiators' default names (the core reads their RTPGs as their
+// stacks' by them), the rest the simulation's own.
+func initiatorOf(host, kind string) string {
+	switch {
+	case strings.HasPrefix(kind, "win-"):
+		return "iqn.1991-05.com.microsoft:" + host + ".sim.example"
+	case strings.HasPrefix(kind, "vmw-"):
+		return "iqn.1998-01.com.vmware:" + host + "-5f3a2c1b"
+	}
+	return "iqn.2026-11.org.aluad.sim:" + host
+}
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
