@@ -36,8 +36,14 @@ type Handoff struct {
 // reached each node without a break (the hand-back waits on that).
 func (c *Core) trackReach(h *host) {
 	if !h.obs.confirmed && c.usesTwoNodesAtOnce(h) {
-		h.obs.multipath = true
-		h.obs.confirmed = c.now >= c.lastLogin(h)+c.attachWindow()
+		if !h.obs.multipath {
+			h.obs.multipath, h.obs.shownAt = true, c.now
+		}
+		// Confirmed past the attach window, by evidence still fresh a
+		// silence window after it was first shown: a checker goes on
+		// probing, a rescan (at any time, however long after the
+		// logins) is over and its paths silent by then.
+		h.obs.confirmed = c.now >= c.lastLogin(h)+c.attachWindow() && c.now-h.obs.shownAt > c.silenceWindow()
 	}
 	if h.obs.state == followYes {
 		h.obs.confirmed = h.obs.multipath

@@ -73,8 +73,12 @@ type host struct {
 	// core counts as probing while it goes on).
 	lastUsed map[string]int
 	cmdOn    map[string]int
-	// claimed: the paths it read RTPG on in their current session.
-	claimed map[uint16]bool
+	// device: the path a host without multipath has its devices on.
+	device    uint16
+	hasDevice bool
+	// claimed: the paths it read RTPG on in their current session, with
+	// the tick it first did.
+	claimed map[uint16]int
 	// cutOff: per LUN (seenKey{lun}), since when every live path of the
 	// host's has reported no usable state (host-io).
 	cutOff map[seenKey]int
@@ -226,7 +230,7 @@ func newHost(w *World, hs hostSpec) *host {
 		kind: mustKind(hs.kind), last: map[uint64]uint16{}, groupBack: map[uint16]bool{}, since: map[uint16]int{}, media: map[string]int{},
 		rtpgOn: map[uint16]bool{}, mediaTicks: map[nodeLUN]run{}, mediaPending: map[nodeLUN]bool{}, left: map[string]int{},
 		userOf: map[uint64]bool{}, lunTicks: map[uint64]run{}, lunPending: map[uint64]bool{}, lastUsed: map[string]int{},
-		cmdOn: map[string]int{}, claimed: map[uint16]bool{}, cutOff: map[seenKey]int{}, sent: map[sentKey]int{}}
+		cmdOn: map[string]int{}, claimed: map[uint16]int{}, cutOff: map[seenKey]int{}, sent: map[sentKey]int{}}
 }
 
 func mustKind(name string) hostKind {
@@ -516,7 +520,9 @@ func (h *host) rtpg(port uint16, lun uint64) string {
 	if r.Status == scsi.StatusCheckCondition && senseOf(r).Key == 6 {
 		r = h.execOn(port, lun, cdb, nil, 4096, false) // the UA is reported once
 	}
-	h.claimed[port] = true
+	if _, ok := h.claimed[port]; !ok && r.Status == scsi.StatusGood {
+		h.claimed[port] = h.w.ticks // the array answered it: it knows
+	}
 	if r.Status != scsi.StatusGood {
 		return fmt.Sprintf("status 0x%02x %s", byte(r.Status), senseString(r))
 	}
@@ -570,7 +576,7 @@ func (h *host) pick(lun uint64, avoid map[uint16]bool) (uint16, bool) {
 	case ioFirst:
 		p, found := h.devicePath(lun, avoid)
 		if found {
-			h.last[lun] = p
+			h.device, h.hasDevice = p, true
 		}
 		return p, found
 	case ioStickPath:
@@ -622,15 +628,18 @@ func (h *host) pick(lun uint64, avoid map[uint16]bool) (uint16, bool) {
 	return p, true
 }
 
-// devicePath is the path a host without multipath sends a LUN's I/O on:
-// the device it uses, while that path's session lasts and its port is
-// usable (nothing moves its I/O while the device is there); when it is
-// gone, the first usable path (its application started on another
-// device). It changes nothing (checkHostIO asks it too).
-func (h *host) devicePath(lun uint64, avoid map[uint16]bool) (uint16, bool) {
+// devicePath is the path a host without multipath sends I/O on: the one
+// its devices are on, while that path works (its session, port and node
+// up: nothing moves its I/O while the devices are there); when it fails,
+// the first usable path (its application started on another device).
+// One path for all its LUNs: a real host may have each LUN's device on a
+// different node's path (udev's by-id links name whichever path came
+// last), which the core cannot tell from a stack using two nodes at once
+// (docs/simulation.md). It changes nothing (checkHostIO asks it too).
+func (h *host) devicePath(_ uint64, avoid map[uint16]bool) (uint16, bool) {
 	ok := func(p uint16) bool { return h.sess[p] && h.usable(p) && !avoid[p] }
-	if p, had := h.last[lun]; had && ok(p) {
-		return p, true
+	if h.hasDevice && ok(h.device) {
+		return h.device, true
 	}
 	for _, p := range h.paths {
 		if ok(p) {

@@ -67,7 +67,7 @@ import (
 //	                      most the implicit transition time); STANDBY or
 //	                      UNAVAILABLE on all of them is a host cut off. A
 //	                      host without multipath has only the path it uses
-//	                      (its first live one): that one must.
+//	                      (its device's): that one must.
 func (w *World) check() {
 	if w.viol != nil {
 		return
@@ -272,7 +272,7 @@ func (w *World) failoverJustified(id uint64, owner *array.Node) bool {
 			return true
 		}
 		if h.kind.io == ioFirst {
-			if p, ok := h.pick(id, nil); ok && w.arr.Port(p).Node != owner {
+			if p, ok := h.devicePath(id, nil); ok && w.arr.Port(p).Node != owner {
 				return true
 			}
 		}
@@ -415,10 +415,14 @@ func (w *World) checkMND() {
 
 // probes: the host's stack shows the array a path to n: a session on a
 // usable port that its checker probes every tick (probeIdle), or, for a
-// stack that probes no idle path, on which it read RTPG as it claimed it.
+// stack that probes no idle path, on which it read RTPG as it claimed it
+// (longer ago than the debounce: an MND raised before clears after it).
 func (h *host) probes(n *array.Node) bool {
 	for _, p := range n.Ports {
-		if h.sess[p.RelativeID] && h.usable(p.RelativeID) && (h.kind.probeIdle || h.claimed[p.RelativeID]) {
+		if !h.sess[p.RelativeID] || !h.usable(p.RelativeID) {
+			continue
+		}
+		if t, ok := h.claimed[p.RelativeID]; h.kind.probeIdle || ok && h.w.ticks-t > coreConfig().Debounce {
 			return true
 		}
 	}

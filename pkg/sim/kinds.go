@@ -55,10 +55,10 @@ import (
 //     group that failed comes back). "every AO and ANO path" spreads I/O
 //     over all nodes' paths alike, leaving only STANDBY and UNAVAILABLE
 //     ones. "one path device": one block device, no failover software; it
-//     stays on that path while its session lasts, whatever comes back
+//     stays on that path while that path works, whatever comes back
 //     (a real host cannot switch); a command its path refuses (STANDBY,
 //     UNAVAILABLE) fails; the simulation lets it go on through the first
-//     usable path when that path's session ends (a remount), and it never
+//     usable path when that path fails (a remount), and it never
 //     reads the states.
 //
 // Old scripts keep working: mp=none is nohandler and mp=sticky is
@@ -87,7 +87,7 @@ const (
 	ioStickPath                  // the path in use while usable, else the best
 	ioStickGroup                 // the node in use while a path of it is usable, else the best
 	ioAll                        // AO, ANO and unknown alike, round robin
-	ioFirst                      // one path device: the one in use while its session lasts, else the first usable
+	ioFirst                      // one path device: the one in use while that path works, else the first usable
 )
 
 var hostKinds = []hostKind{
