@@ -43,12 +43,15 @@ type hostObs struct {
 	// multipath: it has shown a multipath stack (used two nodes at once:
 	// handoff.go usesTwoNodesAtOnce): its RTPGs on new paths discover them.
 	// confirmed: it showed it past the attach window after its latest
-	// login (a scan at attach is over by then) and more than a silence
-	// window after shownAt, when it was first shown (a rescan is over by
+	// login (a scan at attach is over by then), shown without a lapse for
+	// an attach window (a rescan, or two, or one slow scan, is over by
 	// then), or followed a move; only an unconfirmed standing can end
 	// (connectivity.go silentNode).
 	multipath, confirmed bool
-	shownAt              int
+	// shownAt: since when its standing has been shown without a lapse
+	// (showing); byName: confirmed by its initiator's name.
+	shownAt         int
+	showing, byName bool
 	// splitShare: when it was judged not to follow, the share of its I/O
 	// that did arrive at the new owner (a policy that spreads I/O over
 	// every node's paths sends a good part there).

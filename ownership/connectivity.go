@@ -43,6 +43,12 @@ type host struct {
 	joinWindow  int
 	joinChanged int
 	everJoined  bool
+	// lostClaimed: the discovered paths of a host known by its
+	// initiator's name (rtpgShowsStack) that a fault ended, with the
+	// tick: MSDSM keeps a path's device through a short outage and reads
+	// no RTPG on it again when the session comes back, so a path back
+	// within a silence window keeps its standing.
+	lostClaimed map[nexusKey]int
 	// departed: nodes the host logged out of (an orderly Logout of its
 	// last nexus there), with the tick: a departure, not a fault, so
 	// they still count as reached for failover.
@@ -114,7 +120,7 @@ func (c *Core) hostOf(name string) *host {
 	h := c.hosts[name]
 	if h == nil {
 		h = &host{name: name, typ: alua.HostTypes[alua.HostDefault], nexuses: map[nexusKey]*nexusState{},
-			everReached: map[string]bool{}, departed: map[string]int{}, lostPorts: map[string][]uint16{},
+			everReached: map[string]bool{}, departed: map[string]int{}, lostPorts: map[string][]uint16{}, lostClaimed: map[nexusKey]int{},
 			had: map[string]bool{}, inUseSince: map[string]int{}, handoff: map[string]bool{},
 			media: map[mediaKey]evidence{}, uses: map[uint64]bool{},
 			obs: hostObs{mediaSince: -1, lastFollow: -1, notFollowAt: -1}}
@@ -171,6 +177,12 @@ func (c *Core) addNexus(h *host, n Nexus) *nexusState {
 	s.discovered = c.usesNode(h, n.Node)
 	s.byMedia = s.discovered && !h.obs.multipath
 	s.mediaProven = s.discovered
+	if t, ok := h.lostClaimed[keyOf(n)]; ok {
+		delete(h.lostClaimed, keyOf(n))
+		if c.now-t <= c.silenceWindow() && c.nodes[n.Node] != nil {
+			s.discovered, s.byMedia = true, false // back before its device went
+		}
+	}
 	c.gen++
 	return s
 }
@@ -180,6 +192,9 @@ func (c *Core) logout(e Logout) {
 	h := c.hosts[n.Host]
 	if h == nil || h.nexuses[keyOf(n)] == nil {
 		return
+	}
+	if s := h.nexuses[keyOf(n)]; !e.Orderly && h.obs.byName && s.discovered {
+		h.lostClaimed[keyOf(n)] = c.now
 	}
 	delete(h.nexuses, keyOf(n))
 	c.gen++
@@ -233,8 +248,8 @@ func (c *Core) rtpg(n Nexus) {
 		s = c.addNexus(h, n)
 	}
 	c.traffic(h, s)
-	if !h.obs.confirmed && rtpgShowsStack(n.Initiator) {
-		h.obs.multipath, h.obs.confirmed = true, true
+	if !h.obs.byName && rtpgShowsStack(n.Initiator) {
+		h.obs.multipath, h.obs.confirmed, h.obs.byName = true, true, true
 		c.gen++
 	}
 	if h.obs.multipath && c.pathUp(s) {

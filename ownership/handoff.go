@@ -35,15 +35,21 @@ type Handoff struct {
 // joined), whether it has shown a multipath stack, and since when it has
 // reached each node without a break (the hand-back waits on that).
 func (c *Core) trackReach(h *host) {
-	if !h.obs.confirmed && c.usesTwoNodesAtOnce(h) {
-		if !h.obs.multipath {
-			h.obs.multipath, h.obs.shownAt = true, c.now
+	if !h.obs.confirmed {
+		shown := c.usesTwoNodesAtOnce(h)
+		if shown && !h.obs.showing {
+			h.obs.shownAt = c.now
 		}
-		// Confirmed past the attach window, by evidence still fresh a
-		// silence window after it was first shown: a checker goes on
-		// probing, a rescan (at any time, however long after the
-		// logins) is over and its paths silent by then.
-		h.obs.confirmed = c.now >= c.lastLogin(h)+c.attachWindow() && c.now-h.obs.shownAt > c.silenceWindow()
+		h.obs.showing = shown
+		if shown {
+			// Confirmed past the attach window after its latest login,
+			// by evidence shown without a lapse for an attach window: a
+			// checker goes on probing; rescans (at any time, however
+			// long after the logins, one slow one or a few a minute
+			// apart) lapse or end before that.
+			h.obs.multipath = true
+			h.obs.confirmed = c.now >= c.lastLogin(h)+c.attachWindow() && c.now-h.obs.shownAt >= c.attachWindow()
+		}
 	}
 	if h.obs.state == followYes {
 		h.obs.confirmed = h.obs.multipath
