@@ -566,15 +566,15 @@ func stateName(s alua.AccessState) string { return alua.AccessState(s).String() 
 // pick chooses the path for a command as the host's kind does
 // (kinds.go): logged in, usable, not avoided; the best known state first
 // (AO, ANO, unknown, the rest), round robin among equals. A host without
-// TPGS round-robins over every path; one without multipath uses one
-// path device per LUN (devicePath); a sticky one keeps
+// TPGS round-robins over every path; one without multipath uses the
+// path its devices are on (devicePath); a sticky one keeps
 // the path (or node) it used last while it is usable and active; one
 // that spreads treats AO, ANO and unknown alike.
 func (h *host) pick(lun uint64, avoid map[uint16]bool) (uint16, bool) {
 	ok := func(p uint16) bool { return h.sess[p] && h.usable(p) && !avoid[p] }
 	switch h.kind.io {
 	case ioFirst:
-		p, found := h.devicePath(lun, avoid)
+		p, found := h.devicePath(avoid)
 		if found {
 			h.device, h.hasDevice = p, true
 		}
@@ -636,7 +636,7 @@ func (h *host) pick(lun uint64, avoid map[uint16]bool) (uint16, bool) {
 // different node's path (udev's by-id links name whichever path came
 // last), which the core cannot tell from a stack using two nodes at once
 // (docs/simulation.md). It changes nothing (checkHostIO asks it too).
-func (h *host) devicePath(_ uint64, avoid map[uint16]bool) (uint16, bool) {
+func (h *host) devicePath(avoid map[uint16]bool) (uint16, bool) {
 	ok := func(p uint16) bool { return h.sess[p] && h.usable(p) && !avoid[p] }
 	if h.hasDevice && ok(h.device) {
 		return h.device, true

@@ -272,7 +272,7 @@ func (w *World) failoverJustified(id uint64, owner *array.Node) bool {
 			return true
 		}
 		if h.kind.io == ioFirst {
-			if p, ok := h.devicePath(id, nil); ok && w.arr.Port(p).Node != owner {
+			if p, ok := h.devicePath(nil); ok && w.arr.Port(p).Node != owner {
 				return true
 			}
 		}
@@ -314,7 +314,7 @@ func (w *World) checkHostIO() {
 			k := seenKey{lun: id}
 			live, usable, moving := false, false, false
 			var states []string
-			dev, _ := h.devicePath(id, nil)
+			dev, _ := h.devicePath(nil)
 			for _, p := range h.paths {
 				if !h.sess[p] || !h.usable(p) {
 					continue
