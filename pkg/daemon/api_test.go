@@ -258,10 +258,11 @@ func TestManagementAPI(t *testing.T) {
 	require.NotEmpty(t, rb.Reason, "a plan with no move says why")
 
 	// A manual move: counted in /metrics with its stop time, and the UA
-	// it queues is counted when a nexus reports it.
-	_, err = c.Move(0, "b")
+	// it queues is counted when a nexus reports it. LUN 2, not 0: the
+	// checker's probes go to LUN 0 every 5 ms and would take the UA.
+	_, err = c.Move(2, "b")
 	require.NoError(t, err)
-	got, err := h1[2].ClearUA(ctx, 0, 4) // b0: the owner now
+	got, err := h1[2].ClearUA(ctx, 2, 4) // b0: the owner now
 	require.NoError(t, err)
 	require.Contains(t, got, [2]byte{0x2a, 0x06})
 	text, err := c.Metrics()
@@ -273,8 +274,8 @@ func TestManagementAPI(t *testing.T) {
 	require.Equal(t, 1.0, metricValue(t, fams, "aluad_ownership_stop_seconds", map[string]string{"cause": "manual"}))
 	require.Equal(t, dto.MetricType_HISTOGRAM, fams["aluad_ownership_stop_seconds"].GetType())
 	require.GreaterOrEqual(t, metricValue(t, fams, "aluad_unit_attentions_total", map[string]string{"asc_ascq": "2A/06"}), 1.0)
-	require.Equal(t, 1.0, metricValue(t, fams, "aluad_lun_owner", map[string]string{"lun": "0", "node": "b"}))
-	require.Equal(t, 0.0, metricValue(t, fams, "aluad_lun_on_preferred", map[string]string{"lun": "0"}))
+	require.Equal(t, 1.0, metricValue(t, fams, "aluad_lun_owner", map[string]string{"lun": "2", "node": "b"}))
+	require.Equal(t, 0.0, metricValue(t, fams, "aluad_lun_on_preferred", map[string]string{"lun": "2"}))
 	require.Equal(t, float64(4096*reads), metricValue(t, fams, "aluad_port_read_bytes_total", map[string]string{"port": "a0"}))
 	require.Positive(t, metricValue(t, fams, "aluad_port_exchanges_total", map[string]string{"port": "a0"}))
 	metricValue(t, fams, "aluad_reports_active", map[string]string{"condition": "host-redundancy-lost", "severity": "critical"})
