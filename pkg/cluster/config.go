@@ -26,7 +26,27 @@ type Config struct {
 	// with two lease TTLs, how long a controller that never served may
 	// take to start before its partner takes its LUNs over (default 2s).
 	FailbackAfter time.Duration `yaml:"failback_after"`
+	// Fencing is how a survivor makes sure a controller whose lease ran
+	// out never writes again before it takes that controller's LUNs:
+	// "process" (every controller on one machine: SIGKILL through a
+	// pidfd, and a wait for the exit; the default when every interlink
+	// address is a loopback one), "command" (FenceCommand, a fence agent,
+	// for controllers on several machines) or "none" (no fencing: a
+	// controller paused past its lease may write over a survivor's newer
+	// data; only when asked for).
+	Fencing string `yaml:"fencing"`
+	// FenceCommand is the fence agent and its arguments, "{node}",
+	// "{host}" and "{pid}" replaced by the fenced controller's; exit
+	// status 0 means fenced (fencing: command).
+	FenceCommand []string `yaml:"fence_command"`
 }
+
+// The fencing methods.
+const (
+	FenceProcess = "process"
+	FenceCommand = "command"
+	FenceNone    = "none"
+)
 
 // On reports whether the section is there.
 func (c Config) On() bool { return len(c.Etcd) > 0 || len(c.Interlink) > 0 }
@@ -64,6 +84,9 @@ func (c *Config) Validate(nodes []string) error {
 			return fmt.Errorf("cluster.etcd: %q is not an http(s)://host:port URL", e)
 		}
 	}
+	if err := c.validateFencing(); err != nil {
+		return err
+	}
 	if len(nodes) != 2 {
 		// The holder of a controller's mirror copies is its one partner;
 		// with three or more, which node holds them must be recorded
@@ -90,6 +113,46 @@ func (c *Config) Validate(nodes []string) error {
 	if len(extra) > 0 {
 		sort.Strings(extra)
 		return fmt.Errorf("cluster.interlink: no node %q in the array", extra[0])
+	}
+	return nil
+}
+
+// validateFencing picks the default method and checks the choice against
+// the layout: process fencing reaches only processes on this machine.
+func (c *Config) validateFencing() error {
+	local := true
+	for _, addr := range c.Interlink {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil // reported with the interlink's checks
+		}
+		ip := net.ParseIP(host)
+		local = local && (host == "localhost" || (ip != nil && ip.IsLoopback()))
+	}
+	if c.Fencing == "" {
+		switch {
+		case len(c.FenceCommand) > 0:
+			c.Fencing = FenceCommand
+		case local:
+			c.Fencing = FenceProcess
+		default:
+			return fmt.Errorf("cluster.fencing: the controllers' interlink addresses are not all loopback ones, so they may run " +
+				"on several machines, where a survivor cannot kill a paused controller's process: set cluster.fence_command " +
+				"to a fence agent, or fencing: process if they all run on one machine, or fencing: none to accept that a " +
+				"paused controller may write over newer data")
+		}
+	}
+	switch c.Fencing {
+	case FenceProcess, FenceNone:
+		if len(c.FenceCommand) > 0 {
+			return fmt.Errorf("cluster.fence_command: set, but cluster.fencing is %q (want command)", c.Fencing)
+		}
+	case FenceCommand:
+		if len(c.FenceCommand) == 0 || c.FenceCommand[0] == "" {
+			return fmt.Errorf("cluster.fencing: command, but cluster.fence_command names no fence agent")
+		}
+	default:
+		return fmt.Errorf("cluster.fencing: %q; want process, command or none", c.Fencing)
 	}
 	return nil
 }

@@ -17,13 +17,15 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/aluad/aluad/pkg/clock"
+	"github.com/aluad/aluad/pkg/fence"
 )
 
 // Store is one array's state in an etcd cluster.
 type Store struct {
-	cli    *clientv3.Client
-	prefix string
-	clock  clock.Clock
+	cli     *clientv3.Client
+	prefix  string
+	clock   clock.Clock
+	dropped func() <-chan struct{} // a member dropped: watches end (nil: never)
 }
 
 // NewStore returns the state of array id in the cluster cli reaches.
@@ -32,6 +34,15 @@ func NewStore(cli *clientv3.Client, arrayID string, clk clock.Clock) *Store {
 		clk = clock.Real
 	}
 	return &Store{cli: cli, prefix: "/aluad/" + arrayID + "/", clock: clk}
+}
+
+// NewStoreOn is NewStore on a client that keeps to the members that
+// answer: a watch ends (ErrWatch) when a member is dropped, as its stream
+// may be on the member that stopped answering.
+func NewStoreOn(c *Client, arrayID string, clk clock.Clock) *Store {
+	s := NewStore(c.Client, arrayID, clk)
+	s.dropped = c.Dropped
+	return s
 }
 
 // Client is the etcd client the store uses.
@@ -44,9 +55,59 @@ type Info struct {
 	Interlink string `json:"interlink"`
 	// Since is when it joined.
 	Since time.Time `json:"since"`
+	// Process is the controller's process, for a survivor to fence it.
+	Process fence.Identity `json:"process"`
 	// Joined is the revision that created the member key (its
 	// membership's start; filled by Members, not stored).
 	Joined int64 `json:"-"`
+}
+
+// Incarnation is a controller process that joined as a node and may
+// still write: its record (incarnations/<node>, under no lease) is
+// written with its membership and deleted only when it leaves cleanly or
+// once it is fenced. A takeover of its LUNs and the node's next join
+// both wait for that.
+type Incarnation struct {
+	Info
+	// Rev is the record's revision.
+	Rev int64
+}
+
+func (s *Store) incKey(node string) string { return s.prefix + "incarnations/" + node }
+
+// ErrUnfenced is a join refused because the node's previous incarnation
+// was neither fenced nor left cleanly.
+var ErrUnfenced = errors.New("cluster: the node's previous incarnation is not fenced")
+
+// Incarnation reads node's incarnation record (false: none; the node
+// left cleanly, was fenced, or never joined).
+func (s *Store) Incarnation(ctx context.Context, node string) (Incarnation, bool, error) {
+	r, err := s.cli.Get(ctx, s.incKey(node))
+	if err != nil || len(r.Kvs) == 0 {
+		return Incarnation{}, false, err
+	}
+	var in Info
+	if err := json.Unmarshal(r.Kvs[0].Value, &in); err != nil {
+		return Incarnation{}, false, fmt.Errorf("cluster: incarnation record of node %s: %w", node, err)
+	}
+	return Incarnation{Info: in, Rev: r.Kvs[0].ModRevision}, true, nil
+}
+
+// MarkFenced deletes inc's record once the caller has fenced it (if the
+// record is still inc's: another may have done it first).
+func (s *Store) MarkFenced(ctx context.Context, inc Incarnation) error {
+	key := s.incKey(inc.Node)
+	_, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", inc.Rev)).
+		Then(clientv3.OpDelete(key)).Commit()
+	return err
+}
+
+// IsFenced holds while node has no incarnation record: its last process
+// was fenced or left cleanly, so no byte of it reaches the media after a
+// takeover written under this condition.
+func (s *Store) IsFenced(node string) Cond {
+	return Cond{cmp: clientv3.Compare(clientv3.CreateRevision(s.incKey(node)), "=", 0),
+		what: fmt.Sprintf("node %s's last process is not fenced", node)}
 }
 
 func (s *Store) memberKey(node string) string { return s.prefix + "members/" + node }
@@ -54,9 +115,11 @@ func (s *Store) memberKey(node string) string { return s.prefix + "members/" + n
 // ErrMember is a join refused because the node is held by a live member.
 var ErrMember = errors.New("cluster: the node is already a member")
 
-// Join grants a lease of ttl, publishes info under it and keeps it alive
-// until Leave, or until etcd says the lease is gone. A node can be joined
-// by one live process only.
+// Join grants a lease of ttl, publishes info under it and as the node's
+// incarnation, and keeps the lease alive until Leave, or until etcd says
+// the lease is gone. A node can be joined by one live process only
+// (ErrMember), and only once its previous incarnation was fenced or left
+// cleanly (ErrUnfenced).
 func (s *Store) Join(ctx context.Context, info Info, ttl time.Duration) (*Membership, error) {
 	return s.join(ctx, info, ttl, s.cli.Lease)
 }
@@ -76,8 +139,10 @@ func (s *Store) join(ctx context.Context, info Info, ttl time.Duration, lease cl
 	}
 	val, _ := json.Marshal(info)
 	key := s.memberKey(info.Node)
-	r, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(val), clientv3.WithLease(g.ID))).Commit()
+	r, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
+		clientv3.Compare(clientv3.CreateRevision(s.incKey(info.Node)), "=", 0)).
+		Then(clientv3.OpPut(key, string(val), clientv3.WithLease(g.ID)), clientv3.OpPut(s.incKey(info.Node), string(val))).
+		Else(clientv3.OpGet(key, clientv3.WithCountOnly())).Commit()
 	if err != nil || !r.Succeeded {
 		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		lease.Revoke(rctx, g.ID)
@@ -85,7 +150,10 @@ func (s *Store) join(ctx context.Context, info Info, ttl time.Duration, lease cl
 		if err != nil {
 			return nil, fmt.Errorf("cluster: joining as node %s: %w", info.Node, err)
 		}
-		return nil, fmt.Errorf("%w: node %s (another controller holds its lease)", ErrMember, info.Node)
+		if r.Responses[0].GetResponseRange().Count > 0 {
+			return nil, fmt.Errorf("%w: node %s (another controller holds its lease)", ErrMember, info.Node)
+		}
+		return nil, fmt.Errorf("%w: node %s", ErrUnfenced, info.Node)
 	}
 	m := &Membership{s: s, info: info, id: g.ID, ttl: time.Duration(g.TTL) * time.Second, lease: lease,
 		joinRev: r.Header.Revision, lost: make(chan struct{}), stop: make(chan struct{})}
@@ -195,9 +263,16 @@ func (m *Membership) markLost() {
 // LUNs: a revoked member looks gone to everyone at once, while it may
 // still believe its lease good until its deadline (an expiry cannot be
 // seen before the deadline; a revocation can).
+// Its incarnation record goes first: it has stopped writing, so a
+// takeover needs no fence.
 func (m *Membership) Leave(ctx context.Context) error {
 	m.halt()
 	m.markLost()
+	key := m.s.incKey(m.info.Node)
+	if _, err := m.s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", m.joinRev)).
+		Then(clientv3.OpDelete(key)).Commit(); err != nil {
+		return err
+	}
 	_, err := m.lease.Revoke(ctx, m.id)
 	return err
 }
@@ -257,12 +332,25 @@ func watchErr(wr clientv3.WatchResponse) error {
 // watch sends what conv makes of every event under prefix after revision
 // rev until ctx ends; when the watch cannot go on, or conv refuses an
 // event, it sends what fail makes of the error and closes.
-func watch[T any](ctx context.Context, cli *clientv3.Client, prefix string, rev int64, buf int,
+func watch[T any](ctx context.Context, s *Store, prefix string, rev int64, buf int,
 	conv func(*clientv3.Event) (T, error), fail func(error) T) <-chan T {
 	out := make(chan T, buf)
-	wc := cli.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	var dropped <-chan struct{}
+	if s.dropped != nil {
+		dropped = s.dropped()
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	wc := s.cli.Watch(clientv3.WithRequireLeader(wctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	go func() {
 		defer close(out)
+		defer cancel()
+		go func() {
+			select {
+			case <-dropped:
+				cancel() // its stream may be on the member dropped
+			case <-wctx.Done():
+			}
+		}()
 		send := func(v T) bool {
 			select {
 			case out <- v:
@@ -288,7 +376,11 @@ func watch[T any](ctx context.Context, cli *clientv3.Client, prefix string, rev 
 			}
 		}
 		if ctx.Err() == nil {
-			send(fail(fmt.Errorf("%w: the watch channel closed", ErrWatch)))
+			why := "the watch channel closed"
+			if wctx.Err() != nil {
+				why = "an etcd member stopped answering"
+			}
+			send(fail(fmt.Errorf("%w: %s", ErrWatch, why)))
 		}
 	}()
 	return out
@@ -298,7 +390,7 @@ func watch[T any](ctx context.Context, cli *clientv3.Client, prefix string, rev 
 // an event with Err when the watch cannot go on.
 func (s *Store) WatchMembers(ctx context.Context, rev int64) <-chan MemberEvent {
 	pfx := s.prefix + "members/"
-	return watch(ctx, s.cli, pfx, rev, 16, func(ev *clientv3.Event) (MemberEvent, error) {
+	return watch(ctx, s, pfx, rev, 16, func(ev *clientv3.Event) (MemberEvent, error) {
 		return MemberEvent{Node: strings.TrimPrefix(string(ev.Kv.Key), pfx), Up: ev.Type == clientv3.EventTypePut,
 			Rev: ev.Kv.ModRevision}, nil
 	}, func(err error) MemberEvent { return MemberEvent{Err: err} })
@@ -549,7 +641,7 @@ type OwnerEvent struct {
 // ends, or an event with Err when the watch cannot go on (a record that
 // does not decode or is deleted ends it too: the view would be wrong).
 func (s *Store) WatchOwners(ctx context.Context, rev int64) <-chan OwnerEvent {
-	return watch(ctx, s.cli, s.prefix+"owners/", rev, 64, func(ev *clientv3.Event) (OwnerEvent, error) {
+	return watch(ctx, s, s.prefix+"owners/", rev, 64, func(ev *clientv3.Event) (OwnerEvent, error) {
 		if ev.Type != clientv3.EventTypePut {
 			return OwnerEvent{}, fmt.Errorf("%w: record %s deleted", ErrWatch, ev.Kv.Key)
 		}
@@ -667,7 +759,22 @@ func (s *Store) Campaign(ctx context.Context, m *Membership) (*Leadership, error
 		return nil, err
 	}
 	e := concurrency.NewElection(sess, s.prefix+"leader")
-	if err := e.Campaign(ctx, m.info.Node); err != nil {
+	// The campaign waits on a watch for the earlier candidates' keys to
+	// go: if an etcd member is dropped, that watch may be on it, so the
+	// campaign ends and the caller campaigns again.
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if s.dropped != nil {
+		dropped := s.dropped()
+		go func() {
+			select {
+			case <-dropped:
+				cancel()
+			case <-cctx.Done():
+			}
+		}()
+	}
+	if err := e.Campaign(cctx, m.info.Node); err != nil {
 		sess.Orphan() // never Close: that would revoke the membership's lease
 		return nil, err
 	}

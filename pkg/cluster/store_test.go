@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/aluad/aluad/pkg/clock"
+	"github.com/aluad/aluad/pkg/fence"
 )
 
 // freePort is a loopback port nobody listens on now.
@@ -137,6 +138,57 @@ func TestMembership(t *testing.T) {
 	require.Empty(t, ms)
 	_, err = s.Join(ctx, Info{Node: "a"}, 0)
 	require.ErrorContains(t, err, "at least 1s")
+}
+
+// A node's incarnation record outlives its lease: a process whose lease
+// expired may still write (paused, or stuck in a slow write), so a
+// takeover written under IsFenced and the node's next join both wait
+// until it is fenced; a clean leave needs no fence.
+func TestIncarnations(t *testing.T) {
+	_, cli := etcdCluster(t, 1)
+	s := NewStore(cli, "arr1", nil)
+	ctx := ctxT(t)
+	require.NoError(t, s.Init(ctx, []Record{{LUN: 0, Owner: "a", Fresh: true}}))
+	id := fence.Identity{Host: "h1", PID: 4242, Instance: "first"}
+	a, err := s.Join(ctx, Info{Node: "a", Process: id}, time.Second)
+	require.NoError(t, err)
+	inc, ok, err := s.Incarnation(ctx, "a")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, id, inc.Process)
+	require.Equal(t, a.JoinRevision(), inc.Rev)
+
+	// a dies (its lease expires): the record stays, and blocks both.
+	a.halt()
+	events := s.WatchMembers(ctx, inc.Rev)
+	<-events
+	_, err = s.Join(ctx, Info{Node: "a", Process: fence.Identity{Instance: "second"}}, time.Second)
+	require.ErrorIs(t, err, ErrUnfenced)
+	owned, err := s.Owner(ctx, 0)
+	require.NoError(t, err)
+	_, err = s.Change(ctx, owned, Record{LUN: 0, Owner: "b"}, s.MemberGone("a"), s.IsFenced("a"))
+	require.ErrorIs(t, err, ErrStale)
+	require.ErrorContains(t, err, "not fenced")
+
+	// Fenced from a stale read: nothing; from the record: gone.
+	require.NoError(t, s.MarkFenced(ctx, Incarnation{Info: inc.Info, Rev: inc.Rev - 1}))
+	_, ok, err = s.Incarnation(ctx, "a")
+	require.NoError(t, err)
+	require.True(t, ok, "a stale fence deletes nothing")
+	require.NoError(t, s.MarkFenced(ctx, inc))
+	_, err = s.Change(ctx, owned, Record{LUN: 0, Owner: "b"}, s.MemberGone("a"), s.IsFenced("a"))
+	require.NoError(t, err)
+	a2, err := s.Join(ctx, Info{Node: "a", Process: fence.Identity{Instance: "second"}}, time.Second)
+	require.NoError(t, err)
+
+	// A clean leave takes the record with it.
+	require.NoError(t, a2.Leave(ctx))
+	_, ok, err = s.Incarnation(ctx, "a")
+	require.NoError(t, err)
+	require.False(t, ok)
+	a3, err := s.Join(ctx, Info{Node: "a"}, time.Second)
+	require.NoError(t, err)
+	defer a3.Leave(ctx)
 }
 
 // Every owner change is a compare-and-swap on the record's revision,

@@ -71,6 +71,14 @@ func TestConfigErrors(t *testing.T) {
 			"whole number of seconds"},
 		{"cluster of three", "array_id: x1\nnodes: [{name: a, ports: [{name: a0, addr: 127.0.0.1:0}]}, {name: b, ports: [{name: b0, addr: 127.0.0.1:0}]}, {name: c, ports: [{name: c0, addr: 127.0.0.1:0}]}]\n" +
 			"cluster: {etcd: [http://h:1], interlink: {a: 127.0.0.1:1, b: 127.0.0.1:2, c: 127.0.0.1:3}}\n", "run two"},
+		{"cluster on two machines unfenced", "array_id: x1\ncluster: {etcd: [http://h:1], interlink: {a: 10.0.0.1:7101, b: 10.0.0.2:7101}}\n",
+			"set cluster.fence_command"},
+		{"cluster fencing unknown", "array_id: x1\ncluster: {etcd: [http://h:1], interlink: {a: 127.0.0.1:1, b: 127.0.0.1:2}, fencing: stonith}\n",
+			"want process, command or none"},
+		{"cluster fence command missing", "array_id: x1\ncluster: {etcd: [http://h:1], interlink: {a: 127.0.0.1:1, b: 127.0.0.1:2}, fencing: command}\n",
+			"names no fence agent"},
+		{"cluster fence command unused", "array_id: x1\ncluster: {etcd: [http://h:1], interlink: {a: 127.0.0.1:1, b: 127.0.0.1:2}, fencing: process, fence_command: [x]}\n",
+			"want command"},
 		{"cluster on tcmu", "array_id: x1\nfabric: {kind: tcmu}\n" + clusterYAML(""), "fabric kind iscsi"},
 	}
 	for _, tc := range tests {
@@ -188,6 +196,16 @@ func TestClusterSection(t *testing.T) {
 	require.True(t, c.Cluster.On())
 	require.Equal(t, 2*time.Second, c.Cluster.LeaseTTL)
 	require.Equal(t, 2*time.Second, c.Cluster.FailbackAfter)
+	require.Equal(t, "process", c.Cluster.Fencing, "controllers on loopback: one machine, fenced by process")
+	for yaml, want := range map[string]string{
+		"interlink: {a: 10.0.0.1:7101, b: 10.0.0.2:7101}, fence_command: [fence_virsh, -n, '{node}']": "command",
+		"interlink: {a: 10.0.0.1:7101, b: 10.0.0.2:7101}, fencing: none":                              "none",
+		"interlink: {a: 'localhost:1', b: '[::1]:2'}":                                                 "process",
+	} {
+		c, err := Parse([]byte("array_id: x1\ncluster: {etcd: [http://h:1], "+yaml+"}\n"), "c.yaml")
+		require.NoError(t, err, yaml)
+		require.Equal(t, want, c.Cluster.Fencing, yaml)
+	}
 	c, err = Parse([]byte("array_id: x1\n"), "c.yaml")
 	require.NoError(t, err)
 	require.False(t, c.Cluster.On(), "no section: the embedded array")

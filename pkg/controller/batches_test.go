@@ -24,10 +24,8 @@ func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(
 
 func (l *lab) startLogged(node string, w *syncBuf) *Controller {
 	l.t.Helper()
-	c, err := Start(Options{Config: l.cfg, Node: node, JoinTimeout: 20 * time.Second,
+	return l.startWith(Options{Config: l.cfg, Node: node,
 		Daemon: daemon.Options{Logger: slog.New(slog.NewTextHandler(w, nil)), StatsInterval: -1}})
-	require.NoError(l.t, err)
-	return c
 }
 
 // A failback of b's two LUNs after b's restart: the core decides both at

@@ -23,9 +23,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
 	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/cache"
@@ -33,6 +30,7 @@ import (
 	"github.com/aluad/aluad/pkg/config"
 	"github.com/aluad/aluad/pkg/control"
 	"github.com/aluad/aluad/pkg/daemon"
+	"github.com/aluad/aluad/pkg/fence"
 	"github.com/aluad/aluad/pkg/interlink"
 )
 
@@ -52,6 +50,10 @@ type Options struct {
 	// Daemon tunes the daemon (logger, control socket, API); Local and
 	// Remote are set by the controller.
 	Daemon daemon.Options
+	// Fencer fences a controller whose lease ran out before its LUNs are
+	// taken over, and a node's previous incarnation before it joins again
+	// (nil: the method of the configuration's cluster.fencing).
+	Fencer fence.Fencer
 }
 
 // Controller is a running controller process.
@@ -63,10 +65,12 @@ type Controller struct {
 	node   string
 	log    *slog.Logger
 	member *cluster.Member
-	cli    *clientv3.Client
+	cli    *cluster.Client
 	store  *cluster.Store
 	ms     *cluster.Membership
 	fence  *cluster.Fence
+	self   fence.Identity // this process, as it publishes itself
+	fencer fence.Fencer
 	arr    *array.Array
 	ln     net.Listener
 	ps     int64 // the cache's page size
@@ -88,6 +92,7 @@ type Controller struct {
 	lastPartner string                 // the partner copies last went to (under mu)
 	lunMu       map[uint64]*sync.Mutex // orders a record's install against copies arriving
 	stopping    atomic.Bool
+	fenceFailed atomic.Int64         // the incarnation whose fence last failed (logged once)
 	final       atomic.Bool          // stopped, marking the records clean
 	hmu         sync.Mutex           // the peers' requests in service (enter)
 	hcond       *sync.Cond           // on hmu: inflight fell to 0
@@ -175,11 +180,24 @@ func Start(o Options) (_ *Controller, err error) {
 			return nil, err
 		}
 	}
-	c.cli, err = clientv3.New(clientv3.Config{Endpoints: c.cc.Etcd, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
+	if c.self, err = fence.Self(); err != nil {
+		return nil, err
+	}
+	if c.fencer = o.Fencer; c.fencer == nil {
+		switch c.cc.Fencing {
+		case cluster.FenceCommand:
+			c.fencer = &fence.Command{Argv: c.cc.FenceCommand}
+		case cluster.FenceNone:
+			c.fencer = fence.None{}
+			c.log.Warn("cluster.fencing: none: a controller paused past its lease may write over a survivor's newer data")
+		default:
+			c.fencer = fence.NewProcess(c.self)
+		}
+	}
+	if c.cli, err = cluster.Dial(c.cc.Etcd); err != nil {
 		return nil, fmt.Errorf("controller: etcd client: %w", err)
 	}
-	c.store = cluster.NewStore(c.cli, cfg.ArrayID, nil)
+	c.store = cluster.NewStoreOn(c.cli, cfg.ArrayID, nil)
 	ctx, cancel := context.WithTimeout(c.ctx, o.JoinTimeout)
 	defer cancel()
 	// The records exist before any controller joins: none serves a
@@ -291,11 +309,22 @@ func (c *Controller) join() error {
 	deadline := time.Now().Add(c.o.JoinTimeout)
 	for {
 		ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
-		ms, err := c.store.Join(ctx, cluster.Info{Node: c.node, Interlink: c.cc.Interlink[c.node]}, c.cc.LeaseTTL)
+		ms, err := c.store.Join(ctx, cluster.Info{Node: c.node, Interlink: c.cc.Interlink[c.node], Process: c.self}, c.cc.LeaseTTL)
 		cancel()
 		if err == nil {
 			c.ms = ms
 			return nil
+		}
+		if errors.Is(err, cluster.ErrUnfenced) {
+			// The previous process of this node died or stopped without
+			// leaving, and nobody fenced it yet: this one does, before it
+			// serves anything (the old one may be paused with a write).
+			fctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
+			if err = c.fenceNode(fctx, c.node); err == nil {
+				cancel()
+				continue
+			}
+			cancel()
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("controller: joining the cluster: %w", err)
@@ -305,6 +334,32 @@ func (c *Controller) join() error {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// fenceNode fences node's last incarnation, if it has one that neither
+// left cleanly nor was fenced, and records that it is fenced.
+func (c *Controller) fenceNode(ctx context.Context, node string) error {
+	inc, ok, err := c.store.Incarnation(ctx, node)
+	if err != nil || !ok {
+		return err
+	}
+	if inc.Process.Instance == c.self.Instance {
+		return fmt.Errorf("controller: node %s's last incarnation is this controller", node)
+	}
+	start := time.Now()
+	if err := c.fencer.Fence(ctx, node, inc.Process); err != nil {
+		if c.fenceFailed.Swap(inc.Rev) != inc.Rev { // once per incarnation
+			c.log.Error("fencing failed: the node's LUNs wait until it is fenced", "fenced", node,
+				"method", c.fencer.Method(), "err", err)
+		}
+		return err
+	}
+	if err := c.store.MarkFenced(ctx, inc); err != nil {
+		return err
+	}
+	c.log.Warn("fenced the node's last process", "fenced", node, "method", c.fencer.Method(),
+		"pid", inc.Process.PID, "host", inc.Process.Host, "took", time.Since(start).Round(time.Millisecond))
+	return nil
 }
 
 // Err is closed when the controller cannot go on; Error says why.

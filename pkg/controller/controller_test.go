@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/aluad/aluad/pkg/cluster"
 	"github.com/aluad/aluad/pkg/config"
 	"github.com/aluad/aluad/pkg/daemon"
+	"github.com/aluad/aluad/pkg/fence"
 	"github.com/aluad/aluad/pkg/initiator"
 	hostlab "github.com/aluad/aluad/pkg/lab"
 )
@@ -32,8 +34,30 @@ func freeAddr(t *testing.T) string {
 
 // lab is an etcd member and the configuration two controllers share.
 type lab struct {
-	t   *testing.T
-	cfg config.Config
+	t     *testing.T
+	cfg   config.Config
+	fence *inProcess
+}
+
+// inProcess fences the controllers of one lab, all in the test's own
+// process: STONITH of one is its Kill (what it held in memory is gone;
+// it serves and writes nothing more).
+type inProcess struct {
+	mu sync.Mutex
+	by map[string]*Controller // by instance
+}
+
+func (f *inProcess) Method() string { return "in-process" }
+
+func (f *inProcess) Fence(_ context.Context, node string, id fence.Identity) error {
+	f.mu.Lock()
+	c := f.by[id.Instance]
+	f.mu.Unlock()
+	if c == nil {
+		return fmt.Errorf("no controller of this lab is instance %s of node %s", id.Instance, node)
+	}
+	c.Kill()
+	return nil
 }
 
 func newLab(t *testing.T) *lab {
@@ -60,13 +84,23 @@ func newLab(t *testing.T) *lab {
 	// The records' and the fence's mechanics under membership's rules
 	// alone; core_test.go runs the core on the leader.
 	cfg.Ownership.Off = true
-	return &lab{t: t, cfg: cfg}
+	return &lab{t: t, cfg: cfg, fence: &inProcess{by: map[string]*Controller{}}}
 }
 
 func (l *lab) start(node string) *Controller {
 	l.t.Helper()
-	c, err := Start(Options{Config: l.cfg, Node: node, JoinTimeout: 20 * time.Second, Daemon: quiet()})
+	return l.startWith(Options{Config: l.cfg, Node: node, Daemon: quiet()})
+}
+
+// startWith starts a controller of the lab, fenced by the lab.
+func (l *lab) startWith(o Options) *Controller {
+	l.t.Helper()
+	o.JoinTimeout, o.Fencer = 20*time.Second, l.fence
+	c, err := Start(o)
 	require.NoError(l.t, err)
+	l.fence.mu.Lock()
+	l.fence.by[c.self.Instance] = c
+	l.fence.mu.Unlock()
 	return c
 }
 

@@ -3,8 +3,6 @@ package controller
 import (
 	"bytes"
 	"context"
-	"io"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aluad/aluad/pkg/api"
+	"github.com/aluad/aluad/pkg/faultnet"
 	"github.com/aluad/aluad/pkg/initiator"
 	hostlab "github.com/aluad/aluad/pkg/lab"
 )
@@ -155,60 +154,11 @@ func interlinkCut(t *testing.T, lab *lab) {
 	w.verify(onB, "through b")
 }
 
-// proxy forwards TCP to target until cut: then every connection it holds
-// is dropped and new ones are held open without a byte through (a
-// partition, not a refusal).
-type proxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	cut    bool
-	conns  []net.Conn
-}
-
-func newProxy(t *testing.T, target string) *proxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func newProxy(t *testing.T, target string) *faultnet.Proxy {
+	p, err := faultnet.Listen(target)
 	require.NoError(t, err)
-	p := &proxy{ln: ln, target: target}
-	t.Cleanup(func() { ln.Close(); p.setCut(true) })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c)
-			cut := p.cut
-			p.mu.Unlock()
-			if cut {
-				continue // held: nothing goes through
-			}
-			u, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, u)
-			p.mu.Unlock()
-			go func() { io.Copy(u, c); u.Close() }()
-			go func() { io.Copy(c, u); c.Close() }()
-		}
-	}()
+	t.Cleanup(p.Close)
 	return p
-}
-
-func (p *proxy) setCut(cut bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = cut
-	if cut {
-		for _, c := range p.conns {
-			c.Close()
-		}
-		p.conns = nil
-	}
 }
 
 // A controller cut off from etcd stops serving as owner within its lease
@@ -218,10 +168,8 @@ func TestCutFromEtcd(t *testing.T) {
 	lab := newLab(t)
 	px := newProxy(t, lab.cfg.Cluster.Etcd[0][len("http://"):])
 	cfgA := lab.cfg
-	cfgA.Cluster.Etcd = []string{"http://" + px.ln.Addr().String()}
-	ca, err := Start(Options{Config: cfgA, Node: "a", JoinTimeout: 20 * time.Second, Daemon: quiet()})
-	require.NoError(t, err)
-	a := ca
+	cfgA.Cluster.Etcd = []string{"http://" + px.Addr()}
+	a := lab.startWith(Options{Config: cfgA, Node: "a", Daemon: quiet()})
 	defer a.Kill()
 	b := lab.start("b")
 	defer b.Stop(time.Second)
@@ -234,7 +182,7 @@ func TestCutFromEtcd(t *testing.T) {
 	}
 	ck := watchBoth(a, b, lunIDs(lab))
 	cut := time.Now()
-	px.setCut(true)
+	px.Cut(true)
 	require.Eventually(t, func() bool {
 		for _, l := range lab.cfg.LUNs {
 			if a.Serves(l.ID) {

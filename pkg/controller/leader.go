@@ -16,7 +16,9 @@ import (
 //
 //   - a LUN whose owner is no member is taken over by the member that
 //     holds the owner's mirror copies (the next one after it in
-//     configuration order), written under MemberGone(owner): the new owner
+//     configuration order), once the owner's last process is fenced
+//     (package fence), written under MemberGone(owner) and
+//     IsFenced(owner): the new owner
 //     replays the copies of the owner's current mirror generation; at the
 //     array's first start (a record nobody served) only after a grace of
 //     two lease TTLs and failback_after, for the owner's controller to
@@ -135,6 +137,7 @@ func (c *Controller) decide(l *cluster.Leadership, since map[string]time.Time) {
 	c.nodeStates(members, mrev, owners)
 	c.reconcileCore(owners)
 	core := c.core.Load() != nil
+	fenced := map[string]error{} // this round's fences, by node
 	for _, lc := range c.o.Config.LUNs {
 		o, ok := owners[lc.ID]
 		if !ok || !l.Leads() || c.moving(lc.ID) {
@@ -169,8 +172,16 @@ func (c *Controller) decide(l *cluster.Leadership, since map[string]time.Time) {
 			if to == "" {
 				continue // nobody to take it: it waits
 			}
+			// Its lease ran out, but it may be paused or stuck with a
+			// write it checked in time: fenced first (once per node).
+			if _, done := fenced[o.Owner]; !done {
+				fenced[o.Owner] = c.fenceNode(ctx, o.Owner)
+			}
+			if fenced[o.Owner] != nil {
+				continue // it waits for the fence
+			}
 			c.change(ctx, o, cluster.Record{LUN: o.LUN, Owner: to, Cause: string(alua.CauseFailover), Replay: true},
-				c.store.MemberGone(o.Owner), l.StillLeader())
+				c.store.MemberGone(o.Owner), c.store.IsFenced(o.Owner), l.StillLeader())
 		case o.To != "":
 			if _, up := members[o.To]; !up {
 				c.rollback(ctx, l, o, m.Joined)

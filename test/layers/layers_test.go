@@ -55,8 +55,12 @@ var allowed = map[string][]string{
 	// carried out, unit attentions and the feed out.
 	"pkg/control": {"pkg/clock", "pkg/alua", "ownership", "pkg/api", "pkg/array", "pkg/arrayview", "pkg/fabric", "pkg/scsi"},
 	// Cluster mode: the state in etcd, and the link between controllers.
-	"pkg/cluster":   {"pkg/clock"},
+	"pkg/cluster":   {"pkg/clock", "pkg/fence"},
 	"pkg/interlink": {"pkg/clock"},
+	// Network faults for tests on loopback.
+	"pkg/faultnet": nil,
+	// STONITH: a controller process's identity and its fencers.
+	"pkg/fence": nil,
 	// The configuration file: the sections their packages own, composed.
 	"pkg/config": {"pkg/array", "pkg/cluster", "pkg/control", "pkg/fabric", "pkg/iscsi"},
 	// The management surface: views, handlers, transports, metrics.
@@ -76,7 +80,7 @@ var allowed = map[string][]string{
 	// One controller of a cluster: a daemon for its node, wired to etcd
 	// and the interlink; the leader runs the ownership core on its
 	// control path.
-	"pkg/controller": {"pkg/alua", "ownership", "pkg/api", "pkg/array", "pkg/cache", "pkg/cluster", "pkg/config", "pkg/control",
+	"pkg/controller": {"pkg/alua", "ownership", "pkg/api", "pkg/array", "pkg/cache", "pkg/cluster", "pkg/config", "pkg/control", "pkg/fence",
 		"pkg/daemon", "pkg/interlink"},
 	"cmd/aluad": {"ownership", "pkg/api", "pkg/array", "pkg/cluster", "pkg/config", "pkg/controller", "pkg/daemon", "pkg/lab", "pkg/qualify", "pkg/reports", "pkg/sim",
 		"pkg/stress"},

@@ -1,0 +1,76 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/aluad/aluad/pkg/faultnet"
+)
+
+// Three members, each behind a proxy; one freezes (a paused process:
+// its connections stay open, nothing answers). The client drops it
+// within a few probes, every call after that completes within a short
+// deadline, a watch that may be on its stream ends so that it can be
+// started again, and the member comes back once it thaws.
+func TestClientSkipsAFrozenMember(t *testing.T) {
+	cfgs, _ := etcdMembers(t, 3)
+	var eps []string
+	var px []*faultnet.Proxy
+	for _, c := range cfgs {
+		p, err := faultnet.Listen(c.ClientURL[len("http://"):])
+		require.NoError(t, err)
+		t.Cleanup(p.Close)
+		px = append(px, p)
+		eps = append(eps, "http://"+p.Addr())
+	}
+	cli, err := Dial(eps)
+	require.NoError(t, err)
+	defer cli.Close()
+	s := NewStoreOn(cli, "arr1", nil)
+	ctx := ctxT(t)
+	require.NoError(t, s.Init(ctx, []Record{{LUN: 0, Owner: "a", Fresh: true}}))
+	_, rev, err := s.Owners(ctx)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(cli.Healthy()) == 3 }, 10*time.Second, 10*time.Millisecond)
+	watch := s.WatchOwners(ctx, rev)
+
+	px[0].Freeze(true)
+	require.Eventually(t, func() bool {
+		h := cli.Healthy()
+		return len(h) == 2 && h[0] == eps[1]
+	}, 10*time.Second, 10*time.Millisecond, "the frozen member is dropped")
+	select {
+	case ev := <-watch:
+		require.ErrorIs(t, ev.Err, ErrWatch)
+		require.ErrorContains(t, ev.Err, "stopped answering")
+	case <-ctx.Done():
+		t.Fatal("the watch did not end when a member was dropped")
+	}
+	for i := 0; i < 30; i++ {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, _, err := s.Owners(cctx)
+		cancel()
+		require.NoError(t, err, "call %d went to the frozen member", i)
+	}
+	px[0].Freeze(false)
+	require.Eventually(t, func() bool { return len(cli.Healthy()) == 3 }, 10*time.Second, 10*time.Millisecond,
+		"the member is back once it answers")
+
+	// None answers (every member frozen): the client keeps them all.
+	for _, p := range px {
+		p.Freeze(true)
+	}
+	time.Sleep(3 * ProbeWait)
+	require.Len(t, cli.Healthy(), 3)
+	for _, p := range px {
+		p.Freeze(false)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, _, err = s.Owners(cctx)
+	require.False(t, errors.Is(err, context.DeadlineExceeded), "thawed, the cluster answers: %v", err)
+}
