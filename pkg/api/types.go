@@ -333,12 +333,16 @@ const (
 	FaultInterlinkCut     = "interlink-cut"
 	FaultInterlinkRestore = "interlink-restore"
 	FaultInterlinkDelay   = "interlink-delay"
+	// FaultMediaDelay: every read, write and sync of this controller
+	// process's LUN files waits the delay first (0 ends it): a slow or
+	// stalled file system. Controllers as processes only.
+	FaultMediaDelay = "media-delay"
 )
 
 // FaultKinds lists the kinds in the order the CLI shows them.
 var FaultKinds = []string{FaultPowerLoss, FaultPanic, FaultCrash, FaultRestart, FaultPortDown, FaultPortUp,
 	FaultCablePull, FaultCablePlug, FaultPathDown, FaultPathUp, FaultDelay, FaultClear,
-	FaultInterlinkCut, FaultInterlinkRestore, FaultInterlinkDelay}
+	FaultInterlinkCut, FaultInterlinkRestore, FaultInterlinkDelay, FaultMediaDelay}
 
 // LUNInfo is one LUN as the control API reports it.
 type LUNInfo struct {

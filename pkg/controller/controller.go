@@ -32,6 +32,7 @@ import (
 	"github.com/aluad/aluad/pkg/daemon"
 	"github.com/aluad/aluad/pkg/fence"
 	"github.com/aluad/aluad/pkg/interlink"
+	"github.com/aluad/aluad/pkg/media"
 )
 
 // Options start a controller.
@@ -70,6 +71,7 @@ type Controller struct {
 	ms     *cluster.Membership
 	fence  *cluster.Fence
 	self   fence.Identity // this process, as it publishes itself
+	media  media.Switch   // the media-delay fault
 	fencer fence.Fencer
 	arr    *array.Array
 	ln     net.Listener
@@ -230,6 +232,13 @@ func Start(o Options) (_ *Controller, err error) {
 	cfg.Ownership.Off = true // the leader runs the core (plane.go), or membership's rules alone
 	dopt := o.Daemon
 	dopt.Local, dopt.Remote, dopt.Mover, dopt.Faults = c.node, c, c.operatorMove, c.inject
+	wrap := dopt.WrapStore
+	dopt.WrapStore = func(lun uint64, s media.Store) media.Store { // the media-delay fault
+		if wrap != nil {
+			s = wrap(lun, s)
+		}
+		return media.WithFaults(s, &c.media, nil)
+	}
 	if !coreOff {
 		dopt.Observed, dopt.NoCore = c.observed, c.notLeading
 	}

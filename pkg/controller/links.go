@@ -171,6 +171,12 @@ func (c *Controller) inject(f api.Fault) (bool, error) {
 		return true, nil
 	case api.FaultInterlinkDelay:
 		return true, c.DelayInterlink(f.Node, f.Delay)
+	case api.FaultMediaDelay:
+		if f.Delay < 0 {
+			return true, fmt.Errorf("media-delay: a negative delay (%v)", f.Delay)
+		}
+		c.media.Delay(f.Delay)
+		return true, nil
 	case api.FaultPowerLoss, api.FaultPanic, api.FaultCrash, api.FaultRestart:
 		return true, fmt.Errorf("a controller process fails as a process: kill it (kill -9 is a power loss) and start it again; "+
 			"this one runs node %s", c.node)

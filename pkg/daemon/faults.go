@@ -22,6 +22,9 @@ func (d *Daemon) Inject(f api.Fault) (api.FaultResult, error) {
 	case f.Kind == api.FaultInterlinkCut || f.Kind == api.FaultInterlinkRestore || f.Kind == api.FaultInterlinkDelay:
 		return api.FaultResult{Fault: f}, errors.New("this array's nodes share one process: there is no interlink to cut " +
 			"(run the controllers as processes: aluad controller)")
+	case f.Kind == api.FaultMediaDelay:
+		return api.FaultResult{Fault: f}, errors.New("media-delay slows one controller process's file system " +
+			"(run the controllers as processes: aluad controller; here, the LUNs' media profiles set their latency)")
 	}
 	var fe control.FrontEnd
 	if d.fabric != nil {
