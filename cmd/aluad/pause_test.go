@@ -19,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/initiator"
 	"github.com/aluad/aluad/pkg/lab"
 )
@@ -29,7 +30,8 @@ var (
 		"how long a destage spends between its fence check and its media write")
 	pauseAim = flag.String("pause.aim", "any", "TestPause: the command the pause aims at: fua, sync, write (a plain write), "+
 		"or any (FUA write or SYNCHRONIZE CACHE, at random)")
-	pauseJitter = flag.Duration("pause.jitter", 3*time.Millisecond,
+	pauseFencing = flag.String("pause.fencing", "process", "TestPause: the cluster's fencing (none shows the loss it prevents)")
+	pauseJitter  = flag.Duration("pause.jitter", 3*time.Millisecond,
 		"TestPause: SIGSTOP a at most this long after the FUA write or SYNCHRONIZE CACHE it aims at was sent")
 )
 
@@ -57,14 +59,15 @@ const (
 // Every block must hold the last acknowledged write: the rewrite through
 // b.
 //
-// The layouts: three `aluad witness` processes with the controllers as
-// etcd clients only; and each controller with its own member plus one
-// witness, where the pause freezes a's member too. In the latter, b's
-// etcd client balances its requests over every member's client URL,
-// a's frozen one included (a connection to a stopped process stays up),
-// and b may never take LUN 0 over; the third layout lists only b's member
-// and the witness in b's configuration, to check the fence with embedded
-// members all the same.
+// b fences a before it takes LUN 0 over (fencing: process, the default
+// on one machine): a has exited, killed, by the time b serves, so it
+// never runs again. The layouts: three `aluad witness` processes with the
+// controllers as etcd clients only; each controller with its own member
+// plus one witness, where the pause freezes a's member too (b's client
+// must stop sending calls to it); and the external layout with a's file
+// system slow (the media-delay fault: every media write of a waits 300 ms
+// after its fence check), where the pause always lands between a
+// destage's check and its write.
 //
 // -pause.runs N repeats the scenario N times per layout. The pause aims
 // at a FUA write or a SYNCHRONIZE CACHE, a random 0 to -pause.jitter
@@ -76,18 +79,18 @@ func TestPause(t *testing.T) {
 	bin := buildAluad(t)
 	for _, tt := range []struct {
 		name     string
-		embedded bool // each controller runs its own etcd member (plus one witness)
-		bOffA    bool // b's configuration lists only b's member and the witness
+		embedded bool          // each controller runs its own etcd member (plus one witness)
+		slowFS   time.Duration // a's media-delay before the pause
 	}{
-		{"external-etcd", false, false},
-		{"embedded-members", true, false},
-		{"embedded-members-b-off-a", true, true},
+		{"external-etcd", false, 0},
+		{"embedded-members", true, 0},
+		{"external-etcd-slow-fs", false, 300 * time.Millisecond},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			for run := 1; run <= *pauseRuns; run++ {
 				t.Run(fmt.Sprintf("run%d", run), func(t *testing.T) {
 					seed := uint64(time.Now().UnixNano())
-					r := pauseRun(t, bin, pauseLayout{embedded: tt.embedded, bOffA: tt.bOffA}, *pauseMedia, seed)
+					r := pauseRun(t, bin, pauseLayout{embedded: tt.embedded, slowFS: tt.slowFS}, *pauseMedia, seed)
 					t.Logf("%s run %d (seed %d, media %s): %d blocks differ on media, %d through b; takeover %v; run %v",
 						tt.name, run, seed, *pauseMedia, r.media, r.viaB, r.takeover.Round(time.Millisecond), r.took.Round(time.Second))
 					require.Zero(t, r.viaB, "blocks read through b that are not the last acknowledged write")
@@ -99,7 +102,10 @@ func TestPause(t *testing.T) {
 }
 
 // pauseLayout is where the controllers' etcd runs.
-type pauseLayout struct{ embedded, bOffA bool }
+type pauseLayout struct {
+	embedded bool
+	slowFS   time.Duration
+}
 
 // pauseResult is what one run saw.
 type pauseResult struct {
@@ -113,6 +119,7 @@ type pauseResult struct {
 type pauseProc struct {
 	*proc
 	exited chan struct{}
+	sock   string // its control socket
 }
 
 func startPauseProc(t *testing.T, bin string, p *proc) *pauseProc {
@@ -251,16 +258,12 @@ cluster:
   interlink: {a: "127.0.0.1:%d", b: "127.0.0.1:%d"}
   lease_ttl: 2s
   failback_after: 1s
+  fencing: %s
 ownership: {tick: 100ms, failback_window: 1s, failback_cooldown: 1s, discovery_window: 1s, plan_interval: 1h}
-`, data, media, strings.Join(etcd, ", "), il[0], il[1])), 0o644))
+`, data, media, strings.Join(etcd, ", "), il[0], il[1], *pauseFencing)), 0o644))
 		return path
 	}
-	cfgA, cfgB := config("cluster.yaml", clients), ""
-	if l.bOffA {
-		cfgB = config("cluster-b.yaml", clients[1:])
-	} else {
-		cfgB = cfgA
-	}
+	cfg := config("cluster.yaml", clients)
 	for _, m := range ms {
 		if l.embedded && m.name != "w" {
 			continue
@@ -271,16 +274,20 @@ ownership: {tick: 100ms, failback_window: 1s, failback_cooldown: 1s, discovery_w
 		t.Cleanup(w.kill)
 		procs = append(procs, w)
 	}
-	ctl := func(i int, cfg string) *pauseProc {
-		args := []string{"controller", "--config", cfg, "--node", []string{"a", "b"}[i], "--nop-interval", "0", "--join-timeout", "30s"}
+	ctl := func(i int) *pauseProc {
+		node := []string{"a", "b"}[i]
+		args := []string{"controller", "--config", cfg, "--node", node, "--nop-interval", "0", "--join-timeout", "30s",
+			"--control", filepath.Join(dir, node+".sock")}
 		if l.embedded {
 			m := ms[i]
 			args = append(args, "--etcd-data", filepath.Join(dir, m.name), "--etcd-client-url", m.client,
 				"--etcd-peer-url", m.peer, "--etcd-cluster", cluster)
 		}
-		return startPauseProc(t, bin, &proc{args: args})
+		pp := startPauseProc(t, bin, &proc{args: args})
+		pp.sock = filepath.Join(dir, node+".sock")
+		return pp
 	}
-	a, b = ctl(0, cfgA), ctl(1, cfgB)
+	a, b = ctl(0), ctl(1)
 	return a, b, filepath.Join(data, "lun0.img"), append(procs, a.proc, b.proc)
 }
 
@@ -407,6 +414,10 @@ func pauseRun(t *testing.T, bin string, l pauseLayout, media string, seed uint64
 		writerDone <- nil
 	}()
 
+	if l.slowFS > 0 {
+		_, err := api.NewClient(a.sock).Inject(api.Fault{Kind: api.FaultMediaDelay, Delay: l.slowFS})
+		require.NoError(t, err, "media-delay on a")
+	}
 	// After a second of writes, the pause aims at the next FUA write or
 	// SYNCHRONIZE CACHE (one or the other, at random): SIGSTOP a a random
 	// 0 to -pause.jitter after it was sent, timed on the clock (a timer
@@ -420,6 +431,9 @@ func pauseRun(t *testing.T, bin string, l pauseLayout, media string, seed uint64
 		aim = "SYNCHRONIZE CACHE"
 	case "write":
 		aim = "write"
+	}
+	if l.slowFS > 0 {
+		aim = "FUA write" // one every few writes; a slow SYNCHRONIZE CACHE only every 48
 	}
 	var target pauseCmd
 	aiming := time.Now()
@@ -481,6 +495,14 @@ func pauseRun(t *testing.T, bin string, l pauseLayout, media string, seed uint64
 	}), "b never served LUN 0 (a paused)\nb: %s", b.log)
 	res.takeover = time.Since(stopped)
 	t.Logf("b serves LUN 0 %v after the SIGSTOP", res.takeover.Round(time.Millisecond))
+	// b fenced a first: a was killed (SIGKILL through a pidfd) and has
+	// exited, so it never runs again (the test reaps it a moment later).
+	if *pauseFencing == "process" {
+		require.True(t, a.waitExit(5*time.Second), "b serves LUN 0 while a, paused, still exists\nb: %s", b.log)
+		ws, ok := a.cmd.ProcessState.Sys().(syscall.WaitStatus)
+		require.True(t, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "a ended by SIGKILL: %v", a.cmd.ProcessState)
+		require.Contains(t, b.log.String(), "fenced the node's last process")
+	}
 
 	// The host rewrites every block through b, each write acknowledged,
 	// and synchronizes b's cache: the media holds the rewrite.
@@ -500,11 +522,11 @@ func pauseRun(t *testing.T, bin string, l pauseLayout, media string, seed uint64
 	synced := diff()
 	require.Zero(t, synced.n, "the media after b's SYNCHRONIZE CACHE, a still paused: %s", synced)
 
-	// a resumes: it must find its lease gone, write nothing and exit.
-	conted := time.Now()
-	require.NoError(t, a.signal(syscall.SIGCONT))
-	exited := a.waitExit(5 * time.Second)
-	t.Logf("SIGCONT a: exited %v, %v later", exited, time.Since(conted).Round(time.Millisecond))
+	// What SIGCONT would have let a do, it cannot: it is gone. (Unfenced,
+	// it resumes with the write it checked before the pause.)
+	if a.signal(syscall.SIGCONT) == nil {
+		t.Logf("SIGCONT a: exited %v", a.waitExit(5*time.Second))
+	}
 	resumed := diff()
 
 	// What the host reads through b.
