@@ -166,17 +166,17 @@ func (p *pauseProc) waitExit(d time.Duration) bool {
 	}
 }
 
-// startPauseCluster starts controllers a and b (LUN 0 preferred on a) and
-// their etcd members, and waits for both to serve. It returns a, b and
-// LUN 0's backing file (pkg/array names it lun<id>.img under data). A
+// startPauseCluster starts controllers a and b (LUN 0 preferred on a,
+// LUN 1 on b) and their etcd members, and waits for both to serve. It
+// returns a, b, LUN 0's backing file (pkg/array names it lun<id>.img under
+// data) and every process started. A
 // port loopbackPort picked may be taken before the process binds it (by
 // anything else on the machine): a controller that exits with "address
 // already in use" before it serves starts the cluster afresh, twice at
 // most.
-func startPauseCluster(t *testing.T, bin string, l pauseLayout, media string) (a, b *pauseProc, lun0 string) {
+func startPauseCluster(t *testing.T, bin string, l pauseLayout, media string) (a, b *pauseProc, lun0 string, all []*proc) {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
-		var all []*proc
 		a, b, lun0, all = startPauseProcs(t, bin, l, media)
 		err := lab.Retry(60*time.Second, func() error {
 			for _, p := range []*pauseProc{a, b} {
@@ -204,7 +204,7 @@ func startPauseCluster(t *testing.T, bin string, l pauseLayout, media string) (a
 		}
 		switch {
 		case err == nil && dead == nil:
-			return a, b, lun0
+			return a, b, lun0, all
 		case dead != nil && attempt < 3 && slices.ContainsFunc(all, func(p *proc) bool {
 			return strings.Contains(p.log.String(), "address already in use")
 		}):
@@ -223,7 +223,7 @@ func startPauseCluster(t *testing.T, bin string, l pauseLayout, media string) (a
 }
 
 // startPauseProcs starts the processes of startPauseCluster (all of them
-// in all).
+// in all, the witnesses first).
 func startPauseProcs(t *testing.T, bin string, l pauseLayout, media string) (a, b *pauseProc, lun0 string, all []*proc) {
 	t.Helper()
 	var procs []*proc
@@ -253,6 +253,7 @@ nodes:
     ports: [{name: b0, addr: "127.0.0.1:0"}]
 luns:
   - {id: 0, size: 4MiB, preferred: a, media: %s}
+  - {id: 1, size: 4MiB, preferred: b}
 cluster:
   etcd: [%s]
   interlink: {a: "127.0.0.1:%d", b: "127.0.0.1:%d"}
@@ -291,6 +292,17 @@ ownership: {tick: 100ms, failback_window: 1s, failback_cooldown: 1s, discovery_w
 	return a, b, filepath.Join(data, "lun0.img"), append(procs, a.proc, b.proc)
 }
 
+// pauseLogin logs the test's host in to p's portal.
+func pauseLogin(t *testing.T, p *pauseProc) *initiator.Session {
+	t.Helper()
+	addr, target := p.portalOf(t)
+	s, err := initiator.Dial(context.Background(), initiator.Config{Addr: addr, Target: target,
+		InitiatorName: "iqn.2026-11.org.aluad.test:h1", DialTimeout: 2 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 // pauseCmd is a command the host sends a.
 type pauseCmd struct {
 	kind string // write, FUA write, SYNCHRONIZE CACHE
@@ -317,17 +329,9 @@ func pauseRun(t *testing.T, bin string, l pauseLayout, media string, seed uint64
 	began := time.Now()
 	var res pauseResult
 	rng := rand.New(rand.NewPCG(seed, 0x51605))
-	a, b, lun0 := startPauseCluster(t, bin, l, media)
+	a, b, lun0, _ := startPauseCluster(t, bin, l, media)
 	ctx := context.Background()
-	login := func(p *pauseProc) *initiator.Session {
-		addr, target := p.portalOf(t)
-		s, err := initiator.Dial(ctx, initiator.Config{Addr: addr, Target: target,
-			InitiatorName: "iqn.2026-11.org.aluad.test:h1", DialTimeout: 2 * time.Second})
-		require.NoError(t, err)
-		t.Cleanup(func() { s.Close() })
-		return s
-	}
-	onA, onB := login(a), login(b)
+	onA, onB := pauseLogin(t, a), pauseLogin(t, b)
 	lba := func(blk int) uint64 { return uint64(blk * pauseStep) }
 	// b may take LUN 0 over while a starts, and then fail it back: the
 	// writes start once a's port group (1) is active/optimized.
