@@ -217,10 +217,10 @@ func (m *Membership) JoinRevision() int64 { return m.joinRev }
 // the controller is down for everyone else and must join again.
 func (m *Membership) Lost() <-chan struct{} { return m.lost }
 
-// keepalive renews the lease every third of its TTL, each renewal bounded
-// by a third of the TTL. A failed renewal leaves the deadline where it
-// was: the controller keeps trying, and stops serving as owner when the
-// deadline passes.
+// keepalive renews the lease every third of its TTL, each renewal tried
+// for at most a third of the TTL. A failed renewal leaves the deadline
+// where it was: the controller keeps trying, and stops serving as owner
+// when the deadline passes.
 func (m *Membership) keepalive() {
 	defer m.wg.Done()
 	t := m.s.clock.NewTicker(m.ttl / 3)
@@ -231,10 +231,29 @@ func (m *Membership) keepalive() {
 			return
 		case <-t.C():
 		}
-		sent := m.s.clock.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), m.ttl/3)
-		r, err := m.lease.KeepAliveOnce(ctx, m.id)
-		cancel()
+		// Each try gets an eighth of the TTL, and a failed one is tried
+		// again at once (three tries, within a third of the TTL): the
+		// client sends calls round robin, so a try that met a frozen etcd
+		// member (before the client drops it) is followed by one to
+		// another member, instead of the lease running out while every
+		// renewal waits there.
+		var r *clientv3.LeaseKeepAliveResponse
+		var err error
+		var sent time.Time
+		for try, until := 1, m.s.clock.Now().Add(m.ttl/3); ; try++ {
+			sent = m.s.clock.Now()
+			ctx, cancel := context.WithTimeout(context.Background(), m.ttl/8)
+			r, err = m.lease.KeepAliveOnce(ctx, m.id)
+			cancel()
+			if err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) || try == 3 || !m.s.clock.Now().Before(until) {
+				break
+			}
+			select {
+			case <-m.stop:
+				return
+			default:
+			}
+		}
 		switch {
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			m.markLost()
