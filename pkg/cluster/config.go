@@ -39,6 +39,10 @@ type Config struct {
 	// "{host}" and "{pid}" replaced by the fenced controller's; exit
 	// status 0 means fenced (fencing: command).
 	FenceCommand []string `yaml:"fence_command"`
+	// FenceTimeout bounds one fence: the wait for a killed process to
+	// exit, or a fence agent's run (default 60s; a power fence may take
+	// tens of seconds). Until a fence succeeds, the node's LUNs wait.
+	FenceTimeout time.Duration `yaml:"fence_timeout"`
 }
 
 // The fencing methods.
@@ -55,6 +59,7 @@ func (c Config) On() bool { return len(c.Etcd) > 0 || len(c.Interlink) > 0 }
 const (
 	DefaultLeaseTTL      = 2 * time.Second
 	DefaultFailbackAfter = 2 * time.Second
+	DefaultFenceTimeout  = time.Minute
 )
 
 // Validate fills the defaults and checks the section against the nodes
@@ -71,6 +76,12 @@ func (c *Config) Validate(nodes []string) error {
 	}
 	if c.LeaseTTL < time.Second || c.LeaseTTL%time.Second != 0 {
 		return fmt.Errorf("cluster.lease_ttl: %v is not a whole number of seconds of at least 1s (etcd grants leases in seconds)", c.LeaseTTL)
+	}
+	if c.FenceTimeout == 0 {
+		c.FenceTimeout = DefaultFenceTimeout
+	}
+	if c.FenceTimeout < time.Second {
+		return fmt.Errorf("cluster.fence_timeout: %v is under 1s", c.FenceTimeout)
 	}
 	if c.FailbackAfter < 0 {
 		return fmt.Errorf("cluster.failback_after: %v is negative", c.FailbackAfter)

@@ -80,17 +80,24 @@ func (s *Store) incKey(node string) string { return s.prefix + "incarnations/" +
 var ErrUnfenced = errors.New("cluster: the node's previous incarnation is not fenced")
 
 // Incarnation reads node's incarnation record (false: none; the node
-// left cleanly, was fenced, or never joined).
-func (s *Store) Incarnation(ctx context.Context, node string) (Incarnation, bool, error) {
-	r, err := s.cli.Get(ctx, s.incKey(node))
-	if err != nil || len(r.Kvs) == 0 {
-		return Incarnation{}, false, err
+// left cleanly, was fenced, or never joined), and, at the same revision,
+// whether the node is a member: a member's incarnation is its live
+// process, never one to fence.
+func (s *Store) Incarnation(ctx context.Context, node string) (inc Incarnation, ok, member bool, err error) {
+	r, err := s.cli.Txn(ctx).Then(clientv3.OpGet(s.incKey(node)), clientv3.OpGet(s.memberKey(node), clientv3.WithCountOnly())).Commit()
+	if err != nil {
+		return Incarnation{}, false, false, err
+	}
+	member = r.Responses[1].GetResponseRange().Count > 0
+	kvs := r.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		return Incarnation{}, false, member, nil
 	}
 	var in Info
-	if err := json.Unmarshal(r.Kvs[0].Value, &in); err != nil {
-		return Incarnation{}, false, fmt.Errorf("cluster: incarnation record of node %s: %w", node, err)
+	if err := json.Unmarshal(kvs[0].Value, &in); err != nil {
+		return Incarnation{}, false, member, fmt.Errorf("cluster: incarnation record of node %s: %w", node, err)
 	}
-	return Incarnation{Info: in, Rev: r.Kvs[0].ModRevision}, true, nil
+	return Incarnation{Info: in, Rev: kvs[0].ModRevision}, true, member, nil
 }
 
 // MarkFenced deletes inc's record once the caller has fenced it (if the
@@ -231,29 +238,12 @@ func (m *Membership) keepalive() {
 			return
 		case <-t.C():
 		}
-		// Each try gets an eighth of the TTL, and a failed one is tried
-		// again at once (three tries, within a third of the TTL): the
-		// client sends calls round robin, so a try that met a frozen etcd
-		// member (before the client drops it) is followed by one to
-		// another member, instead of the lease running out while every
-		// renewal waits there.
-		var r *clientv3.LeaseKeepAliveResponse
-		var err error
-		var sent time.Time
-		for try, until := 1, m.s.clock.Now().Add(m.ttl/3); ; try++ {
-			sent = m.s.clock.Now()
-			ctx, cancel := context.WithTimeout(context.Background(), m.ttl/8)
-			r, err = m.lease.KeepAliveOnce(ctx, m.id)
-			cancel()
-			if err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) || try == 3 || !m.s.clock.Now().Before(until) {
-				break
-			}
-			select {
-			case <-m.stop:
-				return
-			default:
-			}
-		}
+		// Two renewals at once, each bounded by a third of the TTL, the
+		// first answer taken: the client sends calls round robin, so one
+		// that meets a frozen etcd member (before the client drops it)
+		// does not leave the lease to run out while it waits there.
+		sent := m.s.clock.Now()
+		r, err := m.renew()
 		switch {
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			m.markLost()
@@ -267,6 +257,31 @@ func (m *Membership) keepalive() {
 		}
 		m.mu.Unlock()
 	}
+}
+
+// renew sends two keepalives of the lease at once and returns the first
+// success, or the last failure.
+func (m *Membership) renew() (*clientv3.LeaseKeepAliveResponse, error) {
+	type answer struct {
+		r   *clientv3.LeaseKeepAliveResponse
+		err error
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), m.ttl/3)
+	defer cancel()
+	answers := make(chan answer, 2)
+	for range 2 {
+		go func() {
+			r, err := m.lease.KeepAliveOnce(ctx, m.id)
+			answers <- answer{r, err}
+		}()
+	}
+	var a answer
+	for range 2 {
+		if a = <-answers; a.err == nil || errors.Is(a.err, rpctypes.ErrLeaseNotFound) {
+			break
+		}
+	}
+	return a.r, a.err
 }
 
 func (m *Membership) markLost() {

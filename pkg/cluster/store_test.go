@@ -152,9 +152,10 @@ func TestIncarnations(t *testing.T) {
 	id := fence.Identity{Host: "h1", PID: 4242, Instance: "first"}
 	a, err := s.Join(ctx, Info{Node: "a", Process: id}, time.Second)
 	require.NoError(t, err)
-	inc, ok, err := s.Incarnation(ctx, "a")
+	inc, ok, member, err := s.Incarnation(ctx, "a")
 	require.NoError(t, err)
 	require.True(t, ok)
+	require.True(t, member, "a live member's incarnation")
 	require.Equal(t, id, inc.Process)
 	require.Equal(t, a.JoinRevision(), inc.Rev)
 
@@ -164,6 +165,9 @@ func TestIncarnations(t *testing.T) {
 	<-events
 	_, err = s.Join(ctx, Info{Node: "a", Process: fence.Identity{Instance: "second"}}, time.Second)
 	require.ErrorIs(t, err, ErrUnfenced)
+	_, ok, member, err = s.Incarnation(ctx, "a")
+	require.NoError(t, err)
+	require.True(t, ok && !member, "a dead member's incarnation, to fence")
 	owned, err := s.Owner(ctx, 0)
 	require.NoError(t, err)
 	_, err = s.Change(ctx, owned, Record{LUN: 0, Owner: "b"}, s.MemberGone("a"), s.IsFenced("a"))
@@ -172,7 +176,7 @@ func TestIncarnations(t *testing.T) {
 
 	// Fenced from a stale read: nothing; from the record: gone.
 	require.NoError(t, s.MarkFenced(ctx, Incarnation{Info: inc.Info, Rev: inc.Rev - 1}))
-	_, ok, err = s.Incarnation(ctx, "a")
+	_, ok, _, err = s.Incarnation(ctx, "a")
 	require.NoError(t, err)
 	require.True(t, ok, "a stale fence deletes nothing")
 	require.NoError(t, s.MarkFenced(ctx, inc))
@@ -183,7 +187,7 @@ func TestIncarnations(t *testing.T) {
 
 	// A clean leave takes the record with it.
 	require.NoError(t, a2.Leave(ctx))
-	_, ok, err = s.Incarnation(ctx, "a")
+	_, ok, _, err = s.Incarnation(ctx, "a")
 	require.NoError(t, err)
 	require.False(t, ok)
 	a3, err := s.Join(ctx, Info{Node: "a"}, time.Second)

@@ -79,6 +79,8 @@ func TestConfigErrors(t *testing.T) {
 			"names no fence agent"},
 		{"cluster fence command unused", "array_id: x1\ncluster: {etcd: [http://h:1], interlink: {a: 127.0.0.1:1, b: 127.0.0.1:2}, fencing: process, fence_command: [x]}\n",
 			"want command"},
+		{"cluster fence timeout", "array_id: x1\ncluster: {etcd: [http://h:1], interlink: {a: 127.0.0.1:1, b: 127.0.0.1:2}, fence_timeout: 10ms}\n",
+			"under 1s"},
 		{"cluster on tcmu", "array_id: x1\nfabric: {kind: tcmu}\n" + clusterYAML(""), "fabric kind iscsi"},
 	}
 	for _, tc := range tests {
@@ -197,6 +199,7 @@ func TestClusterSection(t *testing.T) {
 	require.Equal(t, 2*time.Second, c.Cluster.LeaseTTL)
 	require.Equal(t, 2*time.Second, c.Cluster.FailbackAfter)
 	require.Equal(t, "process", c.Cluster.Fencing, "controllers on loopback: one machine, fenced by process")
+	require.Equal(t, time.Minute, c.Cluster.FenceTimeout)
 	for yaml, want := range map[string]string{
 		"interlink: {a: 10.0.0.1:7101, b: 10.0.0.2:7101}, fence_command: [fence_virsh, -n, '{node}']": "command",
 		"interlink: {a: 10.0.0.1:7101, b: 10.0.0.2:7101}, fencing: none":                              "none",

@@ -71,8 +71,9 @@ type Controller struct {
 	ms     *cluster.Membership
 	fence  *cluster.Fence
 	self   fence.Identity // this process, as it publishes itself
+	fencer fence.Fencer   // another machine's controllers (or every one: tests, none)
+	local  *fence.Process // this machine's (nil: fencer fences all)
 	media  media.Switch   // the media-delay fault
-	fencer fence.Fencer
 	arr    *array.Array
 	ln     net.Listener
 	ps     int64 // the cache's page size
@@ -94,7 +95,8 @@ type Controller struct {
 	lastPartner string                 // the partner copies last went to (under mu)
 	lunMu       map[uint64]*sync.Mutex // orders a record's install against copies arriving
 	stopping    atomic.Bool
-	fenceFailed atomic.Int64         // the incarnation whose fence last failed (logged once)
+	fenceMu     sync.Mutex
+	fences      map[string]*fenceJob // the leader's fences under way or done, by node
 	final       atomic.Bool          // stopped, marking the records clean
 	hmu         sync.Mutex           // the peers' requests in service (enter)
 	hcond       *sync.Cond           // on hmu: inflight fell to 0
@@ -182,19 +184,8 @@ func Start(o Options) (_ *Controller, err error) {
 			return nil, err
 		}
 	}
-	if c.self, err = fence.Self(); err != nil {
+	if err := c.setUpFencing(); err != nil {
 		return nil, err
-	}
-	if c.fencer = o.Fencer; c.fencer == nil {
-		switch c.cc.Fencing {
-		case cluster.FenceCommand:
-			c.fencer = &fence.Command{Argv: c.cc.FenceCommand}
-		case cluster.FenceNone:
-			c.fencer = fence.None{}
-			c.log.Warn("cluster.fencing: none: a controller paused past its lease may write over a survivor's newer data")
-		default:
-			c.fencer = fence.NewProcess(c.self)
-		}
 	}
 	if c.cli, err = cluster.Dial(c.cc.Etcd); err != nil {
 		return nil, fmt.Errorf("controller: etcd client: %w", err)
@@ -328,7 +319,7 @@ func (c *Controller) join() error {
 			// The previous process of this node died or stopped without
 			// leaving, and nobody fenced it yet: this one does, before it
 			// serves anything (the old one may be paused with a write).
-			fctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
+			fctx, cancel := context.WithTimeout(c.ctx, c.cc.FenceTimeout)
 			if err = c.fenceNode(fctx, c.node); err == nil {
 				cancel()
 				continue
@@ -343,32 +334,6 @@ func (c *Controller) join() error {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-}
-
-// fenceNode fences node's last incarnation, if it has one that neither
-// left cleanly nor was fenced, and records that it is fenced.
-func (c *Controller) fenceNode(ctx context.Context, node string) error {
-	inc, ok, err := c.store.Incarnation(ctx, node)
-	if err != nil || !ok {
-		return err
-	}
-	if inc.Process.Instance == c.self.Instance {
-		return fmt.Errorf("controller: node %s's last incarnation is this controller", node)
-	}
-	start := time.Now()
-	if err := c.fencer.Fence(ctx, node, inc.Process); err != nil {
-		if c.fenceFailed.Swap(inc.Rev) != inc.Rev { // once per incarnation
-			c.log.Error("fencing failed: the node's LUNs wait until it is fenced", "fenced", node,
-				"method", c.fencer.Method(), "err", err)
-		}
-		return err
-	}
-	if err := c.store.MarkFenced(ctx, inc); err != nil {
-		return err
-	}
-	c.log.Warn("fenced the node's last process", "fenced", node, "method", c.fencer.Method(),
-		"pid", inc.Process.PID, "host", inc.Process.Host, "took", time.Since(start).Round(time.Millisecond))
-	return nil
 }
 
 // Err is closed when the controller cannot go on; Error says why.

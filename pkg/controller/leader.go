@@ -173,9 +173,10 @@ func (c *Controller) decide(l *cluster.Leadership, since map[string]time.Time) {
 				continue // nobody to take it: it waits
 			}
 			// Its lease ran out, but it may be paused or stuck with a
-			// write it checked in time: fenced first (once per node).
+			// write it checked in time: fenced first (asked once per node
+			// and round; the fence runs in the background).
 			if _, done := fenced[o.Owner]; !done {
-				fenced[o.Owner] = c.fenceNode(ctx, o.Owner)
+				fenced[o.Owner] = c.fenced(o.Owner)
 			}
 			if fenced[o.Owner] != nil {
 				continue // it waits for the fence

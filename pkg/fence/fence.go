@@ -42,7 +42,10 @@ import (
 // Identity is one controller process: where it runs and which process it
 // is. Instance tells two incarnations apart even in one process (tests).
 type Identity struct {
-	Host     string `json:"host"`
+	Host string `json:"host"`
+	// Machine is /etc/machine-id: the same machine booted again has a
+	// new BootID, and none of its earlier processes.
+	Machine  string `json:"machine"`
 	BootID   string `json:"boot_id"`
 	PIDNS    string `json:"pid_ns"`
 	PID      int    `json:"pid"`
@@ -61,6 +64,7 @@ func Self() (Identity, error) {
 	if err != nil {
 		return Identity{}, fmt.Errorf("fence: the machine's boot id: %w", err)
 	}
+	machine, _ := os.ReadFile("/etc/machine-id") // (none: a different boot is another machine)
 	ns, err := os.Readlink("/proc/self/ns/pid")
 	if err != nil {
 		return Identity{}, fmt.Errorf("fence: the PID namespace: %w", err)
@@ -72,8 +76,8 @@ func Self() (Identity, error) {
 	}
 	var nonce [8]byte
 	rand.Read(nonce[:])
-	return Identity{Host: host, BootID: strings.TrimSpace(string(boot)), PIDNS: ns, PID: pid, Start: start,
-		Instance: hex.EncodeToString(nonce[:])}, nil
+	return Identity{Host: host, Machine: strings.TrimSpace(string(machine)), BootID: strings.TrimSpace(string(boot)), PIDNS: ns,
+		PID: pid, Start: start, Instance: hex.EncodeToString(nonce[:])}, nil
 }
 
 // errGone is a process that no longer exists.
@@ -130,17 +134,29 @@ func NewProcess(self Identity) *Process { return &Process{self: self} }
 // Method is "process".
 func (p *Process) Method() string { return "process" }
 
+// Here reports whether id ran on this machine: the same machine (a boot
+// since included), or, where the machine has no id, the same boot.
+func (p *Process) Here(id Identity) bool {
+	if id.Machine != "" || p.self.Machine != "" {
+		return id.Machine == p.self.Machine
+	}
+	return id.BootID == p.self.BootID
+}
+
 // Fence kills the process with SIGKILL through a pidfd and waits until it
-// has exited.
+// has exited. A process of this machine's earlier boot is gone already.
 func (p *Process) Fence(ctx context.Context, node string, id Identity) error {
 	switch {
 	case id.PID <= 0:
 		return fmt.Errorf("fence: node %s published no process to fence", node)
-	case id.BootID != p.self.BootID || id.PIDNS != p.self.PIDNS:
-		return fmt.Errorf("fence: node %s ran as %v, on another machine or in another PID namespace: "+
+	case !p.Here(id):
+		return fmt.Errorf("fence: node %s ran as %v, on another machine: "+
 			"process fencing cannot reach it (set cluster.fence_command)", node, id)
-	case id.PID == p.self.PID:
-		return fmt.Errorf("fence: node %s ran in this very process (%v): not killing it", node, id)
+	case id.BootID != p.self.BootID:
+		return nil // this machine booted since: every process of then is gone
+	case id.PIDNS != p.self.PIDNS:
+		return fmt.Errorf("fence: node %s ran as %v, in another PID namespace of this machine: "+
+			"process fencing cannot reach it (run the controllers in one PID namespace, or set cluster.fence_command)", node, id)
 	}
 	fd, err := unix.PidfdOpen(id.PID, 0)
 	if errors.Is(err, unix.ESRCH) {
@@ -152,13 +168,21 @@ func (p *Process) Fence(ctx context.Context, node string, id Identity) error {
 	defer unix.Close(fd)
 	// The pidfd holds the process: if it still started when the record
 	// says, it is the incarnation; otherwise the PID was reused and the
-	// incarnation is gone.
+	// incarnation is gone. Whether it lives is the pidfd's to say: a
+	// /proc that hides it (hidepid) is no proof it is gone.
 	start, err := startTime(id.PID)
-	if errors.Is(err, errGone) || (err == nil && start != id.Start) {
+	if err == nil && start != id.Start {
 		return nil
 	}
 	if err != nil {
-		return err
+		if errors.Is(unix.PidfdSendSignal(fd, 0, nil, 0), unix.ESRCH) {
+			return nil
+		}
+		return fmt.Errorf("fence: node %s (%v): its start time cannot be read, so it cannot be told from another "+
+			"process with its PID: %w", node, id, err)
+	}
+	if id.PID == p.self.PID {
+		return fmt.Errorf("fence: node %s ran in this very process (%v): not killing it", node, id)
 	}
 	if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
 		return fmt.Errorf("fence: node %s (%v): SIGKILL: %w", node, id, err)
@@ -180,10 +204,12 @@ func (p *Process) Fence(ctx context.Context, node string, id Identity) error {
 }
 
 // Command fences with a fence agent: Argv[0] run with Argv[1:], each
-// "{node}", "{host}" and "{pid}" replaced, and the same in the
-// environment as ALUAD_FENCE_NODE, ALUAD_FENCE_HOST and ALUAD_FENCE_PID.
-// Exit status 0 means the node is fenced (powered off, held in reset,
-// its process killed).
+// "{node}", "{host}", "{machine}" and "{boot_id}" replaced, and the same
+// in the environment as ALUAD_FENCE_NODE, ALUAD_FENCE_HOST,
+// ALUAD_FENCE_MACHINE and ALUAD_FENCE_BOOT_ID. Exit status 0 means the
+// node's machine is fenced: powered off, held in reset, or cut from the
+// storage. Killing the process alone is not enough on a shared file
+// system, whose client may still flush what the process wrote.
 type Command struct {
 	Argv []string
 }
@@ -196,14 +222,14 @@ func (c *Command) Fence(ctx context.Context, node string, id Identity) error {
 	if len(c.Argv) == 0 {
 		return errors.New("fence: no fence command")
 	}
-	r := strings.NewReplacer("{node}", node, "{host}", id.Host, "{pid}", strconv.Itoa(id.PID))
+	r := strings.NewReplacer("{node}", node, "{host}", id.Host, "{machine}", id.Machine, "{boot_id}", id.BootID)
 	argv := make([]string, len(c.Argv))
 	for i, a := range c.Argv {
 		argv[i] = r.Replace(a)
 	}
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), "ALUAD_FENCE_NODE="+node, "ALUAD_FENCE_HOST="+id.Host,
-		"ALUAD_FENCE_PID="+strconv.Itoa(id.PID))
+		"ALUAD_FENCE_MACHINE="+id.Machine, "ALUAD_FENCE_BOOT_ID="+id.BootID)
 	cmd.WaitDelay = time.Second
 	out, err := cmd.CombinedOutput()
 	if err != nil {

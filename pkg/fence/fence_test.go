@@ -72,8 +72,11 @@ func TestProcessIdentities(t *testing.T) {
 		err   string // "" fenced
 		alive bool   // the child still runs afterwards
 	}{
-		{"another machine", func(id *Identity) { id.BootID = "other" }, "another machine", true},
-		{"another PID namespace", func(id *Identity) { id.PIDNS = "pid:[1]" }, "another machine", true},
+		{"another machine", func(id *Identity) { id.Machine, id.BootID = "other", "other" }, "another machine", true},
+		{"another PID namespace", func(id *Identity) { id.PIDNS = "pid:[1]" }, "another PID namespace", true},
+		// (the child stands for a process of the earlier boot, which
+		// cannot exist: it is not signalled)
+		{"this machine's earlier boot", func(id *Identity) { id.BootID = "earlier" }, "", true},
 		{"no process published", func(id *Identity) { id.PID = 0 }, "published no process", true},
 		{"its PID reused", func(id *Identity) { id.Start-- }, "", true},
 		{"this process", func(id *Identity) { *id = self }, "this very process", true},
@@ -98,11 +101,11 @@ func TestProcessIdentities(t *testing.T) {
 // environment; a non-zero exit is a failed fence, with its output.
 func TestCommand(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "fenced")
-	ok := &Command{Argv: []string{"sh", "-c", `echo "{node} $ALUAD_FENCE_NODE $ALUAD_FENCE_HOST {pid}" > ` + out}}
-	require.NoError(t, ok.Fence(context.Background(), "a", Identity{Host: "ctl1", PID: 42}))
+	ok := &Command{Argv: []string{"sh", "-c", `echo "{node} $ALUAD_FENCE_NODE $ALUAD_FENCE_HOST {machine} $ALUAD_FENCE_BOOT_ID" > ` + out}}
+	require.NoError(t, ok.Fence(context.Background(), "a", Identity{Host: "ctl1", Machine: "m1", BootID: "b1", PID: 42}))
 	b, err := os.ReadFile(out)
 	require.NoError(t, err)
-	require.Equal(t, "a a ctl1 42\n", string(b))
+	require.Equal(t, "a a ctl1 m1 b1\n", string(b))
 
 	bad := &Command{Argv: []string{"sh", "-c", "echo power off failed >&2; exit 3"}}
 	require.ErrorContains(t, bad.Fence(context.Background(), "a", Identity{}), "power off failed")

@@ -83,6 +83,22 @@ func (f *faulty) Punch(off, length int64) error {
 	return f.Store.Punch(off, length)
 }
 
+// Ref lends the wrapped store's bytes while no read fault is set (a
+// delayed or failing read goes through ReadAt, which applies it).
+func (f *faulty) Ref(off int64, n int) ([]byte, bool) {
+	r, ok := f.Store.(Referencer)
+	if !ok {
+		return nil, false
+	}
+	if d, err := f.inj.Inject(OpRead, off, int64(n)); d > 0 || err != nil {
+		return nil, false
+	}
+	return r.Ref(off, n)
+}
+
+// Unref ends a reference Ref lent.
+func (f *faulty) Unref() { f.Store.(Referencer).Unref() }
+
 func (f *faulty) Sync() error {
 	if err := f.fault(OpSync, 0, 0); err != nil {
 		return err

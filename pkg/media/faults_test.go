@@ -1,6 +1,7 @@
 package media
 
 import (
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -49,4 +50,29 @@ func TestWithFaults(t *testing.T) {
 			require.NoError(t, s.WriteAt([]byte{9}, 0), "the fault is cleared")
 		})
 	}
+}
+
+// A wrapped file still lends its bytes without a copy while no read
+// fault is set; with a delay or a failure on reads it does not (the read
+// goes through ReadAt and meets the fault).
+func TestFaultsKeepReferences(t *testing.T) {
+	f, err := OpenFile(filepath.Join(t.TempDir(), "lun"), 1<<20)
+	require.NoError(t, err)
+	defer f.Close()
+	require.NoError(t, f.WriteAt([]byte("lent"), 4096))
+	var sw Switch
+	st := WithFaults(f, &sw, func(time.Duration) {})
+	r, ok := st.(Referencer)
+	require.True(t, ok)
+	b, ok := r.Ref(4096, 4)
+	require.True(t, ok)
+	require.Equal(t, "lent", string(b))
+	r.Unref()
+	sw.Delay(time.Millisecond)
+	_, ok = r.Ref(4096, 4)
+	require.False(t, ok, "a delayed read is not lent")
+	sw.Delay(0)
+	sw.Fail(OpRead, true)
+	_, ok = r.Ref(4096, 4)
+	require.False(t, ok, "a failing read is not lent")
 }
