@@ -87,6 +87,32 @@ func (p *proc) portalOf(t *testing.T) (addr, target string) {
 	return "", ""
 }
 
+// writeClusterConfig writes the configuration two controllers a and b
+// (ports a0 and b0 on loopback) share: the LUNs' YAML lines, etcd's
+// client URLs, the interlink addresses, a 2 s lease and short ownership
+// windows; extra adds lines to the cluster section. It returns path.
+func writeClusterConfig(t *testing.T, path, id, data, luns string, etcd []string, il [2]string, extra string) string {
+	t.Helper()
+	cfg := fmt.Sprintf(`array_id: %s
+target: iqn.2026-11.org.aluad.test:array
+data: %s
+nodes:
+  - name: a
+    ports: [{name: a0, addr: "127.0.0.1:0"}]
+  - name: b
+    ports: [{name: b0, addr: "127.0.0.1:0"}]
+luns:
+%scluster:
+  etcd: [%s]
+  interlink: {a: "%s", b: "%s"}
+  lease_ttl: 2s
+  failback_after: 1s
+%sownership: {tick: 100ms, failback_window: 1s, failback_cooldown: 1s, discovery_window: 1s, plan_interval: 1h}
+`, id, data, luns, strings.Join(etcd, ", "), il[0], il[1], extra)
+	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o644))
+	return path
+}
+
 // A witness and two controllers, each its own process with its own etcd
 // member, on loopback. A host writes on both controllers' ports; kill -9
 // of controller a; b serves a's LUNs with every acknowledged write and
@@ -102,27 +128,9 @@ func TestControllerProcesses(t *testing.T) {
 		peers, clients = append(peers, m.name+"="+m.peer), append(clients, m.client)
 	}
 	il := map[string]string{"a": fmt.Sprintf("127.0.0.1:%d", loopbackPort(t)), "b": fmt.Sprintf("127.0.0.1:%d", loopbackPort(t))}
-	cfg := fmt.Sprintf(`array_id: proc-test
-target: iqn.2026-11.org.aluad.test:array
-data: %s
-nodes:
-  - name: a
-    ports: [{name: a0, addr: "127.0.0.1:0"}]
-  - name: b
-    ports: [{name: b0, addr: "127.0.0.1:0"}]
-luns:
-  - {id: 0, size: 4MiB, preferred: a}
-  - {id: 1, size: 4MiB, preferred: b}
-  - {id: 2, size: 4MiB, preferred: a}
-cluster:
-  etcd: [%s]
-  interlink: {a: "%s", b: "%s"}
-  lease_ttl: 2s
-  failback_after: 1s
-ownership: {tick: 100ms, failback_window: 1s, failback_cooldown: 1s, discovery_window: 1s, plan_interval: 1h}
-`, filepath.Join(dir, "data"), strings.Join(clients, ", "), il["a"], il["b"])
-	cfgPath := filepath.Join(dir, "cluster.yaml")
-	require.NoError(t, os.WriteFile(cfgPath, []byte(cfg), 0o644))
+	cfgPath := writeClusterConfig(t, filepath.Join(dir, "cluster.yaml"), "proc-test", filepath.Join(dir, "data"),
+		"  - {id: 0, size: 4MiB, preferred: a}\n  - {id: 1, size: 4MiB, preferred: b}\n  - {id: 2, size: 4MiB, preferred: a}\n",
+		clients, [2]string{il["a"], il["b"]}, "")
 	cluster := strings.Join(peers, ",")
 	w := &proc{args: []string{"witness", "--name", "w", "--data", filepath.Join(dir, "w"), "--client-url", ms[2].client,
 		"--peer-url", ms[2].peer, "--cluster", cluster}}

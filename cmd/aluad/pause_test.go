@@ -240,31 +240,10 @@ func startPauseProcs(t *testing.T, bin string, l pauseLayout, media string) (a, 
 	}
 	cluster := strings.Join(peers, ",")
 	data := filepath.Join(dir, "data")
-	il := [2]int{loopbackPort(t), loopbackPort(t)}
-	config := func(name string, etcd []string) string {
-		path := filepath.Join(dir, name)
-		require.NoError(t, os.WriteFile(path, []byte(fmt.Sprintf(`array_id: pause-test
-target: iqn.2026-11.org.aluad.test:array
-data: %s
-nodes:
-  - name: a
-    ports: [{name: a0, addr: "127.0.0.1:0"}]
-  - name: b
-    ports: [{name: b0, addr: "127.0.0.1:0"}]
-luns:
-  - {id: 0, size: 4MiB, preferred: a, media: %s}
-  - {id: 1, size: 4MiB, preferred: b}
-cluster:
-  etcd: [%s]
-  interlink: {a: "127.0.0.1:%d", b: "127.0.0.1:%d"}
-  lease_ttl: 2s
-  failback_after: 1s
-  fencing: %s
-ownership: {tick: 100ms, failback_window: 1s, failback_cooldown: 1s, discovery_window: 1s, plan_interval: 1h}
-`, data, media, strings.Join(etcd, ", "), il[0], il[1], *pauseFencing)), 0o644))
-		return path
-	}
-	cfg := config("cluster.yaml", clients)
+	il := [2]string{fmt.Sprintf("127.0.0.1:%d", loopbackPort(t)), fmt.Sprintf("127.0.0.1:%d", loopbackPort(t))}
+	cfg := writeClusterConfig(t, filepath.Join(dir, "cluster.yaml"), "pause-test", data,
+		fmt.Sprintf("  - {id: 0, size: 4MiB, preferred: a, media: %s}\n  - {id: 1, size: 4MiB, preferred: b}\n", media),
+		clients, il, "  fencing: "+*pauseFencing+"\n")
 	for _, m := range ms {
 		if l.embedded && m.name != "w" {
 			continue
