@@ -19,7 +19,7 @@ import (
 // reports (the core debounces over a few ticks).
 func waitReports(t *testing.T, c *api.Client, what string, cond func([]reports.Report) bool) []reports.Report {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second) // a loaded machine
 	for {
 		rs, err := c.Reports()
 		require.NoError(t, err)
