@@ -37,6 +37,8 @@ func TestClientSkipsAFrozenMember(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return len(cli.Healthy()) == 3 }, 10*time.Second, 10*time.Millisecond)
 	watch := s.WatchOwners(ctx, rev)
+	round, endRound := cli.Bounded(ctx, time.Minute)
+	defer endRound()
 
 	px[0].Freeze(true)
 	require.Eventually(t, func() bool {
@@ -50,6 +52,8 @@ func TestClientSkipsAFrozenMember(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the watch did not end when a member was dropped")
 	}
+	require.Eventually(t, func() bool { return round.Err() != nil }, 5*time.Second, 10*time.Millisecond,
+		"a round of calls ends when a member is dropped, not after its minute")
 	for i := 0; i < 30; i++ {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		_, _, err := s.Owners(cctx)

@@ -113,7 +113,9 @@ func (c *Controller) decide(l *cluster.Leadership, since map[string]time.Time) {
 	if testHold.Load() || c.stopping.Load() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, 2*c.cc.LeaseTTL)
+	// A member dropped mid-round ends the round: a read already sent to
+	// it would hold every decision for the whole bound.
+	ctx, cancel := c.cli.Bounded(c.ctx, 2*c.cc.LeaseTTL)
 	defer cancel()
 	members, mrev, err := c.store.Members(ctx)
 	if err != nil {
