@@ -164,7 +164,10 @@ func (c *Controller) runVoids() {
 			c.sleep(100 * time.Millisecond)
 			continue
 		}
-		ctx, cancel := context.WithTimeout(c.ctx, 2*time.Second)
+		// (ended early if an etcd member is dropped: the write may be
+		// waiting on it, and writes of this controller's LUNs wait for
+		// this one; it is tried again at once on the members left)
+		ctx, cancel := c.cli.Bounded(c.ctx, 2*time.Second)
 		gen, err := c.store.VoidMirror(ctx, c.ms)
 		cancel()
 		switch {
