@@ -30,6 +30,7 @@ type fenceJob struct {
 	killed bool // the fencer succeeded (the record may still need deleting)
 	err    error
 	ended  time.Time
+	tries  int // of this incarnation, this one included
 }
 
 // setUpFencing learns this process's identity and picks the fencers.
@@ -57,9 +58,10 @@ func (c *Controller) setUpFencing() error {
 	return nil
 }
 
-// fencerFor is the fencer of a process with identity id.
+// fencerFor is the fencer of a process with identity id: this machine's
+// pidfd where it reaches the process, else the configured method.
 func (c *Controller) fencerFor(id fence.Identity) fence.Fencer {
-	if c.local != nil && c.local.Here(id) {
+	if c.local != nil && c.local.Reaches(id) {
 		return c.local
 	}
 	return c.fencer
@@ -111,7 +113,7 @@ func (c *Controller) markFenced(inc cluster.Incarnation) error {
 // fenced is the leader's question before a takeover from node: nil once
 // node's last process is fenced (or left cleanly); errFencing while a
 // fence runs in the background (it wakes the leader when it ends); the
-// last failure for a second after it, then it is tried again.
+// last failure until it is tried again (1 s after it, doubling to 30 s).
 func (c *Controller) fenced(node string) error {
 	ctx, cancel := context.WithTimeout(c.ctx, c.cc.LeaseTTL)
 	inc, ok, member, err := c.store.Incarnation(ctx, node)
@@ -126,6 +128,7 @@ func (c *Controller) fenced(node string) error {
 	}
 	c.fenceMu.Lock()
 	defer c.fenceMu.Unlock()
+	tries := 1
 	if j := c.fences[node]; j != nil && j.rev == inc.Rev {
 		select {
 		case <-j.done:
@@ -135,11 +138,14 @@ func (c *Controller) fenced(node string) error {
 		if j.killed { // fenced; only the record's deletion failed
 			return c.markFenced(inc)
 		}
-		if time.Since(j.ended) < time.Second {
+		// A failed fence is tried again after 1 s, doubling to 30 s: an
+		// agent's power API is not hammered.
+		if time.Since(j.ended) < min(30*time.Second, time.Second<<min(j.tries-1, 5)) {
 			return j.err
 		}
+		tries = j.tries + 1
 	}
-	j := &fenceJob{rev: inc.Rev, done: make(chan struct{})}
+	j := &fenceJob{rev: inc.Rev, done: make(chan struct{}), tries: tries}
 	c.fences[node] = j
 	c.wg.Add(1)
 	go func() {

@@ -134,13 +134,36 @@ func NewProcess(self Identity) *Process { return &Process{self: self} }
 // Method is "process".
 func (p *Process) Method() string { return "process" }
 
-// Here reports whether id ran on this machine: the same machine (a boot
-// since included), or, where the machine has no id, the same boot.
+// Here reports whether id ran on this machine: the same boot, or the
+// same machine id and host name (a boot since included). A machine id
+// that is missing or malformed on either side ("uninitialized", an
+// image's) proves nothing, and clones share theirs: then only the same
+// boot counts.
 func (p *Process) Here(id Identity) bool {
-	if id.Machine != "" || p.self.Machine != "" {
-		return id.Machine == p.self.Machine
+	if id.BootID == p.self.BootID {
+		return true
 	}
-	return id.BootID == p.self.BootID
+	return validMachine(id.Machine) && id.Machine == p.self.Machine && id.Host == p.self.Host
+}
+
+// validMachine reports whether s looks like a machine id (machine-id(5):
+// 32 lower-case hex digits).
+func validMachine(s string) bool {
+	if len(s) != 32 {
+		return false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// Reaches reports whether this fencer can fence id: a process of this
+// boot in this PID namespace, or one of this machine's earlier boot.
+func (p *Process) Reaches(id Identity) bool {
+	return p.Here(id) && (id.BootID != p.self.BootID || id.PIDNS == p.self.PIDNS)
 }
 
 // Fence kills the process with SIGKILL through a pidfd and waits until it

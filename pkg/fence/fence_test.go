@@ -64,6 +64,8 @@ func TestProcessFencesAPausedProcess(t *testing.T) {
 func TestProcessIdentities(t *testing.T) {
 	self, err := Self()
 	require.NoError(t, err)
+	const machine = "0123456789abcdef0123456789abcdef"
+	self.Machine = machine // (whatever this machine's /etc/machine-id holds)
 	p := NewProcess(self)
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -72,7 +74,10 @@ func TestProcessIdentities(t *testing.T) {
 		err   string // "" fenced
 		alive bool   // the child still runs afterwards
 	}{
-		{"another machine", func(id *Identity) { id.Machine, id.BootID = "other", "other" }, "another machine", true},
+		{"another machine", func(id *Identity) { id.Machine, id.BootID = "fedcba9876543210fedcba9876543210", "other" }, "another machine", true},
+		{"a clone: its machine id, another host", func(id *Identity) { id.Host, id.BootID = "clone", "other" }, "another machine", true},
+		{"another boot, no machine id", func(id *Identity) { id.Machine, id.BootID = "", "other" }, "another machine", true},
+		{"another boot, an image's machine id", func(id *Identity) { id.Machine, id.BootID = "uninitialized", "other" }, "another machine", true},
 		{"another PID namespace", func(id *Identity) { id.PIDNS = "pid:[1]" }, "another PID namespace", true},
 		// (the child stands for a process of the earlier boot, which
 		// cannot exist: it is not signalled)
@@ -84,6 +89,7 @@ func TestProcessIdentities(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd, id := child(t)
+			id.Machine = machine
 			tc.edit(&id)
 			err := p.Fence(ctx, "a", id)
 			if tc.err == "" {
@@ -143,4 +149,25 @@ func FuzzParseStart(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		parseStart(1, b) // never panics
 	})
+}
+
+// Which processes this machine's pidfd fencer takes on, so that a fence
+// agent never acts on the machine it runs on and still fences what the
+// pidfd cannot reach.
+func TestReaches(t *testing.T) {
+	self := Identity{Host: "h1", Machine: "0123456789abcdef0123456789abcdef", BootID: "b1", PIDNS: "pid:[1]", PID: 10}
+	p := NewProcess(self)
+	for _, tc := range []struct {
+		name string
+		id   Identity
+		want bool
+	}{
+		{"this boot, this PID namespace", Identity{Host: "h1", Machine: self.Machine, BootID: "b1", PIDNS: "pid:[1]"}, true},
+		{"this boot, a container's PID namespace", Identity{Host: "h1", Machine: self.Machine, BootID: "b1", PIDNS: "pid:[2]"}, false},
+		{"this machine's earlier boot", Identity{Host: "h1", Machine: self.Machine, BootID: "b0", PIDNS: "pid:[1]"}, true},
+		{"a clone", Identity{Host: "h2", Machine: self.Machine, BootID: "b9", PIDNS: "pid:[1]"}, false},
+		{"another machine", Identity{Host: "h2", Machine: "fedcba9876543210fedcba9876543210", BootID: "b9"}, false},
+	} {
+		require.Equal(t, tc.want, p.Reaches(tc.id), tc.name)
+	}
 }
