@@ -620,7 +620,7 @@ func (s *Store) VoidMirror(ctx context.Context, m *Membership) (int64, error) {
 // StillLeader holds while l's election key is the one it won with: a
 // deposed leader changes nothing.
 func (l *Leadership) StillLeader() Cond {
-	return Cond{cmp: clientv3.Compare(clientv3.CreateRevision(l.e.Key()), "=", l.e.Rev()),
+	return Cond{cmp: clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev),
 		what: "the leader's term is over"}
 }
 
@@ -812,7 +812,7 @@ func (s *Store) Campaign(ctx context.Context, m *Membership) (*Leadership, error
 		sess.Orphan() // never Close: that would revoke the membership's lease
 		return nil, err
 	}
-	l := &Leadership{e: e, sess: sess, m: m, done: make(chan struct{})}
+	l := &Leadership{e: e, sess: sess, m: m, done: make(chan struct{}), cli: s.cli, key: e.Key(), rev: e.Rev()}
 	go l.watch()
 	return l, nil
 }
@@ -824,13 +824,23 @@ type Leadership struct {
 	m    *Membership
 	once sync.Once
 	done chan struct{}
-	rmu  sync.Mutex // an Election is not safe for concurrent Resigns
+	cli  *clientv3.Client
+	key  string // the election key won with, and its creation revision
+	rev  int64
+	rmu  sync.Mutex // resigns one at a time
 }
 
+// resign deletes the election key the term was won with, if it is still
+// that one. (concurrency.Election's Resign forgets the key even when its
+// delete fails, so a resign tried again while the quorum was lost did
+// nothing, and the key stayed under the live lease: nobody else could
+// be elected.)
 func (l *Leadership) resign(ctx context.Context) error {
 	l.rmu.Lock()
 	defer l.rmu.Unlock()
-	return l.e.Resign(ctx)
+	_, err := l.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev)).
+		Then(clientv3.OpDelete(l.key)).Commit()
+	return err
 }
 
 func (l *Leadership) watch() {
