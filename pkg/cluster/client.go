@@ -89,14 +89,7 @@ func (c *Client) Dropped() <-chan struct{} {
 // wait out the whole d (the caller tries again on the members left).
 func (c *Client) Bounded(parent context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithTimeout(parent, d)
-	dropped := c.Dropped()
-	go func() {
-		select {
-		case <-dropped:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	endOnDrop(ctx, cancel, c.Dropped())
 	return ctx, cancel
 }
 

@@ -45,6 +45,29 @@ func NewStoreOn(c *Client, arrayID string, clk clock.Clock) *Store {
 	return s
 }
 
+// droppedNow is closed when a member is next dropped (nil: never).
+func (s *Store) droppedNow() <-chan struct{} {
+	if s.dropped == nil {
+		return nil
+	}
+	return s.dropped()
+}
+
+// endOnDrop calls cancel when dropped closes, unless ctx ends first (a
+// call on a dropped member's connection would wait out its deadline).
+func endOnDrop(ctx context.Context, cancel context.CancelFunc, dropped <-chan struct{}) {
+	if dropped == nil {
+		return
+	}
+	go func() {
+		select {
+		case <-dropped:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+}
+
 // Client is the etcd client the store uses.
 func (s *Store) Client() *clientv3.Client { return s.cli }
 
@@ -369,22 +392,12 @@ func watchErr(wr clientv3.WatchResponse) error {
 func watch[T any](ctx context.Context, s *Store, prefix string, rev int64, buf int,
 	conv func(*clientv3.Event) (T, error), fail func(error) T) <-chan T {
 	out := make(chan T, buf)
-	var dropped <-chan struct{}
-	if s.dropped != nil {
-		dropped = s.dropped()
-	}
 	wctx, cancel := context.WithCancel(ctx)
+	endOnDrop(wctx, cancel, s.droppedNow()) // its stream may be on the member dropped
 	wc := s.cli.Watch(clientv3.WithRequireLeader(wctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	go func() {
 		defer close(out)
 		defer cancel()
-		go func() {
-			select {
-			case <-dropped:
-				cancel() // its stream may be on the member dropped
-			case <-wctx.Done():
-			}
-		}()
 		send := func(v T) bool {
 			select {
 			case out <- v:
@@ -798,16 +811,7 @@ func (s *Store) Campaign(ctx context.Context, m *Membership) (*Leadership, error
 	// campaign ends and the caller campaigns again.
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if s.dropped != nil {
-		dropped := s.dropped()
-		go func() {
-			select {
-			case <-dropped:
-				cancel()
-			case <-cctx.Done():
-			}
-		}()
-	}
+	endOnDrop(cctx, cancel, s.droppedNow())
 	if err := e.Campaign(cctx, m.info.Node); err != nil {
 		sess.Orphan() // never Close: that would revoke the membership's lease
 		return nil, err
