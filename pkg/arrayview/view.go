@@ -1,9 +1,9 @@
 // Package arrayview presents the array's ALUA state to the SCSI device
 // server: it implements scsi.ALUA over pkg/array (which must not import
-// pkg/scsi) and turns the array's changes into unit attentions (2A/06, or
-// 2A/07 for a failed transition, SPC-4 5.15.2.3). The daemon and the
-// whole-array simulation both wire the array to the device server through
-// it. It imports pkg/array and pkg/scsi only.
+// pkg/scsi). The daemon and the whole-array simulation both wire the
+// array to the device server through it; the unit attentions that
+// announce a change are the control path's (pkg/drive). It imports
+// pkg/array and pkg/scsi only.
 package arrayview
 
 import (
@@ -89,57 +89,4 @@ func (v View) SetTargetPortGroups(n scsi.Nexus, lun uint64, reqs []alua.GroupReq
 		v.Srv.ClearUA(n, lun, scsi.ReasonUAAsymmetricChanged)
 	}
 	return nil
-}
-
-// Announce turns an array change into unit attentions (the device
-// server chooses which, SPC-4 5.15.2.3).
-func Announce(srv *scsi.Server, c array.Change) {
-	srv.AnnounceALUAChange(c.LUNs, c.Failed, c.Cause == alua.CauseSTPG)
-}
-
-// Handoff applies one STANDBY hand-off of the ownership core to the array
-// (host's non-owner paths report ANO for the LUNs node owns, or STANDBY
-// again) and, when that changed anything, tells that host's nexuses with
-// 2A/06 for those LUNs. It reports whether it changed anything.
-func Handoff(arr *array.Array, srv *scsi.Server, host, node string, on bool) bool {
-	if !arr.SetHandoff(host, node, on) {
-		return false
-	}
-	if luns := arr.OwnedBy(node); len(luns) > 0 {
-		srv.QueueUAWhere(luns, func(x scsi.Nexus) bool {
-			return x.InitiatorName != "" && arr.HostOf(x.InitiatorName).Name == host
-		}, scsi.ReasonUAAsymmetricChanged)
-	}
-	return true
-}
-
-// LastPathLost is the hand-off's own half, run when nexus n has ended: it
-// names the host and node to hand off when n was that host's last nexus to
-// its node and the host's type reports STANDBY on non-owner paths (its
-// other paths must not stay STANDBY for the LUNs that node owns; the
-// ownership core hands them back once the host reaches the node again).
-func LastPathLost(arr *array.Array, srv *scsi.Server, n scsi.Nexus) (host, node string, ok bool) {
-	if n.InitiatorName == "" || arr.Explicit() {
-		return "", "", false
-	}
-	h := arr.HostOf(n.InitiatorName)
-	pt := arr.Port(n.TargetPort)
-	if !h.Type.Standby() || pt == nil {
-		return "", "", false
-	}
-	if HasPath(arr, srv, h.Name, pt.Node.Name) {
-		return "", "", false // another path to the node is left
-	}
-	return h.Name, pt.Node.Name, true
-}
-
-// HasPath reports whether host has a nexus logged in to a port of node.
-func HasPath(arr *array.Array, srv *scsi.Server, host, node string) bool {
-	for _, x := range srv.Nexuses() {
-		if o := arr.Port(x.TargetPort); o != nil && o.Node.Name == node && x.InitiatorName != "" &&
-			arr.HostOf(x.InitiatorName).Name == host {
-			return true
-		}
-	}
-	return false
 }

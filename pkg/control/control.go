@@ -1,9 +1,10 @@
 // Package control owns the array's control path in a running aluad: what
 // the front end and the device server observe of the hosts (logins,
 // logouts and why, RTPGs, unit attentions, per-interval I/O and exchange
-// times), the ownership core that decides from it (CONVENTIONS 1), the
-// execution of its batches on the array, and the unit attentions that
-// announce every ownership change. The core gets typed inputs straight
+// times), and the goroutines around the one control-path driver
+// (pkg/drive: the ownership core that decides from it, CONVENTIONS 1, its
+// batches carried out on the array, the unit attentions that announce
+// every ownership change). The core gets typed inputs straight
 // from the observers; what happens is published to the event feed
 // (Options.Publish), which this package never reads back.
 package control
@@ -19,11 +20,10 @@ import (
 	"time"
 
 	"github.com/aluad/aluad/ownership"
-	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
-	"github.com/aluad/aluad/pkg/arrayview"
 	"github.com/aluad/aluad/pkg/clock"
+	"github.com/aluad/aluad/pkg/drive"
 	"github.com/aluad/aluad/pkg/fabric"
 	"github.com/aluad/aluad/pkg/scsi"
 )
@@ -81,15 +81,13 @@ type decided struct {
 type Path struct {
 	o    Options
 	arr  *array.Array
+	da   *drive.Array
 	core atomic.Pointer[runner]
 	// faultMu: Inject holds it; the core's executor waits on it before
 	// each batch, so no batch starts while a node fails (a failover
 	// decided from the node's loss must find it failed in the array, not
 	// flush its cache as a planned move would).
 	faultMu sync.RWMutex
-	// handoffMu orders the STANDBY hand-offs of NexusLost and of the
-	// core's Ready.
-	handoffMu sync.Mutex
 	// life orders StartWith against Stop and Close; closed: the daemon
 	// stopped the path (no core starts again).
 	life   sync.Mutex
@@ -106,7 +104,7 @@ func New(o Options) *Path {
 	if o.Clock == nil {
 		o.Clock = clock.Real
 	}
-	p := &Path{o: o, arr: o.Array, stats: stats{ioPrev: map[IOKey]scsi.NexusIO{},
+	p := &Path{o: o, arr: o.Array, da: drive.NewArray(o.Array, o.SCSI), stats: stats{ioPrev: map[IOKey]scsi.NexusIO{},
 		pathPrev: map[scsi.Nexus]fabric.PathStat{}, ioLast: o.Clock.Now(), lastIO: map[IOKey]*api.IOInterval{}}}
 	o.SCSI.SetObserver(p)
 	o.Array.OnChange(p.changed)
@@ -165,37 +163,16 @@ func (p *Path) RTPG(n scsi.Nexus, lun uint64, extended bool) {
 }
 
 // NexusLost implements scsi.NexusObserver: the STANDBY hand-off's own
-// half, at once and before a Logout is answered. A host of a STANDBY
-// type with no nexus left to a node must not see STANDBY on its other
-// paths for the LUNs that node owns: they turn ANO for it (its I/O is
-// forwarded) until the core hands them back (ownership's handoff.go).
+// half, at once and before a Logout is answered (drive.LastPathLost),
+// whether or not the core runs here.
 func (p *Path) NexusLost(n scsi.Nexus) {
-	p.handoffMu.Lock()
-	defer p.handoffMu.Unlock()
-	if host, node, ok := arrayview.LastPathLost(p.arr, p.o.SCSI, n); ok {
-		p.applyHandoff(ownership.Handoff{Host: host, Node: node, On: true})
+	if ho, ok := p.da.LastPathLost(n); ok {
+		p.handedOff(ho)
 	}
 }
 
-// handoff applies one STANDBY hand-off to the array and announces it to
-// the host's nexuses (2A/06 for the LUNs the node owns) when it changed
-// anything. A hand-back for a node the host has no session to any more is
-// stale (the core decided it before it stepped the host's last logout)
-// and is dropped: the check and the change are made under the lock
-// NexusLost takes, so neither overtakes the other.
-func (p *Path) handoff(ho ownership.Handoff) {
-	p.handoffMu.Lock()
-	defer p.handoffMu.Unlock()
-	if !ho.On && !arrayview.HasPath(p.arr, p.o.SCSI, ho.Host, ho.Node) {
-		return
-	}
-	p.applyHandoff(ho)
-}
-
-func (p *Path) applyHandoff(ho ownership.Handoff) {
-	if !arrayview.Handoff(p.arr, p.o.SCSI, ho.Host, ho.Node, ho.On) {
-		return
-	}
+// handedOff publishes a STANDBY hand-off that changed the array.
+func (p *Path) handedOff(ho ownership.Handoff) {
 	what := "STANDBY again"
 	if ho.On {
 		what = "handed off to ANO"
@@ -271,18 +248,11 @@ func (p *Path) Exchanges(n scsi.Nexus, pi *api.PathInterval) {
 // the feed; a move the core did not make (an operator's, a host's STPG)
 // is told to the core.
 func (p *Path) changed(c array.Change) {
-	p.o.SCSI.AnnounceALUAChange(c.LUNs, c.Failed, c.Cause == alua.CauseSTPG)
+	evs := p.da.Changed(c)
 	if p.o.OnChange != nil {
 		p.o.OnChange(c)
 	}
 	p.publish(api.Event{Kind: api.EventALUA, Change: api.NewChangeInfo(c)})
-	if c.Failed || (c.Cause != alua.CauseManual && c.Cause != alua.CauseSTPG) {
-		return
-	}
-	evs := make([]ownership.Event, 0, len(c.LUNs))
-	for _, id := range c.LUNs {
-		evs = append(evs, ownership.OwnerChanged{LUN: id, Owner: c.To, Cause: c.Cause})
-	}
 	p.Post(evs...)
 }
 
@@ -332,7 +302,7 @@ func (p *Path) Reports() ([]ownership.ReportChange, error) {
 	if r == nil {
 		return nil, p.noCore()
 	}
-	return r.raised(), nil
+	return r.d.Raised(), nil
 }
 
 // ClearReport is the operator clearing a latched report.
@@ -342,10 +312,9 @@ func (p *Path) ClearReport(c ownership.ClearReport) error {
 		return p.noCore()
 	}
 	var err error
-	if derr := r.do(func(core *ownership.Core) {
-		err = core.Step(c)
-		r.apply(core.Ready())
-		core.Advance()
+	if derr := r.run(func() {
+		err = r.d.Step(c)
+		r.apply(r.d.Ready())
 	}); derr != nil {
 		return derr
 	}
@@ -428,14 +397,15 @@ func (p *Path) Stop() {
 	}
 }
 
-// runner owns the core: one goroutine steps it, from an inbox producers
-// never block on (observations, faults, changes it did not make, a tick);
-// its decisions go to a second goroutine that carries them out with
-// array.Move, one batch at a time, so a long flush never stalls the core;
-// a batch that could not be carried out is reported back as a rollback.
+// runner wraps the control-path driver (pkg/drive) in two goroutines:
+// one steps it, from an inbox producers never block on (observations,
+// faults, changes it did not make, a tick), and applies its Ready; the
+// other carries its batches out (on the local array, or with the mover),
+// one at a time, so a long flush never stalls the core, and steps what
+// became of each.
 type runner struct {
 	p     *Path
-	core  *ownership.Core
+	d     *drive.Driver
 	mover Mover
 	tick  time.Duration
 	// started: when tick 0 was (the core's ticks as times).
@@ -450,57 +420,20 @@ type runner struct {
 	stop     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup
-
-	// pendMu guards pending: the LUNs of batches decided and not yet
-	// reported back (queued or under way).
-	pendMu  sync.Mutex
-	pending map[uint64]int
-
-	// repMu guards reports: the conditions raised now.
-	repMu   sync.Mutex
-	reports map[reportKey]ownership.ReportChange
-}
-
-type reportKey struct {
-	cond       ownership.Condition
-	host, node string
-	lun        uint64
-	port       uint16
 }
 
 func newRunner(p *Path, cfg Config) (*runner, error) {
 	oc, tick := cfg.Core(p.arr.Config().ALUA == "explicit")
-	core, err := ownership.New(oc)
+	d, err := drive.New(p.da, oc, cfg.NodeCapacity)
 	if err != nil {
 		return nil, err
 	}
-	capacity := cfg.NodeCapacity
-	if capacity <= 0 {
-		capacity = 1000
-	}
-	for _, n := range p.arr.Nodes {
-		if err := core.Step(ownership.NodeDecl{Node: n.Name, Capacity: capacity}); err != nil {
-			return nil, err
-		}
-	}
-	for _, h := range p.arr.Hosts() {
-		core.Step(ownership.HostDecl{Host: h.Name, Type: h.Type})
-	}
-	for _, l := range p.arr.LUNs {
-		if err := core.Step(ownership.LUNDecl{LUN: l.ID, Preferred: l.Preferred.Name, Owner: l.Owner().Name,
-			Media: l.Media, Group: l.Group}); err != nil {
-			return nil, err
-		}
-	}
+	r := &runner{p: p, d: d, tick: tick, started: p.o.Clock.Now(), wake: make(chan struct{}, 1),
+		exec: make(chan decided, 1024), queries: make(chan func()), stop: make(chan struct{})}
 	// The declarations' hand-offs (a STANDBY host that reaches nothing
 	// yet is handed off everywhere) take effect before any command.
-	for _, ho := range core.Ready().Handoffs {
-		p.handoff(ho)
-	}
-	core.Advance()
-	return &runner{p: p, core: core, tick: tick, started: p.o.Clock.Now(), wake: make(chan struct{}, 1),
-		exec: make(chan decided, 1024), queries: make(chan func()), stop: make(chan struct{}),
-		reports: map[reportKey]ownership.ReportChange{}, pending: map[uint64]int{}}, nil
+	r.apply(d.Ready())
+	return r, nil
 }
 
 // post queues events for the core.
@@ -556,21 +489,23 @@ func (r *runner) drain() {
 	evs := r.inbox
 	r.inbox = nil
 	r.mu.Unlock()
-	for _, e := range evs {
-		if err := r.core.Step(e); err != nil {
-			r.p.o.Log.Debug("ownership core refused an event", "event", e, "err", err)
-		}
+	if err := r.d.Step(evs...); err != nil {
+		r.p.o.Log.Debug("ownership core refused an event", "err", err)
 	}
-	r.apply(r.core.Ready())
-	r.core.Advance()
+	r.apply(r.d.Ready())
 }
 
 // do runs f on the core inside the loop, between two steps, and waits.
 func (r *runner) do(f func(c *ownership.Core)) error {
+	return r.run(func() { r.d.Do(f) })
+}
+
+// run runs f inside the loop, between two drains, and waits.
+func (r *runner) run(f func()) error {
 	done := make(chan struct{})
 	q := func() {
 		defer close(done)
-		f(r.core)
+		f()
 	}
 	select {
 	case r.queries <- q:
@@ -588,38 +523,28 @@ func (r *runner) do(f func(c *ownership.Core)) error {
 func (r *runner) rebalance() (*ownership.RebalanceResult, []ownership.Batch, error) {
 	var res *ownership.RebalanceResult
 	var batches []ownership.Batch
-	err := r.do(func(c *ownership.Core) {
-		if err := c.Step(ownership.Rebalance{}); err != nil {
+	err := r.run(func() {
+		if err := r.d.Step(ownership.Rebalance{}); err != nil {
 			res = &ownership.RebalanceResult{Reason: err.Error()}
 			return
 		}
-		rd := c.Ready()
+		rd := r.d.Ready()
 		res, batches = rd.Rebalance, rd.Batches
 		r.apply(rd)
-		c.Advance()
 	})
 	return res, batches, err
 }
 
-// apply hands batches to the executor, applies STANDBY hand-offs and
-// publishes report changes.
-func (r *runner) apply(rd ownership.Ready) {
+// apply hands batches to the executor and publishes the hand-offs made
+// and the report changes.
+func (r *runner) apply(rd drive.Ready) {
 	for _, ho := range rd.Handoffs {
-		r.p.handoff(ho)
+		r.p.handedOff(ho)
 	}
 	for _, batch := range rd.Batches {
-		r.pend(batch.LUNs, 1)
 		r.exec <- decided{batch, r.p.o.Clock.Now()}
 	}
 	for _, rc := range rd.Reports {
-		k := reportKey{rc.Condition, rc.Host, rc.Node, rc.LUN, rc.Port}
-		r.repMu.Lock()
-		if rc.Raised {
-			r.reports[k] = rc
-		} else {
-			delete(r.reports, k)
-		}
-		r.repMu.Unlock()
 		ri := api.ReportInfo{Condition: string(rc.Condition), Raised: rc.Raised,
 			Host: rc.Host, Node: rc.Node, LUN: rc.LUN, Port: rc.Port, Cause: rc.Cause}
 		r.p.publish(api.Event{Kind: api.EventReport, Report: &ri})
@@ -630,100 +555,38 @@ func (r *runner) apply(rd ownership.Ready) {
 	}
 }
 
-// executor carries out batches. A batch may hold LUNs of several owners
-// (with more than two nodes); each owner's share moves as one array batch.
+// executor carries out batches: with the mover, or on the local array
+// (drive.Run: a batch may hold LUNs of several owners, with more than two
+// nodes; each owner's share moves as one array batch), then tells the core
+// what became of them.
 func (r *runner) executor() {
 	defer r.wg.Done()
-	arr := r.p.arr
 	for d := range r.exec {
-		batch := d.Batch
 		// Not while a fault is being injected (Inject).
 		r.p.faultMu.RLock()
 		r.p.faultMu.RUnlock()
+		var told []ownership.OwnerChanged
 		if r.mover != nil {
-			r.moveElsewhere(d)
-			r.pend(batch.LUNs, -1)
-			continue
-		}
-		for _, ids := range arr.ByOwner(batch.LUNs) {
-			_, err := arr.Move(ids, batch.To, batch.Cause)
-			// Tell the core where they are now: a rollback if the move
-			// failed; otherwise a confirmation, which corrects the core's
-			// view if it moved on while this ran (an operator's move).
-			cause := batch.Cause
-			if err != nil && !errors.Is(err, array.ErrNoChange) {
-				r.p.o.Log.Warn("ownership move failed", "luns", ids, "to", batch.To, "cause", batch.Cause, "err", err)
-				cause = alua.CauseRollback
+			var err error
+			if told, err = r.mover(d.Batch, d.At); err != nil {
+				r.p.o.Log.Warn("ownership move failed", "luns", d.LUNs, "to", d.To, "cause", d.Cause, "err", err)
 			}
-			evs := make([]ownership.Event, 0, len(ids))
-			for _, id := range ids {
-				evs = append(evs, ownership.OwnerChanged{LUN: id, Owner: arr.LUN(id).Owner().Name, Cause: cause})
+		} else {
+			var moved []drive.Moved
+			told, moved = r.d.Run(d.Batch, r.p.arr.Move)
+			for _, m := range moved {
+				if m.Err != nil && !errors.Is(m.Err, array.ErrNoChange) {
+					r.p.o.Log.Warn("ownership move failed", "luns", m.LUNs, "to", m.To, "cause", d.Cause, "err", m.Err)
+				}
 			}
-			r.post(evs...)
 		}
-		r.pend(batch.LUNs, -1)
+		r.post(r.d.Ran(d.Batch, told)...)
 	}
-}
-
-func (r *runner) pend(ids []uint64, d int) {
-	r.pendMu.Lock()
-	for _, id := range ids {
-		if r.pending[id] += d; r.pending[id] <= 0 {
-			delete(r.pending, id)
-		}
-	}
-	r.pendMu.Unlock()
 }
 
 // Pending says whether a batch the core decided for the LUN is queued or
 // under way (its outcome not reported back yet).
 func (p *Path) Pending(id uint64) bool {
 	r := p.core.Load()
-	if r == nil {
-		return false
-	}
-	r.pendMu.Lock()
-	defer r.pendMu.Unlock()
-	return r.pending[id] > 0
-}
-
-// moveElsewhere carries a batch out with the mover and tells the core
-// where its LUNs are after it.
-func (r *runner) moveElsewhere(d decided) {
-	batch := d.Batch
-	told, err := r.mover(d.Batch, d.At)
-	if err != nil {
-		r.p.o.Log.Warn("ownership move failed", "luns", batch.LUNs, "to", batch.To, "cause", batch.Cause, "err", err)
-	}
-	evs := make([]ownership.Event, 0, len(batch.LUNs))
-	known := map[uint64]bool{}
-	for _, oc := range told {
-		known[oc.LUN] = true
-		evs = append(evs, oc)
-	}
-	for _, id := range batch.LUNs {
-		l := r.p.arr.LUN(id)
-		if known[id] || l == nil {
-			continue
-		}
-		// The mover could not tell: where the array says it is (a
-		// cluster's controller installs the records' owners).
-		owner, cause := l.Owner().Name, batch.Cause
-		if owner != batch.To {
-			cause = alua.CauseRollback
-		}
-		evs = append(evs, ownership.OwnerChanged{LUN: id, Owner: owner, Cause: cause})
-	}
-	r.post(evs...)
-}
-
-// raised returns the conditions raised now.
-func (r *runner) raised() []ownership.ReportChange {
-	r.repMu.Lock()
-	defer r.repMu.Unlock()
-	out := make([]ownership.ReportChange, 0, len(r.reports))
-	for _, rc := range r.reports {
-		out = append(out, rc)
-	}
-	return out
+	return r != nil && r.d.Pending(id)
 }

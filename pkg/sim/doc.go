@@ -1,8 +1,8 @@
 // Package sim is the deterministic simulation of the whole array
 // (CONVENTIONS 13, the FoundationDB / TigerBeetle VOPR discipline): the
 // real pkg/array, pkg/cache, pkg/media (in memory), the pkg/scsi device
-// server and the ownership core run on one goroutine under a virtual
-// clock, driven by simulated hosts that send real CDBs on their I_T
+// server and the ownership core, driven by the daemon's own control-path
+// driver (pkg/drive), run on one goroutine under a virtual clock, driven by simulated hosts that send real CDBs on their I_T
 // nexuses and keep a model of every acknowledged write. A script (one
 // event a line, see script.go) says everything that happens: the
 // topology, host I/O, ticks, destage slices, node crashes and restarts,
@@ -28,6 +28,6 @@
 // events; the iSCSI layer is not in the loop (a path fault ends the
 // session at once, as a NOP timeout would later).
 //
-// It imports the array, cache, media, scsi, arrayview and ownership
-// packages; nothing imports it but cmd/aluad and its tests.
+// It imports the array, cache, media, scsi, arrayview, drive and
+// ownership packages; nothing imports it but cmd/aluad and its tests.
 package sim

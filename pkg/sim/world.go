@@ -12,6 +12,7 @@ import (
 	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/arrayview"
+	"github.com/aluad/aluad/pkg/drive"
 	"github.com/aluad/aluad/pkg/media"
 	"github.com/aluad/aluad/pkg/scsi"
 )
@@ -35,10 +36,15 @@ func (v *Violation) Error() string {
 
 // World is one simulated array with its hosts, run from a script.
 type World struct {
-	top    *topology
-	arr    *array.Array
-	srv    *scsi.Server
-	core   *ownership.Core
+	top *topology
+	arr *array.Array
+	srv *scsi.Server
+	da  *drive.Array
+	d   *drive.Driver
+	// core is d's core, read between its steps (stepped through d only).
+	core *ownership.Core
+	// toCore: what the driver said the core must hear of a move under way.
+	toCore []ownership.Event
 	clock  time.Time
 	hosts  []*host
 	byName map[string]*host
@@ -163,6 +169,7 @@ func newWorldWrapped(s Script, wrap func(lun uint64, st media.Store) media.Store
 		}
 	}
 	w.srv.SetALUA(arrayview.View{Arr: w.arr, Srv: w.srv})
+	w.da = drive.NewArray(w.arr, w.srv)
 	w.srv.SetObserver(observer{w})
 	w.arr.OnChange(w.changed)
 	w.m = newModel(w)
@@ -194,34 +201,15 @@ func coreConfig() ownership.Config {
 func (w *World) startCore() error { return w.startCoreWith(coreConfig()) }
 
 // startCoreWith (re)starts the core with a configuration, before a run.
+// The daemon's own driver (pkg/drive) declares the array and runs the
+// core's decisions.
 func (w *World) startCoreWith(oc ownership.Config) error {
-	core, err := ownership.New(oc)
+	d, err := drive.New(w.da, oc, 1000)
 	if err != nil {
 		return err
 	}
-	w.core = core
-	for _, n := range w.arr.Nodes {
-		if err := core.Step(ownership.NodeDecl{Node: n.Name, Capacity: 1000}); err != nil {
-			return err
-		}
-	}
-	for _, hs := range w.top.hosts {
-		ht := alua.HostTypes[hs.typ]
-		core.Step(ownership.HostDecl{Host: hs.name, Type: ht})
-	}
-	for _, l := range w.arr.LUNs {
-		if err := core.Step(ownership.LUNDecl{LUN: l.ID, Preferred: l.Preferred.Name, Owner: l.Owner().Name,
-			Media: l.Media, Group: l.Group}); err != nil {
-			return err
-		}
-	}
-	for _, hs := range w.top.hosts { // a fresh core: its hand-offs only
-		for _, n := range w.arr.Nodes {
-			w.arr.SetHandoff(hs.name, n.Name, false)
-		}
-	}
-	w.handoffs(core.Ready().Handoffs)
-	core.Advance()
+	w.d, w.core = d, d.Core()
+	w.handoffs(d.Ready().Handoffs)
 	return nil
 }
 
@@ -393,13 +381,13 @@ func (w *World) step(e ownership.Event) {
 	if _, tick := e.(ownership.Tick); tick && w.forgetFollowing {
 		w.forget()
 	}
-	if err := w.core.Step(e); err != nil {
+	if err := w.d.Step(e); err != nil {
 		return
 	}
 	if _, tick := e.(ownership.Tick); tick {
 		w.noteJudged()
 	}
-	r := w.core.Ready()
+	r := w.d.Ready()
 	for _, b := range r.Batches {
 		w.checkBatch(b)
 	}
@@ -408,7 +396,6 @@ func (w *World) step(e ownership.Event) {
 		w.logf("report %s", rc.String())
 	}
 	w.handoffs(r.Handoffs)
-	w.core.Advance()
 }
 
 // forget makes the core forget what it saw each host do after a move
@@ -418,21 +405,19 @@ func (w *World) forget() {
 		ht := alua.HostTypes[hs.typ]
 		other := ht
 		other.Name += "-forgotten"
-		w.core.Step(ownership.HostDecl{Host: hs.name, Type: other})
-		w.core.Step(ownership.HostDecl{Host: hs.name, Type: ht})
+		w.d.Step(ownership.HostDecl{Host: hs.name, Type: other}, ownership.HostDecl{Host: hs.name, Type: ht})
 	}
 }
 
-// handoffs applies the core's STANDBY hand-offs to the array, as the
-// daemon's control path does.
+// handoffs logs the STANDBY hand-offs the driver made; the planted old
+// array (noHandoff) takes them back at once.
 func (w *World) handoffs(hs []ownership.Handoff) {
 	if w.noHandoff {
+		w.arr.ClearHandoffs()
 		return
 	}
 	for _, ho := range hs {
-		if arrayview.Handoff(w.arr, w.srv, ho.Host, ho.Node, ho.On) {
-			w.logf("handoff %s node %s on=%v", ho.Host, ho.Node, ho.On)
-		}
+		w.logf("handoff %s node %s on=%v", ho.Host, ho.Node, ho.On)
 	}
 }
 
@@ -446,22 +431,12 @@ func (w *World) drain() {
 		}
 		b := w.batches[0]
 		w.batches = w.batches[1:]
-		var live []uint64
-		for _, id := range b.LUNs {
-			l := w.arr.LUN(id)
-			if l != nil && w.core.Owner(id) == b.To && l.Owner().Name != b.To {
-				live = append(live, id) // else the core changed its mind since, or it is there already
-			}
+		told, moved := w.d.Run(b, w.move)
+		for _, m := range moved {
+			w.logf("core %s %v %s->%s: %s", b.Cause, m.LUNs, m.From, m.To, moveString(m.Change, m.Err))
 		}
-		for _, ids := range w.arr.ByOwner(live) {
-			o := w.arr.LUN(ids[0]).Owner().Name
-			c, err := w.move(ids, b.To, b.Cause)
-			w.logf("core %s %v %s->%s: %s", b.Cause, ids, o, b.To, moveString(c, err))
-			cause := b.Cause
-			if err != nil && !errors.Is(err, array.ErrNoChange) {
-				cause = alua.CauseRollback
-			}
-			w.confirm(ids, cause)
+		for _, e := range w.d.Ran(b, told) {
+			w.step(e)
 		}
 	}
 }
@@ -475,17 +450,6 @@ func moveString(c array.Change, err error) string {
 		s += fmt.Sprintf(" replayed=%d", c.Replayed)
 	}
 	return s
-}
-
-// confirm tells the core where the LUNs really are after a move, as the
-// daemon's executor does: a rollback when the move failed, otherwise a
-// correction if the core's view moved on while the move ran.
-func (w *World) confirm(ids []uint64, cause alua.Cause) {
-	for _, id := range ids {
-		if o := w.arr.LUN(id).Owner().Name; o != w.core.Owner(id) || cause == alua.CauseRollback {
-			w.step(ownership.OwnerChanged{LUN: id, Owner: o, Cause: cause})
-		}
-	}
 }
 
 // move runs array.Move, then delivers the commands parked during its hold.
@@ -504,6 +468,7 @@ func (w *World) move(ids []uint64, to string, cause alua.Cause) (array.Change, e
 	if w.depth > 0 {
 		// A move inside another's hook: the outer one still holds its
 		// LUNs; commands parked meanwhile wait for it to end.
+		w.tellCore()
 		return c, err
 	}
 	clear(w.held)
@@ -512,7 +477,18 @@ func (w *World) move(ids []uint64, to string, cause alua.Cause) (array.Change, e
 		w.parked = w.parked[1:]
 		w.logf("%s: delivered after the hold: %s", e, w.exec(e))
 	}
+	w.tellCore()
 	return c, err
+}
+
+// tellCore steps what the driver said the core must hear of the moves
+// just made (an operator's), once the move is over, as the daemon does.
+func (w *World) tellCore() {
+	evs := w.toCore
+	w.toCore = nil
+	for _, e := range evs {
+		w.step(e)
+	}
 }
 
 func nodeUp(a *array.Array, name string) bool {
@@ -531,9 +507,6 @@ func (w *World) operatorMove(e Event) string {
 		ids = append(ids, id)
 	}
 	c, err := w.move(ids, e.arg(1), alua.CauseManual)
-	if err == nil {
-		w.confirm(c.LUNs, alua.CauseManual)
-	}
 	return moveString(c, err)
 }
 
@@ -874,10 +847,10 @@ func (w *World) mediaFault(e Event) string {
 	return "ok"
 }
 
-// changed is the array's change listener: announce as the daemon does,
+// changed is the array's change listener: the driver announces it,
 // and check that no move is reported done onto a node that is down.
 func (w *World) changed(c array.Change) {
-	arrayview.Announce(w.srv, c)
+	w.toCore = append(w.toCore, w.da.Changed(c)...)
 	switch c.Cause {
 	case alua.CauseNodeDown, alua.CauseNodeUp:
 		return
@@ -898,11 +871,11 @@ func (o observer) RTPG(n scsi.Nexus, lun uint64, _ bool) {
 
 func (o observer) UnitAttention(scsi.Nexus, uint64, scsi.Reason) {}
 
-// NexusLost: the STANDBY hand-off's own half, at once, as the daemon's
-// control path does it.
+// NexusLost: the STANDBY hand-off's own half, at once, by the daemon's
+// own driver.
 func (o observer) NexusLost(n scsi.Nexus) {
-	if host, node, ok := arrayview.LastPathLost(o.w.arr, o.w.srv, n); ok {
-		o.w.handoffs([]ownership.Handoff{{Host: host, Node: node, On: true}})
+	if ho, ok := o.w.da.LastPathLost(n); ok {
+		o.w.handoffs([]ownership.Handoff{ho})
 	}
 }
 

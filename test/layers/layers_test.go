@@ -51,9 +51,11 @@ var allowed = map[string][]string{
 	"pkg/hosts":     {"pkg/alua", "pkg/initiator", "pkg/scsi"},
 	// What survives a restart: the array id and the state file.
 	"pkg/state": {"pkg/api", "pkg/array", "pkg/scsi"},
-	// The control path: observations in, the ownership core, its moves
-	// carried out, unit attentions and the feed out.
-	"pkg/control": {"pkg/clock", "pkg/alua", "ownership", "pkg/api", "pkg/array", "pkg/arrayview", "pkg/fabric", "pkg/scsi"},
+	// The control path: the one driver of the core over the array (its
+	// decisions carried out, unit attentions), and around it the
+	// observations in and the feed out.
+	"pkg/drive":   {"pkg/alua", "ownership", "pkg/array", "pkg/scsi"},
+	"pkg/control": {"pkg/clock", "ownership", "pkg/api", "pkg/array", "pkg/drive", "pkg/fabric", "pkg/scsi"},
 	// Cluster mode: the state in etcd, and the link between controllers.
 	"pkg/cluster":   {"pkg/clock", "pkg/fence"},
 	"pkg/interlink": {"pkg/clock"},
@@ -69,7 +71,7 @@ var allowed = map[string][]string{
 	// without a fabric).
 	"pkg/daemon": {"pkg/clock", "pkg/alua", "ownership", "pkg/api", "pkg/array", "pkg/arrayview", "pkg/config", "pkg/control", "pkg/fabric", "pkg/iscsi",
 		"pkg/media", "pkg/mgmt", "pkg/scsi", "pkg/state", "tcmu-handler"},
-	"pkg/sim": {"pkg/alua", "ownership", "pkg/array", "pkg/arrayview", "pkg/media", "pkg/scsi", "pkg/units"},
+	"pkg/sim": {"pkg/alua", "ownership", "pkg/array", "pkg/arrayview", "pkg/drive", "pkg/media", "pkg/scsi", "pkg/units"},
 	// Runs that start a daemon and drive hosts against it.
 	"pkg/lab": {"pkg/alua", "pkg/api", "pkg/array", "pkg/config", "pkg/control", "pkg/daemon", "pkg/hosts", "pkg/initiator",
 		"pkg/units"},
