@@ -30,6 +30,10 @@
 //   - batch.go: moves grouped by LUN class under a stop-time budget.
 //   - reports.go: the Recovery-Guru style conditions, raised and cleared
 //     with debounce.
+//   - records.go: cluster mode's decisions about the ownership records
+//     (a gone or restarted controller's LUNs taken over by the holder of
+//     its mirror copies, once fenced; a move left half done; the failback
+//     when the core is off), made by the elected leader each round.
 //   - explicit.go: a model of hosts that drive ownership themselves with
 //     SET TARGET PORT GROUPS, the baseline the core is measured against.
 package ownership

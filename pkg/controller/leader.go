@@ -6,40 +6,19 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aluad/aluad/ownership"
 	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/cluster"
 	"github.com/aluad/aluad/pkg/interlink"
 )
 
-// The leader's own decisions, made from etcd's table and membership (the
-// core's, when it runs, are in plane.go):
-//
-//   - a LUN whose owner is no member is taken over by the member that
-//     holds the owner's mirror copies (the next one after it in
-//     configuration order), once the owner's last process is fenced
-//     (package fence), written under MemberGone(owner) and
-//     IsFenced(owner): the new owner
-//     replays the copies of the owner's current mirror generation; at the
-//     array's first start (a record nobody served) only after a grace of
-//     two lease TTLs and failback_after, for the owner's controller to
-//     start, as a real array waits for its partner at power-on;
-//   - a LUN whose owner restarted since its record was written is taken
-//     over the same way (under MemberSince: the restarted owner never
-//     serves a record of its earlier incarnation), unless nobody ever
-//     served it (the array's first start: the record is rewritten);
-//   - without the core: a LUN away from its preferred owner (not by an
-//     operator's move), which has been a member for failback_after,
-//     moves back in three steps: the record names the
-//     preferred owner as the target (the old owner stops serving), the
-//     old owner flushes and acknowledges, the record names the new owner;
-//     without the acknowledgement the move is rolled back, and that LUN's
-//     failback waits four lease TTLs; it is not tried without a link to
-//     the owner;
-//   - a move a previous leader left half done (the target set) is retried
-//     from the flush, or taken over if its owner is gone.
-//
-// Every write is conditioned on the term (StillLeader) and the record's
-// revision, so a deposed leader changes nothing.
+// The leader's own decisions (ownership.DecideRecords: takeovers of a
+// gone or restarted owner's records, a move left half done, the failback
+// when the core does not run) are made from etcd's table and membership;
+// the leader carries each out as a write conditioned on the term
+// (StillLeader) and the record's revision, so a deposed leader changes
+// nothing. A takeover from a gone owner waits for its fence (package
+// fence). The core's own decisions are in plane.go.
 
 // testHook, when set (tests), is called by the leader at the points of a
 // move: "target-set" once the record names the target, "flushed" once the
@@ -138,42 +117,55 @@ func (c *Controller) decide(l *cluster.Leadership, since map[string]time.Time) {
 	}
 	c.nodeStates(members, mrev, owners)
 	c.reconcileCore(owners)
-	core := c.core.Load() != nil
-	fenced := map[string]error{} // this round's fences, by node
+	v := ownership.RecordsView{Members: map[string]int64{}, Now: now.UnixMilli(), TermStart: c.termStart.UnixMilli(),
+		MemberSince: map[string]int64{}, StartGrace: c.startGrace().Milliseconds(),
+		FailbackAfter: c.cc.FailbackAfter.Milliseconds(), BackoffUntil: map[uint64]int64{}, Core: c.core.Load() != nil,
+		Reached: map[string]bool{}}
+	for _, n := range c.o.Config.Nodes {
+		v.Nodes = append(v.Nodes, n.Name)
+		v.Reached[n.Name] = n.Name == c.node || c.linkTo(n.Name) != nil
+	}
+	for n, m := range members {
+		v.Members[n] = m.Joined
+		v.MemberSince[n] = since[n].UnixMilli()
+	}
+	read := map[uint64]cluster.Owned{}
 	for _, lc := range c.o.Config.LUNs {
 		o, ok := owners[lc.ID]
-		if !ok || !l.Leads() || c.moving(lc.ID) {
+		if !ok {
 			continue
 		}
-		m, alive := members[o.Owner]
-		_, prefUp := members[lc.Preferred]
-		switch {
-		case alive && m.Joined > o.Rev && o.Fresh:
-			// The array's first start: nobody has served it, nothing to replay.
-			c.change(ctx, o, cluster.Record{LUN: o.LUN, Owner: o.Owner, Cause: o.Cause}, l.StillLeader(),
-				c.store.MemberSince(o.Owner, o.Rev))
-		case alive && m.Joined > o.Rev:
-			// The owner restarted since the record was written: its cache
-			// is gone, its partner holds the copies. The partner takes the
-			// LUN over (and fails it back later); with no partner left the
-			// owner serves it as it is on the media.
-			to := c.holder(o.Owner, members)
-			rec := cluster.Record{LUN: o.LUN, Owner: to, Cause: string(alua.CauseFailover), Replay: true}
-			if to == "" {
-				rec = cluster.Record{LUN: o.LUN, Owner: o.Owner, Cause: string(alua.CauseFailover)}
-			}
-			c.change(ctx, o, rec, l.StillLeader(), c.store.MemberSince(o.Owner, o.Rev))
-		case !alive && o.Fresh && now.Sub(c.termStart) < c.startGrace():
-			// The array's first start: the owner's controller may still be
-			// starting (a real array waits for its partner at power-on).
+		read[lc.ID] = o
+		if b := c.backoffOf(lc.ID); !b.IsZero() {
+			v.BackoffUntil[lc.ID] = b.UnixMilli()
+		}
+		v.Records = append(v.Records, ownership.RecordView{LUN: o.LUN, Owner: o.Owner, To: o.To, Cause: alua.Cause(o.Cause),
+			Rev: o.Rev, Fresh: o.Fresh, Preferred: lc.Preferred, Moving: c.moving(lc.ID)})
+	}
+	fenced := map[string]error{} // this round's fences, by node
+	for _, a := range ownership.DecideRecords(v) {
+		o := read[a.Record.LUN]
+		if !l.Leads() || c.moving(o.LUN) {
 			continue
-		case !alive:
-			// Taken over by the node that holds the mirror copies: the
-			// next member after the owner, as the owner chose its partner.
-			to := c.holder(o.Owner, members)
-			if to == "" {
-				continue // nobody to take it: it waits
-			}
+		}
+		c.carryOut(ctx, l, a, o, fenced)
+	}
+}
+
+// carryOut writes one of the leader's decisions about a record.
+func (c *Controller) carryOut(ctx context.Context, l *cluster.Leadership, a ownership.RecordAction, o cluster.Owned,
+	fenced map[string]error) {
+	switch a.Kind {
+	case ownership.RecordServe:
+		c.change(ctx, o, cluster.Record{LUN: o.LUN, Owner: o.Owner, Cause: o.Cause}, l.StillLeader(),
+			c.store.MemberSince(o.Owner, o.Rev))
+	case ownership.RecordTakeover:
+		rec := cluster.Record{LUN: o.LUN, Owner: a.To, Cause: string(alua.CauseFailover), Replay: a.Replay}
+		if !a.OwnerGone {
+			c.change(ctx, o, rec, l.StillLeader(), c.store.MemberSince(o.Owner, o.Rev))
+			return
+		}
+		if a.FenceFirst {
 			// Its lease ran out, but it may be paused or stuck with a
 			// write it checked in time: fenced first (asked once per node
 			// and round; the fence runs in the background).
@@ -181,25 +173,20 @@ func (c *Controller) decide(l *cluster.Leadership, since map[string]time.Time) {
 				fenced[o.Owner] = c.fenced(o.Owner)
 			}
 			if fenced[o.Owner] != nil {
-				continue // it waits for the fence
+				return // it waits for the fence
 			}
-			c.change(ctx, o, cluster.Record{LUN: o.LUN, Owner: to, Cause: string(alua.CauseFailover), Replay: true},
-				c.store.MemberGone(o.Owner), c.store.IsFenced(o.Owner), l.StillLeader())
-		case o.To != "":
-			if _, up := members[o.To]; !up {
-				c.rollback(ctx, l, o, m.Joined)
-				continue
-			}
-			c.handOver(ctx, l, o, m.Joined)
-		case !core && o.Cause != string(alua.CauseManual) && o.Owner != lc.Preferred && prefUp &&
-			now.Sub(since[lc.Preferred]) >= c.cc.FailbackAfter &&
-			now.After(c.backoffOf(o.LUN)) && (o.Owner == c.node || c.linkTo(o.Owner) != nil):
-			moving, err := c.change(ctx, o, cluster.Record{LUN: o.LUN, Owner: o.Owner, To: lc.Preferred,
-				Cause: string(alua.CauseFailback)}, l.StillLeader())
-			if err == nil {
-				hook("target-set", c, o.LUN)
-				c.handOver(ctx, l, moving, m.Joined)
-			}
+		}
+		c.change(ctx, o, rec, c.store.MemberGone(o.Owner), c.store.IsFenced(o.Owner), l.StillLeader())
+	case ownership.RecordRollback:
+		c.rollback(ctx, l, o, a.Joined)
+	case ownership.RecordHandOver:
+		c.handOver(ctx, l, o, a.Joined)
+	case ownership.RecordFailback:
+		moving, err := c.change(ctx, o, cluster.Record{LUN: o.LUN, Owner: o.Owner, To: a.To,
+			Cause: string(alua.CauseFailback)}, l.StillLeader())
+		if err == nil {
+			hook("target-set", c, o.LUN)
+			c.handOver(ctx, l, moving, a.Joined)
 		}
 	}
 }
@@ -214,25 +201,6 @@ func (c *Controller) backoffOf(lun uint64) time.Time {
 // startGrace is how long a leader waits for a controller that never
 // served before taking its LUNs over.
 func (c *Controller) startGrace() time.Duration { return 2*c.cc.LeaseTTL + c.cc.FailbackAfter }
-
-// holder is the member that holds owner's mirror copies: the first
-// member after it in configuration order ("" when none).
-func (c *Controller) holder(owner string, members map[string]cluster.Info) string {
-	nodes := c.o.Config.Nodes
-	at := -1
-	for i, n := range nodes {
-		if n.Name == owner {
-			at = i
-		}
-	}
-	for i := 1; i <= len(nodes); i++ {
-		n := nodes[(at+i+len(nodes))%len(nodes)].Name
-		if _, up := members[n]; up && n != owner {
-			return n
-		}
-	}
-	return ""
-}
 
 // rollback ends a move without its hand-over: the owner keeps the LUN,
 // and no failback of it is tried for a while.
