@@ -120,6 +120,11 @@ type Config struct {
 	// more than its node and its peer paths have (reference 004: an
 	// expansion factor of 3-4 is the knee of the queue).
 	PathDegradedFactor float64
+	// PathDegradedMicros: and its exchanges take at least this much
+	// longer than its best (µs). A slowdown no host notices is not a
+	// path fault: a loopback path on a busy machine expands tenfold from
+	// tens of microseconds and stays far below a millisecond.
+	PathDegradedMicros float64
 	// PathMinOps: an interval with fewer exchanges is not judged.
 	PathMinOps float64
 	// ThrashCount owner changes of one LUN within ThrashWindow is thrash.
@@ -142,7 +147,7 @@ func DefaultConfig() Config {
 		StopMicros: map[string]float64{"ram": 500, "ssd": 2000, "hdd": 30000},
 		StopBudget: 60000, MaxMovesPerPlan: 64,
 		Debounce: 3, ThrashCount: 4, ThrashWindow: 60,
-		PathDegradedFactor: 3, PathMinOps: 5,
+		PathDegradedFactor: 3, PathDegradedMicros: 1000, PathMinOps: 5,
 		HandbackHold: 5, CrashCount: 3, CrashWindow: 1800, CrashStable: 1800,
 	}
 }
@@ -164,6 +169,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("ownership: BytesPerWork must be positive")
 	case c.PathDegradedFactor <= 1:
 		return fmt.Errorf("ownership: PathDegradedFactor must be above 1")
+	case c.PathDegradedMicros < 0:
+		return fmt.Errorf("ownership: PathDegradedMicros must not be negative")
 	case c.ThrashCount < 2:
 		return fmt.Errorf("ownership: ThrashCount must be at least 2")
 	case c.DampCount < 1 || c.MediaTicks < 1:

@@ -460,7 +460,9 @@ func (c *Core) pathLatency(e PathLatency) error {
 // It is degraded when that factor is PathDegradedFactor or more, and that
 // many times more than the slowdown of its node (the array's own
 // response time) and of its peer paths to the same node: a path slower
-// only because the array is busy is not degraded. Intervals with fewer
+// only because the array is busy is not degraded; nor is one whose
+// exchanges take less than PathDegradedMicros longer than its best (a
+// host does not notice it). Intervals with fewer
 // than PathMinOps exchanges are not judged; the verdict stands.
 func (c *Core) foldPaths() {
 	nodeEF := map[string]float64{}
@@ -468,8 +470,9 @@ func (c *Core) foldPaths() {
 		nodeEF[st.Node] = st.Expansion
 	}
 	type judged struct {
-		s  *nexusState
-		ef float64
+		s     *nexusState
+		ef    float64
+		added float64 // µs over its best
 	}
 	var js []judged
 	for _, name := range c.hostNames {
@@ -483,7 +486,7 @@ func (c *Core) foldPaths() {
 				}
 				if s.bestExch > 0 {
 					s.expansion = mean / s.bestExch
-					js = append(js, judged{s, s.expansion})
+					js = append(js, judged{s, s.expansion, mean - s.bestExch})
 				}
 			}
 			s.pendOps, s.pendExch = 0, 0
@@ -498,7 +501,7 @@ func (c *Core) foldPaths() {
 		}
 		ref := max(1, nodeEF[j.s.n.Node], median(peers))
 		f := c.cfg.PathDegradedFactor
-		j.s.degraded = j.ef >= f && j.ef >= f*ref
+		j.s.degraded = j.ef >= f && j.ef >= f*ref && j.added >= c.cfg.PathDegradedMicros
 	}
 }
 

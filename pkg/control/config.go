@@ -45,6 +45,10 @@ type Config struct {
 	// time expands this many times over its best, and that many times
 	// more than its node's and its peer paths' (default 3).
 	PathDegradedFactor float64 `yaml:"path_degraded_factor"`
+	// PathDegradedMin: and its exchanges take at least this much longer
+	// than its best (default 1ms; a slowdown no host notices, such as a
+	// loopback path on a busy machine, is not a path fault).
+	PathDegradedMin time.Duration `yaml:"path_degraded_min"`
 	// StressFloor: a node's latency expansion counts as stress only at
 	// this utilisation or more (default 0.25; expansion on a near-idle
 	// node is noise). StressWindow: how long the stress must hold before
@@ -85,6 +89,9 @@ type Config struct {
 func (o Config) Validate() error {
 	if o.PathDegradedFactor != 0 && o.PathDegradedFactor <= 1 {
 		return fmt.Errorf("ownership: path_degraded_factor must be above 1")
+	}
+	if o.PathDegradedMin < 0 {
+		return fmt.Errorf("ownership: path_degraded_min must not be negative")
 	}
 	for _, d := range []time.Duration{o.Tick, o.FailbackWindow, o.DiscoveryWindow, o.Cooldown, o.PlanInterval, o.ShipWindow, o.AlertDelay,
 		o.HandbackHold, o.CrashWindow, o.CrashStable} {
@@ -171,6 +178,9 @@ func (o Config) Core(explicit bool) (ownership.Config, time.Duration) {
 	}
 	if o.PathDegradedFactor > 0 {
 		oc.PathDegradedFactor = o.PathDegradedFactor
+	}
+	if o.PathDegradedMin > 0 {
+		oc.PathDegradedMicros = float64(o.PathDegradedMin) / float64(time.Microsecond)
 	}
 	if len(o.AlertDelays) > 0 {
 		oc.Debounces = map[ownership.Condition]int{}
