@@ -422,13 +422,27 @@ func (c *Controller) shut(leave bool) {
 // copies only this one holds are taken over (the leader's takeover, the
 // copies replayed), so its writes reach the media with the flush of the
 // stop instead of leaving with this process. Bounded by grace and three
-// lease TTLs; a partner that is a member holds its own.
+// lease TTLs, and while a fence the takeover waits for runs, by the
+// fence's own timeout after that (a power fence takes seconds: leaving
+// before it ends would take the only copy of the partner's acknowledged
+// writes away); a partner that is a member holds its own.
 func (c *Controller) takeOverHeld(grace time.Duration) {
 	if c.arr == nil {
 		return
 	}
 	deadline := time.Now().Add(min(max(grace, time.Second), 3*c.cc.LeaseTTL))
-	for c.arr.Local().Cache.MirrorBytes() > 0 && time.Now().Before(deadline) && c.ctx.Err() == nil {
+	longest, told := deadline.Add(c.cc.FenceTimeout), false
+	for c.arr.Local().Cache.MirrorBytes() > 0 && c.ctx.Err() == nil {
+		if now := time.Now(); !now.Before(deadline) {
+			if !c.fencing() || !now.Before(longest) {
+				return
+			}
+			if !told {
+				told = true
+				c.log.Warn("the stop waits for a fence: this controller holds the only copy of a gone partner's writes",
+					"bytes", c.arr.Local().Cache.MirrorBytes(), "at_most", time.Until(longest).Round(time.Second))
+			}
+		}
 		ctx, cancel := context.WithTimeout(c.ctx, time.Second)
 		members, _, err := c.store.Members(ctx)
 		cancel()
@@ -438,6 +452,24 @@ func (c *Controller) takeOverHeld(grace time.Duration) {
 		c.wake()
 		c.sleep(50 * time.Millisecond)
 	}
+}
+
+// fencing says whether a fence of the leader's runs now, or ended less
+// than two lease TTLs ago (its takeover is being written).
+func (c *Controller) fencing() bool {
+	c.fenceMu.Lock()
+	defer c.fenceMu.Unlock()
+	for _, j := range c.fences {
+		select {
+		case <-j.done:
+			if time.Since(j.ended) < 2*c.cc.LeaseTTL {
+				return true
+			}
+		default:
+			return true
+		}
+	}
+	return false
 }
 
 // markClean: the last controller to stop cleanly leaves every LUN's

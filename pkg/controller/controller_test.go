@@ -45,11 +45,18 @@ type lab struct {
 type inProcess struct {
 	mu sync.Mutex
 	by map[string]*Controller // by instance
+	// delay: each fence takes this long first (a power fence's seconds).
+	delay time.Duration
 }
 
 func (f *inProcess) Method() string { return "in-process" }
 
-func (f *inProcess) Fence(_ context.Context, node string, id fence.Identity) error {
+func (f *inProcess) Fence(ctx context.Context, node string, id fence.Identity) error {
+	select {
+	case <-time.After(f.delay):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	f.mu.Lock()
 	c := f.by[id.Instance]
 	f.mu.Unlock()

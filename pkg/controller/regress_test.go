@@ -271,3 +271,34 @@ func TestStopAfterPartnerCrashKeepsItsWrites(t *testing.T) {
 	}))
 	require.True(t, bytes.Equal(got, data), "acknowledged write lost across b's crash and a's clean stop")
 }
+
+// As above, with a fence that takes longer than the stop's own bound of
+// three lease TTLs (a power fence takes seconds): the stop waits for it,
+// the takeover replays the copy and the stop's flush writes it; the
+// write once left with a's process.
+func TestStopWaitsForThePartnersFence(t *testing.T) {
+	lab := newLab(t)
+	lab.fence.delay = 4 * lab.cfg.Cluster.LeaseTTL
+	ctx := context.Background()
+	a, b := lab.start("a"), lab.start("b")
+	require.Eventually(t, func() bool { return a.linkTo("b") != nil && b.linkTo("a") != nil }, 5*time.Second, 10*time.Millisecond)
+	lun := lab.preferring("b")[0]
+	onB := session(t, b, "b", "h1")
+	data := hostlab.Tagged(11)
+	require.NoError(t, hostlab.Retry(5*time.Second, func() error { return onB.Write16(ctx, lun, 0, data, 512, false) }))
+	require.Positive(t, a.arr.Local().Cache.MirrorBytes(), "a holds the copy")
+	b.Kill()
+	require.Eventually(t, func() bool { return a.fencing() }, 10*time.Second, 10*time.Millisecond, "a's leader fences b")
+	require.NoError(t, a.Stop(time.Second))
+
+	a2, b2 := lab.start("a"), lab.start("b")
+	defer a2.Stop(time.Second)
+	defer b2.Stop(time.Second)
+	onB2 := session(t, b2, "b", "h2")
+	var got []byte
+	require.NoError(t, hostlab.Retry(20*time.Second, func() (err error) {
+		got, err = onB2.Read16(ctx, lun, 0, 8, 512)
+		return err
+	}))
+	require.True(t, bytes.Equal(got, data), "acknowledged write lost: a stopped while b's fence ran")
+}
