@@ -1,7 +1,10 @@
 // Package initiator is a small iSCSI initiator (RFC 7143) in Go: login with
 // negotiation, discovery, SCSI commands with immediate data and R2T-driven
-// Data-Out, NOP-Out pings, task management and logout. It is used by the
-// tests and benchmarks and grows into the emulated host stacks of the lab.
+// Data-Out, NOP-Out pings, task management and logout. A command its
+// caller stopped waiting for fails with Abandoned, and EndTask ends it at
+// the target (ABORT TASK, LOGICAL UNIT RESET, then the session dropped)
+// before the caller may retry it elsewhere. It is used by the tests and
+// benchmarks and grows into the emulated host stacks of the lab.
 // It shares the PDU codec of pkg/iscsi and imports nothing of the target side.
 package initiator
 
@@ -423,7 +426,11 @@ func (s *Session) Execute(ctx context.Context, lun uint64, cdb []byte, dataOut [
 	if err := s.write(p); err != nil {
 		s.fail(err)
 	}
-	return s.wait(ctx, itt, c)
+	r, err := s.wait(ctx, itt, c)
+	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return nil, &Abandoned{Err: err, LUN: lun, Tag: itt, CmdSN: cmdSN}
+	}
+	return r, err
 }
 
 func (s *Session) wait(ctx context.Context, itt uint32, c *call) (*Result, error) {
@@ -690,9 +697,16 @@ const (
 
 // TaskMgmt issues a task management function and returns the response code.
 func (s *Session) TaskMgmt(ctx context.Context, fn byte, lun uint64, refTask uint32) (byte, error) {
+	return s.taskMgmt(ctx, fn, lun, refTask, 0)
+}
+
+// taskMgmt sends a TMF request; refCmdSN is the referenced task's CmdSN
+// (ABORT TASK, RFC 7143 11.5.4).
+func (s *Session) taskMgmt(ctx context.Context, fn byte, lun uint64, refTask, refCmdSN uint32) (byte, error) {
 	r, err := s.simple(ctx, iscsi.OpTaskMgmt, iscsi.FlagFinal|fn, true, func(h *iscsi.BHS) {
 		h.SetLUN(iscsi.EncodeLUN(lun))
 		h.SetTTT(refTask) // Referenced Task Tag
+		binary.BigEndian.PutUint32(h[32:], refCmdSN)
 	}, nil)
 	if err != nil {
 		return 0, err
