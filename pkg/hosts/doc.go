@@ -27,6 +27,13 @@
 //     at each check when that group is reachable (failback by the host).
 //   - naive: round robin over every path, never reads RTPG.
 //
+// A command that outlives the stack's command timeout is ended at the
+// target before it is retried on any path, as the Linux SCSI error
+// handler does before dm-multipath may retry it: ABORT TASK on its
+// nexus, then LOGICAL UNIT RESET, each waited for, and the nexus dropped
+// when neither is answered (Nexus.EndTask). A late copy of a retried
+// write could otherwise land after a newer one acknowledged elsewhere.
+//
 // Path selectors (reference 000): round-robin, best-path (bytes pending
 // weighted by an error weight from the rolling average latency),
 // least-queue-depth and service-time. Every path keeps the counters of

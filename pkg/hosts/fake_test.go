@@ -27,6 +27,51 @@ type fakeTarget struct {
 	moves    int
 	// pref: the group reported with the PREF bit (0: none).
 	pref uint16
+	// media holds each written block's first byte. holdWrites parks that
+	// many of the next writes at the target: the nexus stops waiting for
+	// one when its context ends, and a parked write lands at release
+	// unless a task management function ended it (tmfFails: none is
+	// answered, the nexus is dropped instead).
+	media      map[uint64]byte
+	holdWrites int
+	parked     []*parkedWrite
+	tmfFails   bool
+}
+
+// parkedWrite is a write held at the target.
+type parkedWrite struct {
+	lba   uint64
+	b     byte
+	ended bool
+}
+
+// abandonedErr is what a nexus returns for a parked write it stopped
+// waiting for.
+type abandonedErr struct {
+	err error
+	pw  *parkedWrite
+}
+
+func (e *abandonedErr) Error() string { return "abandoned: " + e.err.Error() }
+func (e *abandonedErr) Unwrap() error { return e.err }
+
+// release lets every parked write that was not ended land.
+func (t *fakeTarget) release() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, pw := range t.parked {
+		if !pw.ended {
+			t.media[pw.lba] = pw.b
+		}
+	}
+	t.parked = nil
+}
+
+// block returns the first byte of the block at lba.
+func (t *fakeTarget) block(lba uint64) byte {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.media[lba]
 }
 
 type fakeCmd struct {
@@ -39,7 +84,7 @@ type fakeCmd struct {
 
 func newFakeTarget() *fakeTarget {
 	return &fakeTarget{state: map[uint16]alua.AccessState{1: alua.ActiveOptimized, 2: alua.ActiveNonOptimized},
-		cut: map[string]bool{}}
+		cut: map[string]bool{}, media: map[uint64]byte{}}
 }
 
 func groupOfPort(port uint16) uint16 { return (port-1)/2 + 1 }
@@ -179,7 +224,41 @@ func (n *fakeNexus) Read(ctx context.Context, lun, lba uint64, blocks uint32) ([
 }
 
 func (n *fakeNexus) Write(ctx context.Context, lun, lba uint64, data []byte, fua bool) error {
-	return n.begin("write", true)
+	if err := n.begin("write", true); err != nil {
+		return err
+	}
+	t := n.t
+	t.mu.Lock()
+	if t.holdWrites == 0 {
+		t.media[lba] = data[0]
+		t.mu.Unlock()
+		return nil
+	}
+	t.holdWrites--
+	pw := &parkedWrite{lba: lba, b: data[0]}
+	t.parked = append(t.parked, pw)
+	t.mu.Unlock()
+	select {
+	case <-ctx.Done():
+		return &abandonedErr{ctx.Err(), pw}
+	case <-n.done:
+		return errConnReset
+	}
+}
+
+// EndTask answers ABORT TASK for a parked write unless tmfFails.
+func (n *fakeNexus) EndTask(ctx context.Context, err error, step time.Duration) error {
+	n.begin("abort", false)
+	t := n.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var a *abandonedErr
+	if t.tmfFails || !errors.As(err, &a) {
+		n.close()
+		return errors.New("task management not answered: nexus dropped")
+	}
+	a.pw.ended = true
+	return nil
 }
 
 func (n *fakeNexus) TestUnitReady(ctx context.Context, lun uint64) error {

@@ -45,6 +45,10 @@ type Stats struct {
 	PathFailures, Relogins          uint64
 	RTPGs, STPGs, STPGErrors        uint64
 	Retries, GroupSwitches, NoPaths uint64
+	// Aborts counts timed-out commands the host ended at the target
+	// before retrying them; AbortsFailed those it could not (the nexus
+	// was dropped).
+	Aborts, AbortsFailed uint64
 }
 
 // Event is something a host did, with when.
@@ -212,6 +216,9 @@ func (h *Host) do(ctx context.Context, lun uint64, write bool, size int, fn func
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if errors.Is(err, errCmdTimeout) {
+			h.endTask(ctx, l, p, nx, err)
+		}
 		key, asc, ascq, sensed := senseOf(err)
 		if !sensed {
 			sleep(ctx, p.recovery(nx, h.P.FastIOFail))
@@ -276,12 +283,14 @@ func (h *Host) activate(ctx context.Context, l *lunState) bool {
 	return false
 }
 
-// errCmdTimeout: a command outlived the stack's command timeout; the
-// path is failed as after a transport error (the disk class driver's
-// timeout, then MPIO fails the path over).
+// errCmdTimeout: a command outlived the stack's command timeout; it is
+// ended at the target (endTask) and the path is failed as after a
+// transport error (the disk class driver's timeout, then MPIO fails the
+// path over).
 var errCmdTimeout = errors.New("command timed out")
 
-// timed runs fn under the personality's command timeout.
+// timed runs fn under the personality's command timeout. A timed-out
+// command's error wraps errCmdTimeout and the nexus's own error.
 func (h *Host) timed(ctx context.Context, nx Nexus, fn func(context.Context, Nexus) error) error {
 	if h.P.CmdTimeout <= 0 {
 		return fn(ctx, nx)
@@ -290,9 +299,28 @@ func (h *Host) timed(ctx context.Context, nx Nexus, fn func(context.Context, Nex
 	defer cancel()
 	err := fn(cctx, nx)
 	if err != nil && ctx.Err() == nil && cctx.Err() != nil {
-		return errCmdTimeout
+		return fmt.Errorf("%w: %w", errCmdTimeout, err)
 	}
 	return err
+}
+
+// endTask is the SCSI error handler on a timed-out command: before the
+// command may be retried on any path, the target must have confirmed it
+// will not complete (ABORT TASK, then LOGICAL UNIT RESET), or the nexus
+// is dropped. Without it the late command could land after its retry,
+// and after a newer write, acknowledged on another path.
+func (h *Host) endTask(ctx context.Context, l *lunState, p *Path, nx Nexus, err error) {
+	step := h.P.TMFTimeout
+	if step <= 0 {
+		step = DefaultTMFTimeout
+	}
+	h.count(func(s *Stats) { s.Aborts++ })
+	if e := nx.EndTask(ctx, err, step); e != nil {
+		h.count(func(s *Stats) { s.AbortsFailed++ })
+		h.event(l.id, "abort-failed", p.Name, e.Error())
+		return
+	}
+	h.event(l.id, "aborted", p.Name, "")
 }
 
 // react handles a CHECK CONDITION on p; it reports whether the command

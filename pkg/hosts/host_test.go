@@ -461,3 +461,59 @@ func TestStackNamesAreHostTypes(t *testing.T) {
 		require.ErrorContains(t, err, `is now named "`+now+`"`)
 	}
 }
+
+// A write that outlives the command timeout is ended at the target
+// before it is retried on another path: else, parked there, it lands
+// after the retry and after a newer write acknowledged meanwhile.
+func TestTimedOutWrite(t *testing.T) {
+	tests := []struct {
+		name     string
+		tmfFails bool
+		// want is LUN 0 block 0 after the parked write is let go; 0: the
+		// late write may land (the target never confirmed its end).
+		want         byte
+		aborts       uint64
+		abortsFailed uint64
+	}{
+		{name: "ABORT TASK answered: the late write never lands", want: 'B', aborts: 1},
+		{name: "no task management answered: the nexus is dropped first", tmfFails: true, aborts: 1, abortsFailed: 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ft := newFakeTarget()
+				ft.tmfFails = tc.tmfFails
+				h := attach(t, ft, "h1", LinuxDM())
+				ft.mu.Lock()
+				ft.holdWrites = 1
+				ft.mu.Unlock()
+				ctx := context.Background()
+				require.NoError(t, h.Write(ctx, 0, 0, []byte{'A'}, false), "acknowledged through another path")
+				require.NoError(t, h.Write(ctx, 0, 0, []byte{'B'}, false))
+				ft.release()
+				if tc.want != 0 {
+					assert.Equal(t, tc.want, ft.block(0), "the newest acknowledged write reads back")
+				}
+				st := h.Stats()
+				assert.Equal(t, tc.aborts, st.Aborts)
+				assert.Equal(t, tc.abortsFailed, st.AbortsFailed)
+				// The timed-out write's nexus was aborted on, or dropped,
+				// before the write went out again.
+				cs := ft.cmds()
+				var held, abort, retry int = -1, -1, -1
+				for i, c := range cs {
+					switch {
+					case c.Op == "write" && held < 0:
+						held = i
+					case c.Op == "abort" && held >= 0 && abort < 0:
+						abort = i
+					case c.Op == "write" && held >= 0 && retry < 0:
+						retry = i
+					}
+				}
+				require.True(t, held >= 0 && abort > held && retry > abort, "write, abort, retry in that order: %v", cs)
+				assert.Equal(t, cs[held].Port, cs[abort].Port, "the abort goes to the timed-out command's nexus")
+			})
+		})
+	}
+}

@@ -3,6 +3,7 @@ package hosts
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/initiator"
@@ -20,6 +21,13 @@ type Nexus interface {
 	// TPGS is the standard INQUIRY TPGS field: 01b implicit ALUA, 10b
 	// explicit, 11b both.
 	TPGS(ctx context.Context, lun uint64) (byte, error)
+	// EndTask makes sure the command that failed with err, a command the
+	// nexus stopped waiting for (the host's command timeout), can no
+	// longer complete at the target: task management, each step given
+	// step to be answered, escalating as the transport's error handling
+	// does. Nil means the target confirmed it; any other answer leaves
+	// the nexus dropped and the command's fate unknown.
+	EndTask(ctx context.Context, err error, step time.Duration) error
 	// Done is closed when the nexus dies.
 	Done() <-chan struct{}
 	Close() error
@@ -99,6 +107,17 @@ func (n sessionNexus) TPGS(ctx context.Context, lun uint64) (byte, error) {
 		return 0, errors.New("standard INQUIRY data too short for TPGS")
 	}
 	return d[5] >> 4 & 3, nil
+}
+
+// EndTask is the initiator's ABORT TASK, LOGICAL UNIT RESET and session
+// drop (initiator.Session.EndTask).
+func (n sessionNexus) EndTask(ctx context.Context, err error, step time.Duration) error {
+	var a *initiator.Abandoned
+	if !errors.As(err, &a) {
+		n.s.Close() // no task to name: only the session's end ends it
+		return initiator.ErrTaskUnknown
+	}
+	return n.s.EndTask(ctx, a, step)
 }
 
 func (n sessionNexus) Done() <-chan struct{} { return n.s.Done() }

@@ -101,7 +101,15 @@ type Personality struct {
 	// CmdTimeout: a command with no answer this long fails its path
 	// (the disk timeout); zero waits for ever.
 	CmdTimeout time.Duration
+	// TMFTimeout is how long each task management function that ends a
+	// timed-out command may take before the error handling escalates
+	// (ABORT TASK, LOGICAL UNIT RESET, then the session is dropped);
+	// zero is DefaultTMFTimeout, open-iscsi's abort_timeout.
+	TMFTimeout time.Duration
 }
+
+// DefaultTMFTimeout is open-iscsi's node.session.err_timeo.abort_timeout.
+const DefaultTMFTimeout = 15 * time.Second
 
 var linuxUAs = []uint16{0x2a06, 0x2a07, 0x2900}
 
@@ -251,6 +259,8 @@ func (p *Personality) set(k, v string) error {
 		return dur(&p.NopTimeout)
 	case "cmd_timeout":
 		return dur(&p.CmdTimeout)
+	case "tmf_timeout":
+		return dur(&p.TMFTimeout)
 	case "no_path_retry":
 		if v == "queue" {
 			p.NoPathRetry = QueueForever
