@@ -284,6 +284,8 @@ func TestClusterLab(t *testing.T) {
 		KillAt: 2 * time.Second, RestartAt: 5 * time.Second, End: 9 * time.Second})
 	require.NoError(t, err)
 	for _, m := range []lab.ClusterMode{r.Embedded, r.Processes} {
+		t.Logf("%s: %d acknowledged writes read back, %d lost, %d commands retried, %d aborted after a timeout",
+			m.Mode, m.Acked, m.Lost, m.Errors, m.Aborts)
 		require.Positive(t, m.Acked, m.Mode)
 		require.Zero(t, m.Lost, "%s: acknowledged writes lost", m.Mode)
 		require.Positive(t, m.Failover, "%s: the failed node's LUNs were served again", m.Mode)

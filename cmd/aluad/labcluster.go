@@ -55,15 +55,17 @@ func runCluster(ctx context.Context, luns, repeat int, seed uint64, verbose bool
 	row("failback (restart to the last LUN back)", func(m lab.ClusterMode) time.Duration { return m.Failback })
 	row("worst host I/O through the failback", func(m lab.ClusterMode) time.Duration { return m.WorstFailback })
 	tw.Flush()
-	lost, acked, errs := 0, 0, [2]int{}
+	lost, acked, errs, aborts := 0, 0, [2]int{}, 0
 	for _, r := range rs {
 		lost += r.Embedded.Lost + r.Processes.Lost
 		acked += r.Embedded.Acked + r.Processes.Acked
 		errs[0] += r.Embedded.Errors
 		errs[1] += r.Processes.Errors
+		aborts += r.Embedded.Aborts + r.Processes.Aborts
 	}
-	fmt.Printf("\nacknowledged writes read back: %d, lost: %d; commands retried on the other path: %d embedded, %d processes\n",
+	fmt.Printf("\nacknowledged writes read back: %d, lost: %d; commands retried on the other path: %d embedded, %d processes;\n",
 		acked, lost, errs[0], errs[1])
+	fmt.Printf("timed-out commands aborted before their retry: %d\n", aborts)
 	if lost > 0 {
 		return fmt.Errorf("%d acknowledged writes lost", lost)
 	}
