@@ -12,17 +12,19 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/aluad/aluad/pkg/clock"
+	"github.com/aluad/aluad/pkg/cluster/kv"
 	"github.com/aluad/aluad/pkg/fence"
 )
 
-// Store is one array's state in an etcd cluster.
+// Store is one array's state in an etcd cluster, or in a kv.Backend
+// with etcd's semantics (the in-memory one of a simulation).
 type Store struct {
-	cli     *clientv3.Client
+	kv      kv.Backend
+	cli     *clientv3.Client // nil on a backend of its own
 	prefix  string
 	clock   clock.Clock
 	dropped func() <-chan struct{} // a member dropped: watches end (nil: never)
@@ -30,10 +32,18 @@ type Store struct {
 
 // NewStore returns the state of array id in the cluster cli reaches.
 func NewStore(cli *clientv3.Client, arrayID string, clk clock.Clock) *Store {
+	s := NewStoreKV(EtcdBackend(cli), arrayID, clk)
+	s.cli = cli
+	return s
+}
+
+// NewStoreKV returns the state of array id in the store b (an in-memory
+// kv.Mem, behind a kv.Link for a client that can be partitioned).
+func NewStoreKV(b kv.Backend, arrayID string, clk clock.Clock) *Store {
 	if clk == nil {
 		clk = clock.Real
 	}
-	return &Store{cli: cli, prefix: "/aluad/" + arrayID + "/", clock: clk}
+	return &Store{kv: b, prefix: "/aluad/" + arrayID + "/", clock: clk}
 }
 
 // NewStoreOn is NewStore on a client that keeps to the members that
@@ -68,8 +78,12 @@ func endOnDrop(ctx context.Context, cancel context.CancelFunc, dropped <-chan st
 	}()
 }
 
-// Client is the etcd client the store uses.
+// Client is the etcd client the store uses (nil on a backend of its
+// own).
 func (s *Store) Client() *clientv3.Client { return s.cli }
+
+// Backend is the store's backend.
+func (s *Store) Backend() kv.Backend { return s.kv }
 
 // Info is what a controller publishes about itself under its lease.
 type Info struct {
@@ -107,28 +121,28 @@ var ErrUnfenced = errors.New("cluster: the node's previous incarnation is not fe
 // whether the node is a member: a member's incarnation is its live
 // process, never one to fence.
 func (s *Store) Incarnation(ctx context.Context, node string) (inc Incarnation, ok, member bool, err error) {
-	r, err := s.cli.Txn(ctx).Then(clientv3.OpGet(s.incKey(node)), clientv3.OpGet(s.memberKey(node), clientv3.WithCountOnly())).Commit()
+	r, err := s.kv.Txn(ctx, kv.Txn{Then: []kv.Op{kv.Get(s.incKey(node)),
+		kv.GetRange(kv.Range{Key: s.memberKey(node), CountOnly: true})}})
 	if err != nil {
 		return Incarnation{}, false, false, err
 	}
-	member = r.Responses[1].GetResponseRange().Count > 0
-	kvs := r.Responses[0].GetResponseRange().Kvs
+	member = r.Results[1].Count > 0
+	kvs := r.Results[0].KVs
 	if len(kvs) == 0 {
 		return Incarnation{}, false, member, nil
 	}
 	var in Info
-	if err := json.Unmarshal(kvs[0].Value, &in); err != nil {
+	if err := json.Unmarshal([]byte(kvs[0].Value), &in); err != nil {
 		return Incarnation{}, false, member, fmt.Errorf("cluster: incarnation record of node %s: %w", node, err)
 	}
-	return Incarnation{Info: in, Rev: kvs[0].ModRevision}, true, member, nil
+	return Incarnation{Info: in, Rev: kvs[0].ModRev}, true, member, nil
 }
 
 // MarkFenced deletes inc's record once the caller has fenced it (if the
 // record is still inc's: another may have done it first).
 func (s *Store) MarkFenced(ctx context.Context, inc Incarnation) error {
 	key := s.incKey(inc.Node)
-	_, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", inc.Rev)).
-		Then(clientv3.OpDelete(key)).Commit()
+	_, err := s.kv.Txn(ctx, kv.Txn{If: []kv.Cmp{kv.ModRev(key, "=", inc.Rev)}, Then: []kv.Op{kv.Delete(key)}})
 	return err
 }
 
@@ -136,7 +150,7 @@ func (s *Store) MarkFenced(ctx context.Context, inc Incarnation) error {
 // was fenced or left cleanly, so no byte of it reaches the media after a
 // takeover written under this condition.
 func (s *Store) IsFenced(node string) Cond {
-	return Cond{cmp: clientv3.Compare(clientv3.CreateRevision(s.incKey(node)), "=", 0),
+	return Cond{cmp: kv.CreateRev(s.incKey(node), "=", 0),
 		what: fmt.Sprintf("node %s's last process is not fenced", node)}
 }
 
@@ -151,10 +165,10 @@ var ErrMember = errors.New("cluster: the node is already a member")
 // (ErrMember), and only once its previous incarnation was fenced or left
 // cleanly (ErrUnfenced).
 func (s *Store) Join(ctx context.Context, info Info, ttl time.Duration) (*Membership, error) {
-	return s.join(ctx, info, ttl, s.cli.Lease)
+	return s.join(ctx, info, ttl, s.kv)
 }
 
-func (s *Store) join(ctx context.Context, info Info, ttl time.Duration, lease clientv3.Lease) (*Membership, error) {
+func (s *Store) join(ctx context.Context, info Info, ttl time.Duration, lease kv.Backend) (*Membership, error) {
 	secs := int64((ttl + time.Second - 1) / time.Second)
 	if secs < 1 {
 		return nil, fmt.Errorf("cluster: a lease needs a TTL of at least 1s, not %v", ttl)
@@ -169,10 +183,9 @@ func (s *Store) join(ctx context.Context, info Info, ttl time.Duration, lease cl
 	}
 	val, _ := json.Marshal(info)
 	key := s.memberKey(info.Node)
-	r, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
-		clientv3.Compare(clientv3.CreateRevision(s.incKey(info.Node)), "=", 0)).
-		Then(clientv3.OpPut(key, string(val), clientv3.WithLease(g.ID)), clientv3.OpPut(s.incKey(info.Node), string(val))).
-		Else(clientv3.OpGet(key, clientv3.WithCountOnly())).Commit()
+	r, err := s.kv.Txn(ctx, kv.Txn{If: []kv.Cmp{kv.CreateRev(key, "=", 0), kv.CreateRev(s.incKey(info.Node), "=", 0)},
+		Then: []kv.Op{kv.Put(key, string(val), g.ID), kv.Put(s.incKey(info.Node), string(val), kv.NoLease)},
+		Else: []kv.Op{kv.GetRange(kv.Range{Key: key, CountOnly: true})}})
 	if err != nil || !r.Succeeded {
 		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		lease.Revoke(rctx, g.ID)
@@ -180,13 +193,13 @@ func (s *Store) join(ctx context.Context, info Info, ttl time.Duration, lease cl
 		if err != nil {
 			return nil, fmt.Errorf("cluster: joining as node %s: %w", info.Node, err)
 		}
-		if r.Responses[0].GetResponseRange().Count > 0 {
+		if r.Results[0].Count > 0 {
 			return nil, fmt.Errorf("%w: node %s (another controller holds its lease)", ErrMember, info.Node)
 		}
 		return nil, fmt.Errorf("%w: node %s", ErrUnfenced, info.Node)
 	}
 	m := &Membership{s: s, info: info, id: g.ID, ttl: time.Duration(g.TTL) * time.Second, lease: lease,
-		joinRev: r.Header.Revision, lost: make(chan struct{}), stop: make(chan struct{})}
+		joinRev: r.Rev, lost: make(chan struct{}), stop: make(chan struct{})}
 	m.validUntil = sent.Add(m.ttl)
 	m.wg.Add(1)
 	go m.keepalive()
@@ -197,9 +210,9 @@ func (s *Store) join(ctx context.Context, info Info, ttl time.Duration, lease cl
 type Membership struct {
 	s       *Store
 	info    Info
-	id      clientv3.LeaseID
+	id      kv.LeaseID
 	ttl     time.Duration
-	lease   clientv3.Lease
+	lease   kv.Backend
 	joinRev int64 // the revision of the join
 
 	mu         sync.Mutex
@@ -212,7 +225,7 @@ type Membership struct {
 }
 
 // Lease is the membership's lease.
-func (m *Membership) Lease() clientv3.LeaseID { return m.id }
+func (m *Membership) Lease() kv.LeaseID { return m.id }
 
 // TTL is the lease's time to live, as etcd granted it.
 func (m *Membership) TTL() time.Duration { return m.ttl }
@@ -266,16 +279,16 @@ func (m *Membership) keepalive() {
 		// that meets a frozen etcd member (before the client drops it)
 		// does not leave the lease to run out while it waits there.
 		sent := m.s.clock.Now()
-		r, err := m.renew()
+		ttl, err := m.renew()
 		switch {
-		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		case errors.Is(err, kv.ErrLeaseNotFound):
 			m.markLost()
 			return
-		case err != nil || r.TTL <= 0:
+		case err != nil || ttl <= 0:
 			continue
 		}
 		m.mu.Lock()
-		if until := sent.Add(time.Duration(r.TTL) * time.Second); until.After(m.validUntil) {
+		if until := sent.Add(time.Duration(ttl) * time.Second); until.After(m.validUntil) {
 			m.validUntil = until
 		}
 		m.mu.Unlock()
@@ -284,9 +297,9 @@ func (m *Membership) keepalive() {
 
 // renew sends two keepalives of the lease at once and returns the first
 // success, or the last failure.
-func (m *Membership) renew() (*clientv3.LeaseKeepAliveResponse, error) {
+func (m *Membership) renew() (int64, error) {
 	type answer struct {
-		r   *clientv3.LeaseKeepAliveResponse
+		ttl int64
 		err error
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), m.ttl/3)
@@ -294,17 +307,17 @@ func (m *Membership) renew() (*clientv3.LeaseKeepAliveResponse, error) {
 	answers := make(chan answer, 2)
 	for range 2 {
 		go func() {
-			r, err := m.lease.KeepAliveOnce(ctx, m.id)
-			answers <- answer{r, err}
+			ttl, err := m.lease.KeepAliveOnce(ctx, m.id)
+			answers <- answer{ttl, err}
 		}()
 	}
 	var a answer
 	for range 2 {
-		if a = <-answers; a.err == nil || errors.Is(a.err, rpctypes.ErrLeaseNotFound) {
+		if a = <-answers; a.err == nil || errors.Is(a.err, kv.ErrLeaseNotFound) {
 			break
 		}
 	}
-	return a.r, a.err
+	return a.ttl, a.err
 }
 
 func (m *Membership) markLost() {
@@ -326,12 +339,11 @@ func (m *Membership) Leave(ctx context.Context) error {
 	m.halt()
 	m.markLost()
 	key := m.s.incKey(m.info.Node)
-	if _, err := m.s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", m.joinRev)).
-		Then(clientv3.OpDelete(key)).Commit(); err != nil {
+	if _, err := m.s.kv.Txn(ctx, kv.Txn{If: []kv.Cmp{kv.ModRev(key, "=", m.joinRev)},
+		Then: []kv.Op{kv.Delete(key)}}); err != nil {
 		return err
 	}
-	_, err := m.lease.Revoke(ctx, m.id)
-	return err
+	return m.lease.Revoke(ctx, m.id)
 }
 
 // halt stops renewing without revoking: the lease runs out by itself, as
@@ -343,20 +355,20 @@ func (m *Membership) halt() {
 
 // Members lists the live members by node, and the revision read.
 func (s *Store) Members(ctx context.Context) (map[string]Info, int64, error) {
-	r, err := s.cli.Get(ctx, s.prefix+"members/", clientv3.WithPrefix())
+	r, err := s.kv.Get(ctx, kv.Range{Key: s.prefix + "members/", Prefix: true})
 	if err != nil {
 		return nil, 0, err
 	}
 	out := map[string]Info{}
-	for _, kv := range r.Kvs {
+	for _, k := range r.KVs {
 		var in Info
-		if err := json.Unmarshal(kv.Value, &in); err != nil {
-			return nil, 0, fmt.Errorf("cluster: member record %s: %w", kv.Key, err)
+		if err := json.Unmarshal([]byte(k.Value), &in); err != nil {
+			return nil, 0, fmt.Errorf("cluster: member record %s: %w", k.Key, err)
 		}
-		in.Joined = kv.CreateRevision
+		in.Joined = k.CreateRev
 		out[in.Node] = in
 	}
-	return out, r.Header.Revision, nil
+	return out, r.Rev, nil
 }
 
 // MemberEvent is a member joining (Up) or leaving, or the end of the
@@ -374,12 +386,12 @@ type MemberEvent struct {
 var ErrWatch = errors.New("cluster: the watch ended")
 
 // watchErr says why a watch response ends the watch ("" when it does not).
-func watchErr(wr clientv3.WatchResponse) error {
+func watchErr(wr kv.WatchResponse) error {
 	switch {
-	case wr.CompactRevision != 0:
-		return fmt.Errorf("%w: revision %d was compacted", ErrWatch, wr.CompactRevision)
-	case wr.Err() != nil:
-		return fmt.Errorf("%w: %v", ErrWatch, wr.Err())
+	case wr.CompactRev != 0:
+		return fmt.Errorf("%w: revision %d was compacted", ErrWatch, wr.CompactRev)
+	case wr.Err != nil:
+		return fmt.Errorf("%w: %v", ErrWatch, wr.Err)
 	case wr.Canceled:
 		return fmt.Errorf("%w: canceled", ErrWatch)
 	}
@@ -390,11 +402,11 @@ func watchErr(wr clientv3.WatchResponse) error {
 // rev until ctx ends; when the watch cannot go on, or conv refuses an
 // event, it sends what fail makes of the error and closes.
 func watch[T any](ctx context.Context, s *Store, prefix string, rev int64, buf int,
-	conv func(*clientv3.Event) (T, error), fail func(error) T) <-chan T {
+	conv func(*kv.Event) (T, error), fail func(error) T) <-chan T {
 	out := make(chan T, buf)
 	wctx, cancel := context.WithCancel(ctx)
 	endOnDrop(wctx, cancel, s.droppedNow()) // its stream may be on the member dropped
-	wc := s.cli.Watch(clientv3.WithRequireLeader(wctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	wc := s.kv.Watch(wctx, kv.WatchRequest{Key: prefix, Prefix: true, FromRev: rev + 1, RequireLeader: true})
 	go func() {
 		defer close(out)
 		defer cancel()
@@ -411,8 +423,8 @@ func watch[T any](ctx context.Context, s *Store, prefix string, rev int64, buf i
 				send(fail(err))
 				return
 			}
-			for _, ev := range wr.Events {
-				v, err := conv(ev)
+			for i := range wr.Events {
+				v, err := conv(&wr.Events[i])
 				if err != nil {
 					send(fail(err))
 					return
@@ -437,9 +449,9 @@ func watch[T any](ctx context.Context, s *Store, prefix string, rev int64, buf i
 // an event with Err when the watch cannot go on.
 func (s *Store) WatchMembers(ctx context.Context, rev int64) <-chan MemberEvent {
 	pfx := s.prefix + "members/"
-	return watch(ctx, s, pfx, rev, 16, func(ev *clientv3.Event) (MemberEvent, error) {
-		return MemberEvent{Node: strings.TrimPrefix(string(ev.Kv.Key), pfx), Up: ev.Type == clientv3.EventTypePut,
-			Rev: ev.Kv.ModRevision}, nil
+	return watch(ctx, s, pfx, rev, 16, func(ev *kv.Event) (MemberEvent, error) {
+		return MemberEvent{Node: strings.TrimPrefix(ev.KV.Key, pfx), Up: ev.Type == kv.EventPut,
+			Rev: ev.KV.ModRev}, nil
 	}, func(err error) MemberEvent { return MemberEvent{Err: err} })
 }
 
@@ -484,8 +496,8 @@ func (s *Store) Init(ctx context.Context, recs []Record) error {
 		key := s.ownerKey(r.LUN)
 		val, _ := json.Marshal(r)
 		for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-			_, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-				Then(clientv3.OpPut(key, string(val))).Commit()
+			_, err := s.kv.Txn(ctx, kv.Txn{If: []kv.Cmp{kv.CreateRev(key, "=", 0)},
+				Then: []kv.Op{kv.Put(key, string(val), kv.NoLease)}})
 			if err == nil {
 				break
 			}
@@ -504,8 +516,11 @@ func (s *Store) Init(ctx context.Context, recs []Record) error {
 
 // transient: etcd could not take a request now but may in a moment (no
 // leader, a leader change, a proposal dropped during an election, a
-// request timed out).
+// request timed out; a client cut off from the in-memory store).
 func transient(err error) bool {
+	if errors.Is(err, kv.ErrUnreachable) {
+		return true
+	}
 	var ee rpctypes.EtcdError // what the client turns the server's known errors into
 	if errors.As(err, &ee) && ee.Code() == codes.Unavailable {
 		return true
@@ -518,36 +533,36 @@ func transient(err error) bool {
 
 // Owners reads the whole table, and the revision read.
 func (s *Store) Owners(ctx context.Context) (map[uint64]Owned, int64, error) {
-	r, err := s.cli.Get(ctx, s.prefix+"owners/", clientv3.WithPrefix())
+	r, err := s.kv.Get(ctx, kv.Range{Key: s.prefix + "owners/", Prefix: true})
 	if err != nil {
 		return nil, 0, err
 	}
 	out := map[uint64]Owned{}
-	for _, kv := range r.Kvs {
-		o, err := decodeOwned(kv.Value, kv.ModRevision)
+	for _, k := range r.KVs {
+		o, err := decodeOwned(k.Value, k.ModRev)
 		if err != nil {
 			return nil, 0, err
 		}
 		out[o.LUN] = o
 	}
-	return out, r.Header.Revision, nil
+	return out, r.Rev, nil
 }
 
 // Owner reads one LUN's record.
 func (s *Store) Owner(ctx context.Context, lun uint64) (Owned, error) {
-	r, err := s.cli.Get(ctx, s.ownerKey(lun))
+	r, err := s.kv.Get(ctx, kv.Range{Key: s.ownerKey(lun)})
 	if err != nil {
 		return Owned{}, err
 	}
-	if len(r.Kvs) == 0 {
+	if len(r.KVs) == 0 {
 		return Owned{}, fmt.Errorf("cluster: no ownership record for LUN %d", lun)
 	}
-	return decodeOwned(r.Kvs[0].Value, r.Kvs[0].ModRevision)
+	return decodeOwned(r.KVs[0].Value, r.KVs[0].ModRev)
 }
 
-func decodeOwned(b []byte, rev int64) (Owned, error) {
+func decodeOwned(b string, rev int64) (Owned, error) {
 	var rec Record
-	if err := json.Unmarshal(b, &rec); err != nil {
+	if err := json.Unmarshal([]byte(b), &rec); err != nil {
 		return Owned{}, fmt.Errorf("cluster: ownership record: %w", err)
 	}
 	return Owned{Record: rec, Rev: rev}, nil
@@ -555,14 +570,14 @@ func decodeOwned(b []byte, rev int64) (Owned, error) {
 
 // Cond is an extra condition of a change.
 type Cond struct {
-	cmp  clientv3.Cmp
+	cmp  kv.Cmp
 	what string
 }
 
 // MemberAlive holds while m's lease holds its member key: a controller
 // whose lease is gone changes nothing, even from a fresh read.
 func (s *Store) MemberAlive(m *Membership) Cond {
-	return Cond{cmp: clientv3.Compare(clientv3.LeaseValue(s.memberKey(m.info.Node)), "=", m.id),
+	return Cond{cmp: kv.LeaseIs(s.memberKey(m.info.Node), "=", m.id),
 		what: fmt.Sprintf("node %s is no member (its lease is gone)", m.info.Node)}
 }
 
@@ -570,7 +585,7 @@ func (s *Store) MemberAlive(m *Membership) Cond {
 // of its LUNs is made only once its lease has expired (not while it may
 // have joined again and read its own record).
 func (s *Store) MemberGone(node string) Cond {
-	return Cond{cmp: clientv3.Compare(clientv3.CreateRevision(s.memberKey(node)), "=", 0),
+	return Cond{cmp: kv.CreateRev(s.memberKey(node), "=", 0),
 		what: fmt.Sprintf("node %s is a member", node)}
 }
 
@@ -579,7 +594,7 @@ func (s *Store) MemberGone(node string) Cond {
 // (its cache, and what its partner mirrored of it, are of an earlier
 // incarnation).
 func (s *Store) MemberSince(node string, rev int64) Cond {
-	return Cond{cmp: clientv3.Compare(clientv3.CreateRevision(s.memberKey(node)), ">", rev),
+	return Cond{cmp: kv.CreateRev(s.memberKey(node), ">", rev),
 		what: fmt.Sprintf("node %s is not a member that joined after revision %d", node, rev)}
 }
 
@@ -587,7 +602,7 @@ func (s *Store) MemberSince(node string, rev int64) Cond {
 // revision joined: a decision about a member's LUNs made from a read of
 // the membership is void if it restarted since.
 func (s *Store) MemberIs(node string, joined int64) Cond {
-	return Cond{cmp: clientv3.Compare(clientv3.CreateRevision(s.memberKey(node)), "=", joined),
+	return Cond{cmp: kv.CreateRev(s.memberKey(node), "=", joined),
 		what: fmt.Sprintf("node %s is not the member that joined at revision %d", node, joined)}
 }
 
@@ -599,17 +614,17 @@ func (s *Store) MemberIs(node string, joined int64) Cond {
 // later one (they may be the only copies of its acknowledged writes).
 func (s *Store) MirrorGens(ctx context.Context, node string) (map[int64]int64, error) {
 	prefix := s.prefix + "mirrorgen/" + node + "/"
-	r, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix())
+	r, err := s.kv.Get(ctx, kv.Range{Key: prefix, Prefix: true})
 	if err != nil {
 		return nil, err
 	}
 	out := map[int64]int64{}
-	for _, kv := range r.Kvs {
-		inc, err := strconv.ParseInt(strings.TrimPrefix(string(kv.Key), prefix), 10, 64)
+	for _, k := range r.KVs {
+		inc, err := strconv.ParseInt(strings.TrimPrefix(k.Key, prefix), 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("cluster: mirror generation key %s: %w", kv.Key, err)
+			return nil, fmt.Errorf("cluster: mirror generation key %s: %w", k.Key, err)
 		}
-		out[inc] = kv.ModRevision
+		out[inc] = k.ModRev
 	}
 	return out, nil
 }
@@ -620,20 +635,20 @@ func (s *Store) MirrorGens(ctx context.Context, node string) (map[int64]int64, e
 // it acknowledges a write the partner did not see.
 func (s *Store) VoidMirror(ctx context.Context, m *Membership) (int64, error) {
 	key := fmt.Sprintf("%smirrorgen/%s/%d", s.prefix, m.info.Node, m.joinRev)
-	r, err := s.cli.Txn(ctx).If(s.MemberAlive(m).cmp).Then(clientv3.OpPut(key, m.info.Node)).Commit()
+	r, err := s.kv.Txn(ctx, kv.Txn{If: []kv.Cmp{s.MemberAlive(m).cmp}, Then: []kv.Op{kv.Put(key, m.info.Node, kv.NoLease)}})
 	if err != nil {
 		return 0, err
 	}
 	if !r.Succeeded {
 		return 0, fmt.Errorf("%w: node %s is no member", ErrStale, m.info.Node)
 	}
-	return r.Header.Revision, nil
+	return r.Rev, nil
 }
 
 // StillLeader holds while l's election key is the one it won with: a
 // deposed leader changes nothing.
 func (l *Leadership) StillLeader() Cond {
-	return Cond{cmp: clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev),
+	return Cond{cmp: kv.CreateRev(l.key, "=", l.rev),
 		what: "the leader's term is over"}
 }
 
@@ -648,22 +663,22 @@ func (s *Store) Change(ctx context.Context, prev Owned, next Record, conds ...Co
 	}
 	key := s.ownerKey(prev.LUN)
 	val, _ := json.Marshal(next)
-	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", prev.Rev)}
+	cmps := []kv.Cmp{kv.ModRev(key, "=", prev.Rev)}
 	for _, c := range conds {
 		cmps = append(cmps, c.cmp)
 	}
-	r, err := s.cli.Txn(ctx).If(cmps...).Then(clientv3.OpPut(key, string(val))).Else(clientv3.OpGet(key)).Commit()
+	r, err := s.kv.Txn(ctx, kv.Txn{If: cmps, Then: []kv.Op{kv.Put(key, string(val), kv.NoLease)}, Else: []kv.Op{kv.Get(key)}})
 	if err != nil {
 		return Owned{}, err
 	}
 	if r.Succeeded {
-		return Owned{Record: next, Rev: r.Header.Revision}, nil
+		return Owned{Record: next, Rev: r.Rev}, nil
 	}
-	kvs := r.Responses[0].GetResponseRange().Kvs
+	kvs := r.Results[0].KVs
 	if len(kvs) == 0 {
 		return Owned{}, fmt.Errorf("cluster: no ownership record for LUN %d", prev.LUN)
 	}
-	cur, err := decodeOwned(kvs[0].Value, kvs[0].ModRevision)
+	cur, err := decodeOwned(kvs[0].Value, kvs[0].ModRev)
 	if err != nil {
 		return Owned{}, err
 	}
@@ -688,11 +703,11 @@ type OwnerEvent struct {
 // ends, or an event with Err when the watch cannot go on (a record that
 // does not decode or is deleted ends it too: the view would be wrong).
 func (s *Store) WatchOwners(ctx context.Context, rev int64) <-chan OwnerEvent {
-	return watch(ctx, s, s.prefix+"owners/", rev, 64, func(ev *clientv3.Event) (OwnerEvent, error) {
-		if ev.Type != clientv3.EventTypePut {
-			return OwnerEvent{}, fmt.Errorf("%w: record %s deleted", ErrWatch, ev.Kv.Key)
+	return watch(ctx, s, s.prefix+"owners/", rev, 64, func(ev *kv.Event) (OwnerEvent, error) {
+		if ev.Type != kv.EventPut {
+			return OwnerEvent{}, fmt.Errorf("%w: record %s deleted", ErrWatch, ev.KV.Key)
 		}
-		o, err := decodeOwned(ev.Kv.Value, ev.Kv.ModRevision)
+		o, err := decodeOwned(ev.KV.Value, ev.KV.ModRev)
 		if err != nil {
 			return OwnerEvent{}, fmt.Errorf("%w: %v", ErrWatch, err)
 		}
@@ -793,119 +808,4 @@ func (f *Fence) Check(lun uint64, token int64) error {
 		return fmt.Errorf("%w: LUN %d carries revision %d, the record is at %d", ErrFenced, lun, token, held)
 	}
 	return nil
-}
-
-// Campaign runs for the leadership of the ownership core under m's lease
-// and returns once elected (or when ctx ends). The term ends with the
-// membership; if the election's session gives up on the lease while the
-// membership still holds it (etcd lost its quorum for longer than the
-// TTL), the term is resigned so another candidate can be elected.
-func (s *Store) Campaign(ctx context.Context, m *Membership) (*Leadership, error) {
-	sess, err := concurrency.NewSession(s.cli, concurrency.WithLease(m.id))
-	if err != nil {
-		return nil, err
-	}
-	e := concurrency.NewElection(sess, s.prefix+"leader")
-	// The campaign waits on a watch for the earlier candidates' keys to
-	// go: if an etcd member is dropped, that watch may be on it, so the
-	// campaign ends and the caller campaigns again.
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	endOnDrop(cctx, cancel, s.droppedNow())
-	if err := e.Campaign(cctx, m.info.Node); err != nil {
-		sess.Orphan() // never Close: that would revoke the membership's lease
-		return nil, err
-	}
-	l := &Leadership{e: e, sess: sess, m: m, done: make(chan struct{}), cli: s.cli, key: e.Key(), rev: e.Rev()}
-	go l.watch()
-	return l, nil
-}
-
-// Leadership is an elected leader's term.
-type Leadership struct {
-	e    *concurrency.Election
-	sess *concurrency.Session
-	m    *Membership
-	once sync.Once
-	done chan struct{}
-	cli  *clientv3.Client
-	key  string // the election key won with, and its creation revision
-	rev  int64
-	rmu  sync.Mutex // resigns one at a time
-}
-
-// resign deletes the election key the term was won with, if it is still
-// that one. (concurrency.Election's Resign forgets the key even when its
-// delete fails, so a resign tried again while the quorum was lost did
-// nothing, and the key stayed under the live lease: nobody else could
-// be elected.)
-func (l *Leadership) resign(ctx context.Context) error {
-	l.rmu.Lock()
-	defer l.rmu.Unlock()
-	_, err := l.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev)).
-		Then(clientv3.OpDelete(l.key)).Commit()
-	return err
-}
-
-func (l *Leadership) watch() {
-	select {
-	case <-l.m.Lost():
-	case <-l.sess.Done():
-		// Resign until it goes through (the quorum may still be lost) or
-		// the membership is.
-		l.end()
-		for {
-			ctx, cancel := context.WithTimeout(context.Background(), l.m.ttl)
-			err := l.resign(ctx)
-			cancel()
-			if err == nil {
-				return
-			}
-			select {
-			case <-l.m.Lost():
-				return
-			case <-time.After(l.m.ttl / 3):
-			}
-		}
-	case <-l.done:
-	}
-	l.end()
-}
-
-func (l *Leadership) end() { l.once.Do(func() { close(l.done) }) }
-
-// Done is closed when the term ends.
-func (l *Leadership) Done() <-chan struct{} { return l.done }
-
-// Leads reports whether the leader may act now: its term has not ended
-// and its membership is valid (a deposed leader's interlink actions are
-// fenced by this, its etcd writes by StillLeader).
-func (l *Leadership) Leads() bool {
-	select {
-	case <-l.done:
-		return false
-	default:
-	}
-	return l.m.Valid()
-}
-
-// Resign ends the term (another candidate is elected).
-func (l *Leadership) Resign(ctx context.Context) error {
-	err := l.resign(ctx)
-	l.end()
-	l.sess.Orphan()
-	return err
-}
-
-// Leader names the current leader ("" when none).
-func (s *Store) Leader(ctx context.Context) (string, error) {
-	opts := append([]clientv3.OpOption{clientv3.WithPrefix()}, clientv3.WithFirstCreate()...)
-	r, err := s.cli.Get(ctx, s.prefix+"leader/", opts...)
-	if err != nil {
-		return "", err
-	}
-	if len(r.Kvs) == 0 {
-		return "", nil
-	}
-	return string(r.Kvs[0].Value), nil
 }

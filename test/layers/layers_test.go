@@ -57,8 +57,11 @@ var allowed = map[string][]string{
 	"pkg/drive":   {"pkg/alua", "ownership", "pkg/array", "pkg/scsi"},
 	"pkg/control": {"pkg/clock", "ownership", "pkg/api", "pkg/array", "pkg/drive", "pkg/fabric", "pkg/scsi"},
 	// Cluster mode: the state in etcd, and the link between controllers.
-	"pkg/cluster":   {"pkg/clock", "pkg/fence"},
-	"pkg/interlink": {"pkg/clock"},
+	"pkg/cluster": {"pkg/clock", "pkg/cluster/kv", "pkg/fence"},
+	// The store's key-value interface and its in-memory backend (no etcd:
+	// a simulation takes it alone).
+	"pkg/cluster/kv": {"pkg/clock"},
+	"pkg/interlink":  {"pkg/clock"},
 	// Network faults for tests on loopback.
 	"pkg/faultnet": nil,
 	// STONITH: a controller process's identity and its fencers.

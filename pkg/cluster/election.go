@@ -1,0 +1,244 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/aluad/aluad/pkg/cluster/kv"
+)
+
+// The election is etcd's concurrency.Election, written over the store's
+// backend so that it runs on the in-memory one too; on etcd it makes the
+// calls concurrency.Election and concurrency.Session make, in the same
+// order: a candidate puts prefix/<its lease in hex> under its lease if
+// absent (else takes the key's creation revision, and proclaims its
+// value if it differs), then waits until every key under the prefix
+// created before its own is deleted; the leader is the key first
+// created. The session is a keepalive of the membership's lease, ended
+// (Orphan) and never revoked.
+
+// session is concurrency.Session on an existing lease.
+type session struct {
+	cancel context.CancelFunc
+	done   <-chan struct{}
+}
+
+func (s *Store) newSession(id kv.LeaseID) (*session, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ka, err := s.kv.KeepAlive(ctx, id)
+	if err != nil || ka == nil {
+		cancel()
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() {
+		defer cancel()
+		defer close(done)
+		<-ka
+	}()
+	return &session{cancel: cancel, done: done}, nil
+}
+
+// Done is closed when the keepalive ends.
+func (ss *session) Done() <-chan struct{} { return ss.done }
+
+// Orphan stops the keepalive and leaves the lease to run out.
+func (ss *session) Orphan() {
+	ss.cancel()
+	<-ss.done
+}
+
+// errNotLeader is concurrency.ErrElectionNotLeader.
+var errNotLeader = errors.New("election: not leader")
+
+// campaign is concurrency.Election's Campaign under lease with value val
+// and key prefix pfx (with its trailing "/"): it returns the key won
+// with and its creation revision.
+func (s *Store) campaign(ctx context.Context, pfx string, lease kv.LeaseID, val string) (string, int64, error) {
+	k := fmt.Sprintf("%s%x", pfx, lease)
+	r, err := s.kv.Txn(ctx, kv.Txn{If: []kv.Cmp{kv.CreateRev(k, "=", 0)}, Then: []kv.Op{kv.Put(k, val, lease)},
+		Else: []kv.Op{kv.Get(k)}})
+	if err != nil {
+		return "", 0, err
+	}
+	rev := r.Rev
+	resign := func(ctx context.Context) {
+		s.kv.Txn(ctx, kv.Txn{If: []kv.Cmp{kv.CreateRev(k, "=", rev)}, Then: []kv.Op{kv.Delete(k)}})
+	}
+	if !r.Succeeded {
+		cur := r.Results[0].KVs[0]
+		rev = cur.CreateRev
+		if cur.Value != val { // Proclaim
+			p, err := s.kv.Txn(ctx, kv.Txn{If: []kv.Cmp{kv.CreateRev(k, "=", rev)}, Then: []kv.Op{kv.Put(k, val, lease)}})
+			if err == nil && !p.Succeeded {
+				return "", 0, errNotLeader // Proclaim forgets the key: Resign then does nothing
+			}
+			if err != nil {
+				resign(ctx)
+				return "", 0, err
+			}
+		}
+	}
+	if err := s.waitDeletes(ctx, pfx, rev-1); err != nil {
+		select {
+		case <-ctx.Done():
+			resign(context.Background()) // the client's own context, in etcd
+		default:
+		}
+		return "", 0, err
+	}
+	return k, rev, nil
+}
+
+// waitDeletes waits until every key under pfx created at maxCreateRev or
+// before is deleted, the last created first.
+func (s *Store) waitDeletes(ctx context.Context, pfx string, maxCreateRev int64) error {
+	for {
+		r, err := s.kv.Get(ctx, kv.Range{Key: pfx, Prefix: true, Sort: kv.LastCreate, MaxCreateRev: maxCreateRev})
+		if err != nil {
+			return err
+		}
+		if len(r.KVs) == 0 {
+			return nil
+		}
+		if err := s.waitDelete(ctx, r.KVs[0].Key, r.Rev); err != nil {
+			return err
+		}
+	}
+}
+
+func (s *Store) waitDelete(ctx context.Context, key string, rev int64) error {
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wr kv.WatchResponse
+	for wr = range s.kv.Watch(cctx, kv.WatchRequest{Key: key, FromRev: rev}) {
+		for _, ev := range wr.Events {
+			if ev.Type == kv.EventDelete {
+				return nil
+			}
+		}
+	}
+	switch {
+	case wr.Err != nil:
+		return wr.Err
+	case wr.CompactRev != 0:
+		return fmt.Errorf("%w (%d)", kv.ErrCompacted, wr.CompactRev)
+	case ctx.Err() != nil:
+		return ctx.Err()
+	}
+	return errors.New("lost watcher waiting for delete")
+}
+
+// Campaign runs for the leadership of the ownership core under m's lease
+// and returns once elected (or when ctx ends). The term ends with the
+// membership; if the election's session gives up on the lease while the
+// membership still holds it (etcd lost its quorum for longer than the
+// TTL), the term is resigned so another candidate can be elected.
+func (s *Store) Campaign(ctx context.Context, m *Membership) (*Leadership, error) {
+	sess, err := s.newSession(m.id)
+	if err != nil {
+		return nil, err
+	}
+	// The campaign waits on a watch for the earlier candidates' keys to
+	// go: if an etcd member is dropped, that watch may be on it, so the
+	// campaign ends and the caller campaigns again.
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	endOnDrop(cctx, cancel, s.droppedNow())
+	key, rev, err := s.campaign(cctx, s.prefix+"leader/", m.id, m.info.Node)
+	if err != nil {
+		sess.Orphan() // never revoke: that would end the membership's lease
+		return nil, err
+	}
+	l := &Leadership{sess: sess, m: m, done: make(chan struct{}), kv: s.kv, key: key, rev: rev}
+	go l.watch()
+	return l, nil
+}
+
+// Leadership is an elected leader's term.
+type Leadership struct {
+	sess *session
+	m    *Membership
+	once sync.Once
+	done chan struct{}
+	kv   kv.Backend
+	key  string // the election key won with, and its creation revision
+	rev  int64
+	rmu  sync.Mutex // resigns one at a time
+}
+
+// resign deletes the election key the term was won with, if it is still
+// that one. (concurrency.Election's Resign forgets the key even when its
+// delete fails, so a resign tried again while the quorum was lost did
+// nothing, and the key stayed under the live lease: nobody else could
+// be elected.)
+func (l *Leadership) resign(ctx context.Context) error {
+	l.rmu.Lock()
+	defer l.rmu.Unlock()
+	_, err := l.kv.Txn(ctx, kv.Txn{If: []kv.Cmp{kv.CreateRev(l.key, "=", l.rev)}, Then: []kv.Op{kv.Delete(l.key)}})
+	return err
+}
+func (l *Leadership) watch() {
+	select {
+	case <-l.m.Lost():
+	case <-l.sess.Done():
+		// Resign until it goes through (the quorum may still be lost) or
+		// the membership is.
+		l.end()
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), l.m.ttl)
+			err := l.resign(ctx)
+			cancel()
+			if err == nil {
+				return
+			}
+			select {
+			case <-l.m.Lost():
+				return
+			case <-time.After(l.m.ttl / 3):
+			}
+		}
+	case <-l.done:
+	}
+	l.end()
+}
+
+func (l *Leadership) end() { l.once.Do(func() { close(l.done) }) }
+
+// Done is closed when the term ends.
+func (l *Leadership) Done() <-chan struct{} { return l.done }
+
+// Leads reports whether the leader may act now: its term has not ended
+// and its membership is valid (a deposed leader's interlink actions are
+// fenced by this, its etcd writes by StillLeader).
+func (l *Leadership) Leads() bool {
+	select {
+	case <-l.done:
+		return false
+	default:
+	}
+	return l.m.Valid()
+}
+
+// Resign ends the term (another candidate is elected).
+func (l *Leadership) Resign(ctx context.Context) error {
+	err := l.resign(ctx)
+	l.end()
+	l.sess.Orphan()
+	return err
+}
+
+// Leader names the current leader ("" when none).
+func (s *Store) Leader(ctx context.Context) (string, error) {
+	r, err := s.kv.Get(ctx, kv.Range{Key: s.prefix + "leader/", Prefix: true, Sort: kv.FirstCreate})
+	if err != nil {
+		return "", err
+	}
+	if len(r.KVs) == 0 {
+		return "", nil
+	}
+	return r.KVs[0].Value, nil
+}

@@ -1,0 +1,212 @@
+package kv
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/aluad/aluad/pkg/clock"
+)
+
+// Link is one client's way to a Backend, which a test cuts (a member
+// partitioned from etcd) and heals. Cut, a call either fails at once
+// with ErrUnreachable, or (Block) waits as a real client's would: until
+// its context ends (then it fails with the context's error and
+// ErrUnreachable) or the link heals (then it goes through). A watch
+// open across the cut ends with ErrUnreachable, or (Block) holds its
+// events until the heal and then delivers them, in order, as a client
+// whose stream reconnects does. A lease kept alive over a cut link runs
+// out as it would: KeepAlive ends once no renewal went through for a
+// TTL. What it does not model: a request that reached the store but
+// whose answer was lost.
+type Link struct {
+	b   Backend
+	clk clock.Clock
+
+	mu     sync.Mutex
+	cut    bool
+	block  bool
+	healed chan struct{} // closed at the heal (while cut)
+	cutNow chan struct{} // closed at the cut (while healed)
+}
+
+// NewLink is a healed link to b; clk times its keepalives.
+func NewLink(b Backend, clk clock.Clock) *Link {
+	if clk == nil {
+		clk = clock.Real
+	}
+	return &Link{b: b, clk: clk, healed: make(chan struct{}), cutNow: make(chan struct{})}
+}
+
+// Cut partitions the client: calls fail at once, or with block wait for
+// their context or the heal.
+func (l *Link) Cut(block bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.block = block
+	if l.cut {
+		return
+	}
+	l.cut = true
+	l.healed = make(chan struct{})
+	close(l.cutNow)
+}
+
+// Heal ends the partition.
+func (l *Link) Heal() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.cut {
+		return
+	}
+	l.cut = false
+	l.cutNow = make(chan struct{})
+	close(l.healed)
+}
+
+// IsCut reports whether the link is cut.
+func (l *Link) IsCut() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cut
+}
+
+func (l *Link) state() (cut, block bool, healed, cutNow <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cut, l.block, l.healed, l.cutNow
+}
+
+// gate lets a call through, or fails it as a cut link does.
+func (l *Link) gate(ctx context.Context) error {
+	cut, block, healed, _ := l.state()
+	if !cut {
+		return ctx.Err()
+	}
+	if !block {
+		return ErrUnreachable
+	}
+	select {
+	case <-healed:
+		return ctx.Err()
+	case <-ctx.Done():
+		return fmt.Errorf("%w (%w)", ctx.Err(), ErrUnreachable)
+	}
+}
+
+// Get implements Backend.
+func (l *Link) Get(ctx context.Context, r Range) (RangeResult, error) {
+	if err := l.gate(ctx); err != nil {
+		return RangeResult{}, err
+	}
+	return l.b.Get(ctx, r)
+}
+
+// Txn implements Backend.
+func (l *Link) Txn(ctx context.Context, t Txn) (TxnResult, error) {
+	if err := l.gate(ctx); err != nil {
+		return TxnResult{}, err
+	}
+	return l.b.Txn(ctx, t)
+}
+
+// Grant implements Backend.
+func (l *Link) Grant(ctx context.Context, ttl int64) (Lease, error) {
+	if err := l.gate(ctx); err != nil {
+		return Lease{}, err
+	}
+	return l.b.Grant(ctx, ttl)
+}
+
+// KeepAliveOnce implements Backend.
+func (l *Link) KeepAliveOnce(ctx context.Context, id LeaseID) (int64, error) {
+	if err := l.gate(ctx); err != nil {
+		return 0, err
+	}
+	return l.b.KeepAliveOnce(ctx, id)
+}
+
+// KeepAlive implements Backend: KeepAliveLoop over the link.
+func (l *Link) KeepAlive(ctx context.Context, id LeaseID) (<-chan struct{}, error) {
+	return KeepAliveLoop(ctx, l, l.clk, id), nil
+}
+
+// Revoke implements Backend.
+func (l *Link) Revoke(ctx context.Context, id LeaseID) error {
+	if err := l.gate(ctx); err != nil {
+		return err
+	}
+	return l.b.Revoke(ctx, id)
+}
+
+// Compact implements Backend.
+func (l *Link) Compact(ctx context.Context, rev int64) error {
+	if err := l.gate(ctx); err != nil {
+		return err
+	}
+	return l.b.Compact(ctx, rev)
+}
+
+// Watch implements Backend.
+func (l *Link) Watch(ctx context.Context, req WatchRequest) <-chan WatchResponse {
+	out := make(chan WatchResponse)
+	go func() {
+		defer close(out)
+		send := func(wr WatchResponse) bool {
+			select {
+			case out <- wr:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		if err := l.gate(ctx); err != nil {
+			if ctx.Err() == nil {
+				send(WatchResponse{Err: err})
+			}
+			return
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		in := l.b.Watch(wctx, req)
+		for {
+			cut, block, healed, cutNow := l.state()
+			if cut {
+				if !block {
+					send(WatchResponse{Err: ErrUnreachable})
+					return
+				}
+				select {
+				case <-healed:
+					continue
+				case <-ctx.Done():
+					return
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-cutNow:
+			case wr, ok := <-in:
+				if !ok {
+					return
+				}
+				if c, b, h, _ := l.state(); c { // cut while it was taken
+					if !b {
+						send(WatchResponse{Err: ErrUnreachable})
+						return
+					}
+					select {
+					case <-h:
+					case <-ctx.Done():
+						return
+					}
+				}
+				if !send(wr) {
+					return
+				}
+			}
+		}
+	}()
+	return out
+}
