@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/aluad/aluad/pkg/clock"
+	"github.com/aluad/aluad/pkg/cluster/kv"
 	"github.com/aluad/aluad/pkg/fence"
 )
 
@@ -76,6 +77,26 @@ func etcdCluster(t *testing.T, n int) ([]*Member, *clientv3.Client) {
 	return members, cli
 }
 
+// eachBackend runs test on a store backend of each kind: a one-member
+// embedded etcd, and the in-memory store (on the real clock, as the
+// tests that use it here wait for real leases).
+func eachBackend(t *testing.T, test func(t *testing.T, b kv.Backend)) {
+	for _, name := range []string{"etcd", "mem"} {
+		t.Run(name, func(t *testing.T) {
+			var b kv.Backend
+			if name == "etcd" {
+				_, cli := etcdCluster(t, 1)
+				b = EtcdBackend(cli)
+			} else {
+				m := kv.NewMem(nil, 0)
+				t.Cleanup(m.Close)
+				b = m
+			}
+			test(t, b)
+		})
+	}
+}
+
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
@@ -85,9 +106,10 @@ func ctxT(t *testing.T) context.Context {
 // A node is joined by one live process; its key goes with its lease; a
 // halted member (a controller that died) is gone once etcd expires the
 // lease, and its own deadline passed before anyone could see it gone.
-func TestMembership(t *testing.T) {
-	_, cli := etcdCluster(t, 1)
-	s := NewStore(cli, "arr1", nil)
+func TestMembership(t *testing.T) { eachBackend(t, testMembership) }
+
+func testMembership(t *testing.T, be kv.Backend) {
+	s := NewStoreKV(be, "arr1", nil)
 	ctx := ctxT(t)
 	a, err := s.Join(ctx, Info{Node: "a", Interlink: "127.0.0.1:7000"}, time.Second)
 	require.NoError(t, err)
@@ -102,7 +124,7 @@ func TestMembership(t *testing.T) {
 	require.Len(t, ms, 2)
 
 	// Another array's members are its own.
-	other, err := NewStore(cli, "arr2", nil).Join(ctx, Info{Node: "a"}, time.Second)
+	other, err := NewStoreKV(be, "arr2", nil).Join(ctx, Info{Node: "a"}, time.Second)
 	require.NoError(t, err)
 	defer other.Leave(ctx)
 
@@ -144,9 +166,10 @@ func TestMembership(t *testing.T) {
 // expired may still write (paused, or stuck in a slow write), so a
 // takeover written under IsFenced and the node's next join both wait
 // until it is fenced; a clean leave needs no fence.
-func TestIncarnations(t *testing.T) {
-	_, cli := etcdCluster(t, 1)
-	s := NewStore(cli, "arr1", nil)
+func TestIncarnations(t *testing.T) { eachBackend(t, testIncarnations) }
+
+func testIncarnations(t *testing.T, be kv.Backend) {
+	s := NewStoreKV(be, "arr1", nil)
 	ctx := ctxT(t)
 	require.NoError(t, s.Init(ctx, []Record{{LUN: 0, Owner: "a", Fresh: true}}))
 	id := fence.Identity{Host: "h1", PID: 4242, Instance: "first"}
@@ -200,9 +223,10 @@ func TestIncarnations(t *testing.T) {
 // wins; the loser learns the record as it is; a member whose lease is
 // gone changes nothing; a takeover from a node waits for its lease to be
 // gone; the watch reports every change, and says so when it cannot go on.
-func TestOwnershipTable(t *testing.T) {
-	_, cli := etcdCluster(t, 1)
-	s := NewStore(cli, "arr1", nil)
+func TestOwnershipTable(t *testing.T) { eachBackend(t, testOwnershipTable) }
+
+func testOwnershipTable(t *testing.T, be kv.Backend) {
+	s := NewStoreKV(be, "arr1", nil)
 	ctx := ctxT(t)
 	require.NoError(t, s.Init(ctx, []Record{{LUN: 0, Owner: "a"}, {LUN: 1, Owner: "b"}}))
 	require.NoError(t, s.Init(ctx, []Record{{LUN: 0, Owner: "b"}}), "existing records are kept")
@@ -283,9 +307,7 @@ func TestOwnershipTable(t *testing.T) {
 	require.ErrorContains(t, err, "no ownership record for LUN 7")
 
 	// A watch from a compacted revision ends with an error, not silently.
-	r, err := cli.Compact(ctx, now.Rev)
-	require.NoError(t, err)
-	_ = r
+	require.NoError(t, be.Compact(ctx, now.Rev))
 	for ev := range s.WatchOwners(ctx, rev) {
 		require.ErrorIs(t, ev.Err, ErrWatch)
 		require.ErrorContains(t, ev.Err, "compacted")
@@ -295,10 +317,11 @@ func TestOwnershipTable(t *testing.T) {
 // An owner whose renewals stop serves until its deadline less the
 // margin, and not after. The membership's clock is fake, so the test
 // moves time itself and no timing decides it.
-func TestServesUntilTheDeadline(t *testing.T) {
-	_, cli := etcdCluster(t, 1)
+func TestServesUntilTheDeadline(t *testing.T) { eachBackend(t, testServesUntilTheDeadline) }
+
+func testServesUntilTheDeadline(t *testing.T, be kv.Backend) {
 	clk := clock.NewFake(time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC))
-	s := NewStore(cli, "arr1", clk)
+	s := NewStoreKV(be, "arr1", clk)
 	ctx := ctxT(t)
 	require.NoError(t, s.Init(ctx, []Record{{LUN: 0, Owner: "a"}}))
 	a, err := s.Join(ctx, Info{Node: "a"}, time.Second)
@@ -323,9 +346,10 @@ func TestServesUntilTheDeadline(t *testing.T) {
 
 // One leader at a time; its term ends with its lease, and another
 // candidate is elected then.
-func TestElection(t *testing.T) {
-	_, cli := etcdCluster(t, 1)
-	s := NewStore(cli, "arr1", nil)
+func TestElection(t *testing.T) { eachBackend(t, testElection) }
+
+func testElection(t *testing.T, be kv.Backend) {
+	s := NewStoreKV(be, "arr1", nil)
 	ctx := ctxT(t)
 	a, err := s.Join(ctx, Info{Node: "a"}, time.Second)
 	require.NoError(t, err)

@@ -14,7 +14,7 @@ import (
 // Mem is an in-memory Backend with etcd's semantics, its leases on an
 // injected clock:
 //
-//   - One revision for the store, raised once by every transaction that
+//   - One revision for the store (1 when empty, as etcd's), raised once by every transaction that
 //     changes a key (a put, or a delete that deletes something; a
 //     transaction that changes nothing leaves it), and once by every
 //     lease that ends with keys attached (its keys go in one revision,
@@ -68,7 +68,7 @@ func NewMem(clk clock.Clock, expiryEvery time.Duration) *Mem {
 	if clk == nil {
 		clk = clock.Real
 	}
-	m := &Mem{clk: clk, keys: map[string]KV{}, hist: map[string][]KV{}, leases: map[LeaseID]*memLease{},
+	m := &Mem{clk: clk, rev: 1, keys: map[string]KV{}, hist: map[string][]KV{}, leases: map[LeaseID]*memLease{},
 		watchers: map[*memWatcher]struct{}{}, stop: make(chan struct{})}
 	if expiryEvery == 0 {
 		expiryEvery = 100 * time.Millisecond
