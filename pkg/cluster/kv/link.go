@@ -150,8 +150,14 @@ func (l *Link) Compact(ctx context.Context, rev int64) error {
 // Watch implements Backend.
 func (l *Link) Watch(ctx context.Context, req WatchRequest) <-chan WatchResponse {
 	out := make(chan WatchResponse)
+	wctx, cancel := context.WithCancel(ctx)
+	var in <-chan WatchResponse
+	if cut, _, _, _ := l.state(); !cut { // a watch made now starts now
+		in = l.b.Watch(wctx, req)
+	}
 	go func() {
 		defer close(out)
+		defer cancel()
 		send := func(wr WatchResponse) bool {
 			select {
 			case out <- wr:
@@ -160,15 +166,15 @@ func (l *Link) Watch(ctx context.Context, req WatchRequest) <-chan WatchResponse
 				return false
 			}
 		}
-		if err := l.gate(ctx); err != nil {
-			if ctx.Err() == nil {
-				send(WatchResponse{Err: err})
+		if in == nil {
+			if err := l.gate(ctx); err != nil {
+				if ctx.Err() == nil {
+					send(WatchResponse{Err: err})
+				}
+				return
 			}
-			return
+			in = l.b.Watch(wctx, req)
 		}
-		wctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		in := l.b.Watch(wctx, req)
 		for {
 			cut, block, healed, cutNow := l.state()
 			if cut {
