@@ -48,11 +48,13 @@ func rangeOpts(r kv.Range) []clientv3.OpOption {
 	if r.CountOnly {
 		opts = append(opts, clientv3.WithCountOnly())
 	}
+	// WithFirstCreate and WithLastCreate without their WithPrefix (a
+	// Range says Prefix itself; the store's reads say it with them).
 	switch r.Sort {
 	case kv.FirstCreate:
-		opts = append(opts, clientv3.WithFirstCreate()...)
+		opts = append(opts, clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
 	case kv.LastCreate:
-		opts = append(opts, clientv3.WithLastCreate()...)
+		opts = append(opts, clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1))
 	}
 	if r.MaxCreateRev > 0 {
 		opts = append(opts, clientv3.WithMaxCreateRev(r.MaxCreateRev))

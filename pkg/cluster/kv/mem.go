@@ -28,9 +28,9 @@ import (
 //     calls); Expire checks it at once.
 //   - Transactions are atomic: compares on one key each, the branch's
 //     operations in order (a get sees the puts before it), one
-//     revision for all its writes; a put under a missing lease, or two
-//     writes of one key, fails the whole transaction with nothing
-//     written.
+//     revision for all its writes; a put under a missing lease (in the
+//     branch that runs), or two writes of one key (in either branch),
+//     fails the whole transaction with nothing written.
 //   - Watches get one response per revision, in revision order, the
 //     events of a transaction in the order of its operations.
 type Mem struct {
@@ -199,23 +199,28 @@ func (m *Mem) rangeLocked(r Range) (RangeResult, error) {
 		}
 		kvs = kept
 	}
+	// As etcd: in key order, then (for a create order) sorted as its
+	// range does, so keys created in one revision come in etcd's order.
+	sort.Slice(kvs, func(i, j int) bool { return kvs[i].Key < kvs[j].Key })
 	switch r.Sort {
-	case FirstCreate, LastCreate:
-		sort.Slice(kvs, func(i, j int) bool {
-			if r.Sort == FirstCreate {
-				return kvs[i].CreateRev < kvs[j].CreateRev
-			}
-			return kvs[i].CreateRev > kvs[j].CreateRev
-		})
+	case FirstCreate:
+		sort.Sort(byCreate(kvs))
 		kvs = kvs[:min(len(kvs), 1)]
-	default:
-		sort.Slice(kvs, func(i, j int) bool { return kvs[i].Key < kvs[j].Key })
+	case LastCreate:
+		sort.Sort(sort.Reverse(byCreate(kvs)))
+		kvs = kvs[:min(len(kvs), 1)]
 	}
 	if r.CountOnly {
 		kvs = nil
 	}
 	return RangeResult{Rev: m.rev, KVs: kvs, Count: count}, nil
 }
+
+type byCreate []KV
+
+func (s byCreate) Len() int           { return len(s) }
+func (s byCreate) Less(i, j int) bool { return s[i].CreateRev-s[j].CreateRev < 0 }
+func (s byCreate) Swap(i, j int)      { s[i], s[j] = s[j], s[i] }
 
 // Txn implements Backend.
 func (m *Mem) Txn(ctx context.Context, t Txn) (TxnResult, error) {
@@ -224,6 +229,12 @@ func (m *Mem) Txn(ctx context.Context, t Txn) (TxnResult, error) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if err := checkDuplicates(t.Then); err != nil {
+		return TxnResult{}, err
+	}
+	if err := checkDuplicates(t.Else); err != nil {
+		return TxnResult{}, err
+	}
 	m.expireLocked()
 	ok := true
 	for _, c := range t.If {
@@ -233,8 +244,10 @@ func (m *Mem) Txn(ctx context.Context, t Txn) (TxnResult, error) {
 	if !ok {
 		ops = t.Else
 	}
-	if err := m.check(ops); err != nil {
-		return TxnResult{}, err
+	for _, op := range ops {
+		if op.Kind == OpPut && op.Lease != NoLease && m.leases[op.Lease] == nil {
+			return TxnResult{}, fmt.Errorf("%w (%x)", ErrLeaseNotFound, op.Lease)
+		}
 	}
 	w := m.begin()
 	res := TxnResult{Succeeded: ok, Results: make([]OpResult, len(ops))}
@@ -268,17 +281,14 @@ func (m *Mem) Txn(ctx context.Context, t Txn) (TxnResult, error) {
 	return res, nil
 }
 
-// check refuses, as etcd does, a branch that puts under a missing lease
-// or writes one key twice.
-func (m *Mem) check(ops []Op) error {
+// checkDuplicates refuses, as etcd does, a branch (either, whichever
+// runs) that writes one key twice.
+func checkDuplicates(ops []Op) error {
 	puts := map[string]bool{}
 	var dels []Range
 	for _, op := range ops {
 		switch op.Kind {
 		case OpPut:
-			if op.Lease != NoLease && m.leases[op.Lease] == nil {
-				return fmt.Errorf("%w (%x)", ErrLeaseNotFound, op.Lease)
-			}
 			if puts[op.Key] {
 				return fmt.Errorf("%w (%s)", ErrDuplicateKey, op.Key)
 			}
