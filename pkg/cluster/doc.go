@@ -23,4 +23,10 @@
 //
 // Everything is under /aluad/<array id>/ so one etcd cluster can hold
 // several arrays.
+//
+// The store runs on kv.Backend (package kv, which owns the interface and
+// an in-memory store with etcd's semantics for the simulation): over an
+// etcd client here (etcdkv.go), or over kv.Mem. The election is
+// concurrency.Election's code over that interface (election.go), so
+// both backends run it.
 package cluster

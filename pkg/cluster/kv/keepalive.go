@@ -13,8 +13,10 @@ import (
 // then a third of the TTL after each answer, each tried while none is
 // in flight; it ends (the channel closes) when the lease is gone, when
 // ctx ends, or when no renewal was answered before the deadline (5s
-// before the first answer, as etcd's client's default; the TTL after
-// each answer). It checks on a ticker of clk every 250ms.
+// before the first answer, etcd's client's default with no dial
+// timeout: with one it is that plus 1s; the TTL after each answer). It
+// checks on a ticker of clk every 250ms (etcd's every 500ms of the
+// wall clock).
 func KeepAliveLoop(ctx context.Context, b Backend, clk clock.Clock, id LeaseID) <-chan struct{} {
 	const (
 		check        = 250 * time.Millisecond
