@@ -84,15 +84,6 @@ func (c *Client) Dropped() <-chan struct{} {
 	return c.dropped
 }
 
-// Bounded is a context for a round of calls: it ends after d, or as soon
-// as a member is dropped, since a call already sent to that member would
-// wait out the whole d (the caller tries again on the members left).
-func (c *Client) Bounded(parent context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(parent, d)
-	endOnDrop(ctx, cancel, c.Dropped())
-	return ctx, cancel
-}
-
 // Close stops the probes and closes the client.
 func (c *Client) Close() error {
 	select {

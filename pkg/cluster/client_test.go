@@ -37,7 +37,7 @@ func TestClientSkipsAFrozenMember(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return len(cli.Healthy()) == 3 }, 10*time.Second, 10*time.Millisecond)
 	watch := s.WatchOwners(ctx, rev)
-	round, endRound := cli.Bounded(ctx, time.Minute)
+	round, endRound := s.Bounded(ctx, time.Minute)
 	defer endRound()
 
 	px[0].Freeze(true)

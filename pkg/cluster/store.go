@@ -63,6 +63,15 @@ func (s *Store) droppedNow() <-chan struct{} {
 	return s.dropped()
 }
 
+// Bounded is a context for a round of calls: it ends after d, or (on a
+// Client that drops members, NewStoreOn) as soon as a member is dropped,
+// since a call already sent to it would wait out the whole d.
+func (s *Store) Bounded(parent context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(parent, d)
+	endOnDrop(ctx, cancel, s.droppedNow())
+	return ctx, cancel
+}
+
 // endOnDrop calls cancel when dropped closes, unless ctx ends first (a
 // call on a dropped member's connection would wait out its deadline).
 func endOnDrop(ctx context.Context, cancel context.CancelFunc, dropped <-chan struct{}) {
@@ -346,8 +355,10 @@ func (m *Membership) Leave(ctx context.Context) error {
 	return m.lease.Revoke(ctx, m.id)
 }
 
-// halt stops renewing without revoking: the lease runs out by itself, as
-// it does when the controller dies.
+// Abandon stops renewing without revoking: the lease runs out by itself,
+// as it does when the controller dies.
+func (m *Membership) Abandon() { m.halt() }
+
 func (m *Membership) halt() {
 	m.stopOnce.Do(func() { close(m.stop) })
 	m.wg.Wait()

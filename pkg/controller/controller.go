@@ -27,6 +27,7 @@ import (
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/cache"
 	"github.com/aluad/aluad/pkg/cluster"
+	"github.com/aluad/aluad/pkg/cluster/kv"
 	"github.com/aluad/aluad/pkg/config"
 	"github.com/aluad/aluad/pkg/control"
 	"github.com/aluad/aluad/pkg/daemon"
@@ -55,6 +56,14 @@ type Options struct {
 	// taken over, and a node's previous incarnation before it joins again
 	// (nil: the method of the configuration's cluster.fencing).
 	Fencer fence.Fencer
+	// Store, if set, is the cluster store's backend in place of a client
+	// of Config.Cluster.Etcd, and Listen and Dial carry the interlink in
+	// place of TCP: controllers of one cluster in one process, on the
+	// in-memory store (kv.Mem, each behind its own kv.Link) and network
+	// (memnet), where a testing/synctest bubble fakes their time.
+	Store  kv.Backend
+	Listen func(network, addr string) (net.Listener, error)
+	Dial   func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Controller is a running controller process.
@@ -187,10 +196,14 @@ func Start(o Options) (_ *Controller, err error) {
 	if err := c.setUpFencing(); err != nil {
 		return nil, err
 	}
-	if c.cli, err = cluster.Dial(c.cc.Etcd); err != nil {
-		return nil, fmt.Errorf("controller: etcd client: %w", err)
+	if o.Store != nil {
+		c.store = cluster.NewStoreKV(o.Store, cfg.ArrayID, nil)
+	} else {
+		if c.cli, err = cluster.Dial(c.cc.Etcd); err != nil {
+			return nil, fmt.Errorf("controller: etcd client: %w", err)
+		}
+		c.store = cluster.NewStoreOn(c.cli, cfg.ArrayID, nil)
 	}
-	c.store = cluster.NewStoreOn(c.cli, cfg.ArrayID, nil)
 	ctx, cancel := context.WithTimeout(c.ctx, o.JoinTimeout)
 	defer cancel()
 	// The records exist before any controller joins: none serves a
@@ -208,7 +221,11 @@ func Start(o Options) (_ *Controller, err error) {
 	// A controller admits a command as owner only while its lease holds
 	// for this long after: enough for the command to reach the media.
 	c.fence = cluster.NewFence(c.ms, c.cc.LeaseTTL/4)
-	if c.ln, err = net.Listen("tcp", c.cc.Interlink[c.node]); err != nil {
+	listen := o.Listen
+	if listen == nil {
+		listen = net.Listen
+	}
+	if c.ln, err = listen("tcp", c.cc.Interlink[c.node]); err != nil {
 		return nil, fmt.Errorf("controller: interlink: %w", err)
 	}
 	owners, rev, err := c.store.Owners(ctx)
@@ -409,6 +426,8 @@ func (c *Controller) shut(leave bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		c.ms.Leave(ctx)
 		cancel()
+	} else if c.ms != nil {
+		c.ms.Abandon() // a crash: the lease runs out by itself
 	}
 	if c.cli != nil {
 		c.cli.Close()
@@ -525,6 +544,7 @@ func (c *Controller) Kill() {
 		c.arr.Local().Cache.Crash() // what it held in memory is gone
 		c.D.Target.Close()          // every host connection drops
 		c.shut(false)
+		c.arr.Local().Cache.Close() // and nothing of it runs any more
 	})
 }
 

@@ -94,7 +94,7 @@ func (c *Controller) decide(l *cluster.Leadership, since map[string]time.Time) {
 	}
 	// A member dropped mid-round ends the round: a read already sent to
 	// it would hold every decision for the whole bound.
-	ctx, cancel := c.cli.Bounded(c.ctx, 2*c.cc.LeaseTTL)
+	ctx, cancel := c.store.Bounded(c.ctx, 2*c.cc.LeaseTTL)
 	defer cancel()
 	members, mrev, err := c.store.Members(ctx)
 	if err != nil {

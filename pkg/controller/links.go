@@ -61,8 +61,12 @@ func (c *Controller) dialLoop() {
 				continue // (no connection is made across a cut)
 			}
 			ctx, cancel := context.WithTimeout(c.ctx, 2*time.Second)
-			var d net.Dialer
-			nc, err := d.DialContext(ctx, "tcp", c.cc.Interlink[n.Name])
+			dial := c.o.Dial
+			if dial == nil {
+				var d net.Dialer
+				dial = d.DialContext
+			}
+			nc, err := dial(ctx, "tcp", c.cc.Interlink[n.Name])
 			if err == nil {
 				f := interlink.NewFaulty(nc, nil)
 				var conn *interlink.Conn

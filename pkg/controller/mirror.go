@@ -167,7 +167,7 @@ func (c *Controller) runVoids() {
 		// (ended early if an etcd member is dropped: the write may be
 		// waiting on it, and writes of this controller's LUNs wait for
 		// this one; it is tried again at once on the members left)
-		ctx, cancel := c.cli.Bounded(c.ctx, 2*time.Second)
+		ctx, cancel := c.store.Bounded(c.ctx, 2*time.Second)
 		gen, err := c.store.VoidMirror(ctx, c.ms)
 		cancel()
 		switch {

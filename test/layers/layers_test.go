@@ -85,7 +85,7 @@ var allowed = map[string][]string{
 	// One controller of a cluster: a daemon for its node, wired to etcd
 	// and the interlink; the leader runs the ownership core on its
 	// control path.
-	"pkg/controller": {"pkg/alua", "ownership", "pkg/api", "pkg/array", "pkg/cache", "pkg/cluster", "pkg/config", "pkg/control", "pkg/fence", "pkg/media",
+	"pkg/controller": {"pkg/alua", "ownership", "pkg/api", "pkg/array", "pkg/cache", "pkg/cluster", "pkg/cluster/kv", "pkg/config", "pkg/control", "pkg/fence", "pkg/media",
 		"pkg/daemon", "pkg/interlink"},
 	"cmd/aluad": {"ownership", "pkg/api", "pkg/array", "pkg/cluster", "pkg/config", "pkg/controller", "pkg/daemon", "pkg/lab", "pkg/qualify", "pkg/reports", "pkg/sim",
 		"pkg/stress"},
