@@ -344,17 +344,17 @@ func (p *Path) Start(cfg Config, decls ...ownership.Event) error {
 // (nil: by the local array). A core stopped with Stop may be started
 // again (a controller elected leader once more).
 func (p *Path) StartWith(cfg Config, mover Mover, decls ...ownership.Event) error {
+	p.life.Lock()
+	defer p.life.Unlock()
+	if p.closed {
+		return errStopped // (before the new core clears the array's hand-offs)
+	}
 	r, err := newRunner(p, cfg)
 	if err != nil {
 		return err
 	}
 	r.mover = mover
 	r.post(decls...)
-	p.life.Lock()
-	defer p.life.Unlock()
-	if p.closed {
-		return errStopped
-	}
 	r.start() // (its WaitGroup counts before Stop can see it)
 	p.core.Store(r)
 	return nil
@@ -567,9 +567,15 @@ func (r *runner) executor() {
 		r.p.faultMu.RUnlock()
 		var told []ownership.OwnerChanged
 		if r.mover != nil {
-			var err error
-			if told, err = r.mover(d.Batch, d.At); err != nil {
-				r.p.o.Log.Warn("ownership move failed", "luns", d.LUNs, "to", d.To, "cause", d.Cause, "err", err)
+			// Only what the core still wants there (drive.Live), as on the
+			// local array.
+			live := d.Batch
+			live.LUNs = r.d.Live(live)
+			if len(live.LUNs) > 0 {
+				var err error
+				if told, err = r.mover(live, d.At); err != nil {
+					r.p.o.Log.Warn("ownership move failed", "luns", live.LUNs, "to", d.To, "cause", d.Cause, "err", err)
+				}
 			}
 		} else {
 			var moved []drive.Moved

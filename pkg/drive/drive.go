@@ -243,8 +243,9 @@ func (d *Driver) Run(b ownership.Batch, move MoveFunc) ([]ownership.OwnerChanged
 // LUN is after the batch; a LUN of b that told leaves out and that the
 // core still wants on b.To is where the array has it (a cluster's
 // controller installs the records' owners there), a rollback if it did
-// not get there; one the core no longer wants there is left to the core's
-// later batch.
+// not get there; one the core no longer wants there, or that a later
+// batch still carries (the core changed its mind and back meanwhile), is
+// left to that batch.
 func (d *Driver) Ran(b ownership.Batch, told []ownership.OwnerChanged) []ownership.Event {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -263,7 +264,7 @@ func (d *Driver) Ran(b ownership.Batch, told []ownership.OwnerChanged) []ownersh
 	}
 	for _, id := range b.LUNs {
 		l := d.arr.LUN(id)
-		if known[id] || l == nil || d.core.Owner(id) != b.To {
+		if known[id] || l == nil || d.core.Owner(id) != b.To || d.pending[id] > 0 {
 			continue
 		}
 		if owner := l.Owner().Name; owner != b.To {
