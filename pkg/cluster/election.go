@@ -153,7 +153,7 @@ func (s *Store) Campaign(ctx context.Context, m *Membership) (*Leadership, error
 		sess.Orphan() // never revoke: that would end the membership's lease
 		return nil, err
 	}
-	l := &Leadership{sess: sess, m: m, done: make(chan struct{}), kv: s.kv, key: key, rev: rev}
+	l := &Leadership{sess: sess, m: m, done: make(chan struct{}), kv: s.kv, key: key, rev: rev, resigning: make(chan struct{}, 1)}
 	go l.watch()
 	return l, nil
 }
@@ -167,7 +167,11 @@ type Leadership struct {
 	kv   kv.Backend
 	key  string // the election key won with, and its creation revision
 	rev  int64
-	rmu  sync.Mutex // resigns one at a time
+	// resigning lets resigns run one at a time; a channel, not a mutex:
+	// the one waiting gives up with its context, and inside a synctest
+	// bubble it waits durably (a goroutine on a mutex stops fake time
+	// while the resign it waits for waits on a store that is cut off).
+	resigning chan struct{}
 }
 
 // resign deletes the election key the term was won with, if it is still
@@ -176,8 +180,12 @@ type Leadership struct {
 // nothing, and the key stayed under the live lease: nobody else could
 // be elected.)
 func (l *Leadership) resign(ctx context.Context) error {
-	l.rmu.Lock()
-	defer l.rmu.Unlock()
+	select {
+	case l.resigning <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-l.resigning }()
 	_, err := l.kv.Txn(ctx, kv.Txn{If: []kv.Cmp{kv.CreateRev(l.key, "=", l.rev)}, Then: []kv.Op{kv.Delete(l.key)}})
 	return err
 }
