@@ -67,8 +67,8 @@ type LUN struct {
 	alua              atomic.Pointer[aluaSnap]
 	// io is held shared by every media operation and exclusively by a
 	// move, which thereby drains in-flight commands before the hand-over.
-	io     sync.RWMutex
-	moveMu sync.Mutex
+	io     drainLock
+	moveMu chanMutex
 	// replayMu orders the hand-overs of the LUN's mirrored pages (a
 	// restart replaying them onto its node, a takeover onto a new owner):
 	// the copies go to one node, and the owner is read under it.
