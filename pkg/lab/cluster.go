@@ -133,8 +133,12 @@ type sample struct {
 	lat time.Duration
 }
 
-// stream is one LUN's I/O on one primary path, failing over to the other.
-type stream struct {
+// VerifiedStream is a verified host's I/O to one LUN (the cluster lab's,
+// and the cluster seeds' in pkg/controller): QD-1 tagged writes and reads of its
+// blocks on one primary node, failing over to the other as a Linux host
+// does (a timed-out command ended at the target first), with the model of
+// what was acknowledged that Verify reads back.
+type VerifiedStream struct {
 	lun     uint64
 	primary string // node
 	region  uint64 // first LBA of its blocks
@@ -233,15 +237,14 @@ func runClusterMode(ctx context.Context, o ClusterOptions, mk func(context.Conte
 			return res, fmt.Errorf("LUN %d never answered on node %s: %w", i, pref, err)
 		}
 	}
-	var streams []*stream
+	var streams []*VerifiedStream
 	for i := 0; i < o.LUNs; i++ {
 		pref := "a"
 		if i%2 == 1 {
 			pref = "b"
 		}
 		for j, node := range []string{pref, other[pref]} {
-			streams = append(streams, &stream{lun: uint64(i), primary: node, region: uint64(j) * 2048, acked: map[uint64]uint64{},
-				maybe: map[uint64][]uint64{}})
+			streams = append(streams, NewVerifiedStream(uint64(i), node, uint64(j)*2048))
 		}
 	}
 	t0 := time.Now()
@@ -251,7 +254,7 @@ func runClusterMode(ctx context.Context, o ClusterOptions, mk func(context.Conte
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			st.run(rctx, get, other, o.Rate, o.Seed+uint64(k))
+			st.Run(rctx, get, other, o.Rate, o.Seed+uint64(k))
 		}()
 	}
 	fail := func(err error) (ClusterMode, error) {
@@ -347,21 +350,55 @@ func runClusterMode(ctx context.Context, o ClusterOptions, mk func(context.Conte
 	if s == nil {
 		return res, errors.New("no session to node b for the read-back")
 	}
-	buf := make([]byte, 4096)
 	for _, st := range streams {
-		for lba, tag := range st.acked {
-			res.Acked++
-			var got []byte
-			err := Retry(5*time.Second, func() (err error) { got, err = s.Read16(ctx, st.lun, lba, 8, 512); return err })
-			if err != nil {
-				return res, fmt.Errorf("read-back of LUN %d LBA %d: %w", st.lun, lba, err)
-			}
-			if !holdsOneOf(got, buf, tag, st.maybe[lba]) {
-				res.Lost++
-			}
+		acked, lost, err := st.Verify(ctx, s)
+		res.Acked += acked
+		res.Lost += len(lost)
+		if err != nil {
+			return res, err
 		}
 	}
 	return res, nil
+}
+
+// NewStream is a stream of LUN lun from primary, on the 256 blocks of 4
+// KiB from LBA region.
+func NewVerifiedStream(lun uint64, primary string, region uint64) *VerifiedStream {
+	return &VerifiedStream{lun: lun, primary: primary, region: region, acked: map[uint64]uint64{}, maybe: map[uint64][]uint64{}}
+}
+
+// Errors counts the commands that failed (retried on the other node).
+func (st *VerifiedStream) Errors() int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.errors
+}
+
+// Verify reads back, through s, every block the stream wrote after Run
+// returned: each must hold its last acknowledged write, or a later one
+// that was sent and never acknowledged. It returns how many it checked
+// and the LBAs that hold anything else.
+func (st *VerifiedStream) Verify(ctx context.Context, s *initiator.Session) (checked int, lost []uint64, err error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	buf := make([]byte, 4096)
+	lbas := make([]uint64, 0, len(st.acked))
+	for lba := range st.acked {
+		lbas = append(lbas, lba)
+	}
+	sort.Slice(lbas, func(i, j int) bool { return lbas[i] < lbas[j] })
+	for _, lba := range lbas {
+		checked++
+		var got []byte
+		err := Retry(5*time.Second, func() (err error) { got, err = s.Read16(ctx, st.lun, lba, 8, 512); return err })
+		if err != nil {
+			return checked, lost, fmt.Errorf("read-back of LUN %d LBA %d: %w", st.lun, lba, err)
+		}
+		if !holdsOneOf(got, buf, st.acked[lba], st.maybe[lba]) {
+			lost = append(lost, lba)
+		}
+	}
+	return checked, lost, nil
 }
 
 func quantile(v []time.Duration, q float64) time.Duration {
@@ -395,11 +432,11 @@ const (
 	streamTMFTimeout = time.Second
 )
 
-// run issues QD-1 commands at rate, alternating writes (tagged) and
+// Run issues QD-1 commands at rate, alternating writes (tagged) and
 // reads of the stream's blocks; a failed command is retried on the other
 // path, and the stream returns to its primary path once it is back. A
 // write the run's end cuts short is kept as one that may have landed.
-func (st *stream) run(ctx context.Context, get func(string) *initiator.Session, other map[string]string, rate int, seed uint64) {
+func (st *VerifiedStream) Run(ctx context.Context, get func(string) *initiator.Session, other map[string]string, rate int, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 0xc1))
 	iv := time.Second / time.Duration(rate)
 	next := time.Now()
