@@ -13,6 +13,7 @@ import (
 	"github.com/aluad/aluad/pkg/cluster"
 	"github.com/aluad/aluad/pkg/cluster/kv"
 	"github.com/aluad/aluad/pkg/config"
+	"github.com/aluad/aluad/pkg/fence"
 	"github.com/aluad/aluad/pkg/initiator"
 	hostlab "github.com/aluad/aluad/pkg/lab"
 	"github.com/aluad/aluad/pkg/memnet"
@@ -25,12 +26,15 @@ import (
 // leases, heartbeats and timeouts run on the bubble's fake time, so a
 // failover takes no wall time and waits on no sleep.
 type bubble struct {
+	t0    time.Time
 	t     *testing.T
 	cfg   config.Config
 	net   *memnet.Network
 	mem   *kv.Mem
 	fence *inProcess
-	links map[string]*kv.Link
+	// fencer fences (nil: fence, which kills the lab's controllers).
+	fencer fence.Fencer
+	links  map[string]*kv.Link
 }
 
 func newBubble(t *testing.T) *bubble {
@@ -44,24 +48,36 @@ func newBubble(t *testing.T) *bubble {
 	cfg.Ownership.Off = true
 	mem := kv.NewMem(clock.Real, 100*time.Millisecond)
 	t.Cleanup(mem.Close)
-	return &bubble{t: t, cfg: cfg, net: memnet.New(), mem: mem, fence: &inProcess{by: map[string]*Controller{}},
+	return &bubble{t0: time.Now(), t: t, cfg: cfg, net: memnet.New(), mem: mem, fence: &inProcess{by: map[string]*Controller{}},
 		links: map[string]*kv.Link{}}
 }
 
 // start starts node's controller on the bubble's store and network.
 func (b *bubble) start(node string) *Controller {
 	b.t.Helper()
+	c, err := b.startErr(node)
+	require.NoError(b.t, err)
+	return c
+}
+
+func (b *bubble) startErr(node string) (*Controller, error) {
 	link := kv.NewLink(b.mem, clock.Real)
 	b.links[node] = link
 	dopt := quiet()
 	dopt.Listen = b.net.Listen
-	c, err := Start(Options{Config: b.cfg, Node: node, JoinTimeout: 20 * time.Second, Daemon: dopt, Fencer: b.fence,
-		Store: link, Listen: b.net.Listen, Dial: b.net.Dial})
-	require.NoError(b.t, err)
+	var f fence.Fencer = b.fence
+	if b.fencer != nil {
+		f = b.fencer
+	}
+	c, err := Start(Options{Config: b.cfg, Node: node, JoinTimeout: 20 * time.Second, Daemon: dopt, Fencer: f,
+		Store: link, Listen: b.net.Listen, Dial: b.net.Dial, MediaSleep: time.Sleep})
+	if err != nil {
+		return nil, err
+	}
 	b.fence.mu.Lock()
 	b.fence.by[c.self.Instance] = c
 	b.fence.mu.Unlock()
-	return c
+	return c, nil
 }
 
 // session logs in to the first port of node on c, over the bubble's

@@ -64,6 +64,9 @@ type Options struct {
 	Store  kv.Backend
 	Listen func(network, addr string) (net.Listener, error)
 	Dial   func(ctx context.Context, network, addr string) (net.Conn, error)
+	// MediaSleep waits out the media-delay fault (nil: media.PreciseWait,
+	// which a synctest bubble's fake time does not drive: time.Sleep).
+	MediaSleep media.Sleeper
 }
 
 // Controller is a running controller process.
@@ -104,6 +107,8 @@ type Controller struct {
 	lastPartner string                 // the partner copies last went to (under mu)
 	lunMu       map[uint64]*sync.Mutex // orders a record's install against copies arriving
 	stopping    atomic.Bool
+	gone        atomic.Bool // killed: its media writes on their way fail (gated)
+	held        holdGate    // a paused process's media writes wait (tests)
 	fenceMu     sync.Mutex
 	fences      map[string]*fenceJob // the leader's fences under way or done, by node
 	final       atomic.Bool          // stopped, marking the records clean
@@ -139,7 +144,11 @@ type Controller struct {
 	failOnce sync.Once
 	failed   chan struct{}
 	err      error
-	stopOnce sync.Once
+	// ending: Stop or Kill has begun (the first one runs; a later call
+	// waits for exited, on a channel: a wait on a lock would stop a
+	// synctest bubble's fake time while the first waits on a timer).
+	ending atomic.Bool
+	exited chan struct{} // closed once Stop or Kill has ended everything
 }
 
 // link is one live interlink connection.
@@ -169,7 +178,7 @@ func Start(o Options) (_ *Controller, err error) {
 	}
 	c := &Controller{o: o, cc: cfg.Cluster, node: o.Node, log: log.With("node", o.Node), links: map[string]*link{}, cuts: map[string]bool{},
 		delays: map[string]time.Duration{},
-		kick:   make(chan struct{}, 1), failed: make(chan struct{}), lunMu: map[uint64]*sync.Mutex{},
+		kick:   make(chan struct{}, 1), failed: make(chan struct{}), exited: make(chan struct{}), lunMu: map[uint64]*sync.Mutex{},
 		backoff: map[uint64]time.Time{}, obs: map[string]*nodeObs{}, busy: map[uint64]bool{}}
 	c.vcond = sync.NewCond(&c.vmu)
 	c.hcond = sync.NewCond(&c.hmu)
@@ -245,7 +254,7 @@ func Start(o Options) (_ *Controller, err error) {
 		if wrap != nil {
 			s = wrap(lun, s)
 		}
-		return media.WithFaults(s, &c.media, nil)
+		return media.WithFaults(gated{s, &c.gone, &c.held}, &c.media, o.MediaSleep)
 	}
 	if !coreOff {
 		dopt.Observed, dopt.NoCore = c.observed, c.notLeading
@@ -380,9 +389,13 @@ func (c *Controller) Leader(ctx context.Context) (string, error) { return c.stor
 // Stop ends the controller: the daemon flushes and stops, the partner
 // receives every release, and the lease is revoked (the others take its
 // LUNs over at once).
-func (c *Controller) Stop(grace time.Duration) error {
-	var err error
-	c.stopOnce.Do(func() {
+func (c *Controller) Stop(grace time.Duration) (err error) {
+	if !c.ending.CompareAndSwap(false, true) {
+		<-c.exited
+		return nil
+	}
+	defer close(c.exited)
+	func() {
 		c.takeOverHeld(grace)
 		c.stopping.Store(true) // serves nothing as owner from here on
 		c.hmu.Lock()           // the peers' requests under way end first; new ones are refused at once
@@ -402,7 +415,7 @@ func (c *Controller) Stop(grace time.Duration) error {
 			c.markClean()
 		}
 		c.close()
-	})
+	}()
 	return err
 }
 
@@ -540,13 +553,106 @@ func (c *Controller) markClean() {
 // Kill stops the controller as a crash would (tests): nothing is
 // flushed, the lease is left to expire.
 func (c *Controller) Kill() {
-	c.stopOnce.Do(func() {
-		c.arr.Local().Cache.Crash() // what it held in memory is gone
-		c.D.Target.Close()          // every host connection drops
-		c.shut(false)
-		c.arr.Local().Cache.Close() // and nothing of it runs any more
-	})
+	c.gone.Store(true) // nothing more of it reaches the media
+	if !testNoGate.Load() {
+		c.held.set(false) // (what a pause held is refused now)
+	}
+	if !c.ending.CompareAndSwap(false, true) {
+		<-c.exited
+		return
+	}
+	defer close(c.exited)
+	c.arr.Local().Cache.Crash() // what it held in memory is gone
+	c.D.Target.Close()          // every host connection drops
+	c.shut(false)
+	c.arr.Local().Cache.Close() // and nothing of it runs any more
 }
+
+// Exited is closed once the controller has stopped or been killed, and
+// nothing of it runs (its listeners closed: a new process may start).
+func (c *Controller) Exited() <-chan struct{} { return c.exited }
+
+// gated is a LUN's media store as this process writes it: once the
+// process is killed, a write, punch or sync still on its way (held by a
+// slow file system, or by the media-delay fault) fails instead of landing,
+// as nothing of a killed process reaches the media. (A real kill needs no
+// gate; an in-process kill, the tests' and the bubble's, does.)
+type gated struct {
+	media.Store
+	gone *atomic.Bool
+	held *holdGate
+}
+
+// holdGate holds media writes while it is closed: what a paused process
+// had on its way to the media (a destage past its fence check) goes on
+// when it resumes, or never if it was killed meanwhile. On a channel,
+// not a timer, so a synctest bubble's time runs on while it holds.
+type holdGate struct {
+	mu sync.Mutex
+	ch chan struct{} // nil: open
+}
+
+// set closes the gate (hold) or opens it.
+func (h *holdGate) set(hold bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case hold && h.ch == nil:
+		h.ch = make(chan struct{})
+	case !hold && h.ch != nil:
+		close(h.ch)
+		h.ch = nil
+	}
+}
+
+func (h *holdGate) wait() {
+	h.mu.Lock()
+	ch := h.ch
+	h.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+}
+
+var errKilled = errors.New("controller: the process was killed")
+
+// testNoGate, when set (tests), lets a killed process's media writes land:
+// a fence that does not hold at the storage, planted.
+var testNoGate atomic.Bool
+
+func (g gated) WriteAt(p []byte, off int64) error {
+	g.held.wait()
+	if g.gone.Load() && !testNoGate.Load() {
+		return errKilled
+	}
+	return g.Store.WriteAt(p, off)
+}
+
+func (g gated) Punch(off, length int64) error {
+	g.held.wait()
+	if g.gone.Load() && !testNoGate.Load() {
+		return errKilled
+	}
+	return g.Store.Punch(off, length)
+}
+
+func (g gated) Sync() error {
+	g.held.wait()
+	if g.gone.Load() && !testNoGate.Load() {
+		return errKilled
+	}
+	return g.Store.Sync()
+}
+
+// Ref and Unref lend the store's bytes (reads need no gate).
+func (g gated) Ref(off int64, n int) ([]byte, bool) {
+	if r, ok := g.Store.(media.Referencer); ok {
+		return r.Ref(off, n)
+	}
+	return nil, false
+}
+
+func (g gated) Unref() { g.Store.(media.Referencer).Unref() }
 
 // apply installs a record read or watched: the fence sees it, then the
 // array adopts its owner (announcing the change). Under the LUN's lock,

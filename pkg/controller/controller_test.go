@@ -63,7 +63,11 @@ func (f *inProcess) Fence(ctx context.Context, node string, id fence.Identity) e
 	if c == nil {
 		return fmt.Errorf("no controller of this lab is instance %s of node %s", id.Instance, node)
 	}
-	c.Kill()
+	// As SIGKILL: from now on nothing of it reaches the media or serves;
+	// its goroutines end in the background (one may wait on a store it
+	// is cut off from, as no killed process does).
+	c.gone.Store(true)
+	go c.Kill()
 	return nil
 }
 

@@ -262,7 +262,9 @@ func (c *Controller) Forward(owner *array.Node, l *array.LUN, op *array.Op) erro
 }
 
 // Serves implements array.Remote.
-func (c *Controller) Serves(lun uint64) bool { return !c.stopping.Load() && c.fence.Serves(lun) }
+func (c *Controller) Serves(lun uint64) bool {
+	return !c.stopping.Load() && !c.gone.Load() && c.fence.Serves(lun)
+}
 
 // Holds implements array.Remote.
 func (c *Controller) Holds(lun uint64) bool { return c.fence.Holds(lun) }

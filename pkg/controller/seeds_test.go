@@ -1,0 +1,518 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/aluad/aluad/pkg/fence"
+	"github.com/aluad/aluad/pkg/initiator"
+	hostlab "github.com/aluad/aluad/pkg/lab"
+)
+
+// Cluster seeds: the real controllers of one cluster (two, in a synctest
+// bubble on kv.Mem and memnet) under a random script of the faults that
+// once broke cluster mode, with verified hosts writing throughout. A seed
+// is a script; the same seed gives the same script (the goroutines'
+// interleaving is the runtime's, so a run is not byte-identical as
+// pkg/sim's are). Invariants, checked every 20 ms of bubble time and at
+// the end:
+//
+//   - never two controllers serving one LUN as owner;
+//   - a LUN is served again within the lease TTL plus unservedBound
+//     whenever a healthy controller (running, not paused, reaching the
+//     store) has been there all along;
+//   - every acknowledged write reads back (its data, or a later write's
+//     that was sent and never acknowledged), after the faults heal.
+//
+// A pause is what an in-process controller can show of SIGSTOP: its
+// store calls hang (its link to kv.Mem blocks), its interlink is cut, and
+// every media write it has on its way waits until it resumes (the destage
+// that passed its fence check before the process stopped). Its own
+// timers still run, so it stops serving at its lease deadline, as a
+// paused process cannot; the held writes are the danger the fence must
+// stop. (The hold is on a channel: a timed one, with a lock held over it,
+// would stop the bubble's time for any goroutine waiting on that lock.)
+var (
+	clusterSeeds = flag.Int("cluster.seeds", 16, "cluster seeds to run (TestClusterSeeds)")
+	clusterSeed  = flag.Uint64("cluster.seed", 1, "the first cluster seed")
+	clusterSteps = flag.Int("cluster.steps", 24, "fault events per cluster seed")
+)
+
+// unservedBound: after the lease TTL, how long a LUN may go unserved
+// while a healthy controller is there (the leader's round every TTL/4,
+// the fence, the record's write and install).
+const unservedBound = 3 * time.Second
+
+// plant is a defect planted in a seed's cluster (tests of the checker).
+type plant int
+
+const (
+	plantNone plant = iota
+	// plantNoFence: the fencer claims to fence and does nothing, so a
+	// paused owner's held writes land after the takeover.
+	plantNoFence
+	// plantNoGate: the fence kills, but what the killed process had on
+	// its way to the media still lands (a kill that does not hold at the
+	// storage, as a process kill does not stop its NFS client's flush).
+	plantNoGate
+)
+
+func TestClusterSeeds(t *testing.T) {
+	for s := *clusterSeed; s < *clusterSeed+uint64(*clusterSeeds); s++ {
+		t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) {
+			var v []string
+			synctest.Test(t, func(t *testing.T) { v = runSeed(t, s, *clusterSteps, plantNone) })
+			require.Empty(t, v, "seed %d", s)
+		})
+	}
+}
+
+// Each planted defect is caught within a few seeds.
+func TestClusterSeedsCatchPlanted(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		p    plant
+	}{{"no fence", plantNoFence}, {"a fence that does not hold at the storage", plantNoGate}} {
+		t.Run(tc.name, func(t *testing.T) {
+			caught := ""
+			for s := uint64(1); s <= 12 && caught == ""; s++ {
+				synctest.Test(t, func(t *testing.T) {
+					if v := runSeed(t, s, *clusterSteps, tc.p); len(v) > 0 {
+						caught = fmt.Sprintf("seed %d: %s", s, v[0])
+					}
+				})
+			}
+			require.NotEmpty(t, caught, "the planted defect went unnoticed")
+			t.Logf("caught: %s", caught)
+		})
+	}
+}
+
+// noFence claims every fence done and kills nothing.
+type noFence struct{}
+
+func (noFence) Method() string { return "none (planted)" }
+func (noFence) Fence(context.Context, string, fence.Identity) error {
+	return nil
+}
+
+// seedWorld is one seed's cluster, hosts and faults.
+type seedWorld struct {
+	t     *testing.T
+	bb    *bubble
+	rng   *rand.Rand
+	plant plant
+	nodes []string
+
+	mu      sync.Mutex
+	ctl     map[string]*Controller // nil: not running
+	paused  map[string]bool
+	cutOff  map[string]bool      // its store link fails
+	healthy map[string]time.Time // since when (zero: not healthy)
+	sess    map[string]*initiator.Session
+	sessOf  map[string]*Controller
+	script  []string
+	viol    []string
+	// supervising: one supervise at a time (a channel: a goroutine waiting
+	// on a lock would stop the bubble's time while the other kills).
+	supervising chan struct{}
+}
+
+func (w *seedWorld) logf(format string, args ...any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.script = append(w.script, fmt.Sprintf("%6.2fs ", time.Since(w.bb.t0).Seconds())+fmt.Sprintf(format, args...))
+}
+
+func (w *seedWorld) violate(format string, args ...any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.viol) < 8 {
+		w.viol = append(w.viol, fmt.Sprintf("%6.2fs ", time.Since(w.bb.t0).Seconds())+fmt.Sprintf(format, args...))
+	}
+}
+
+// runSeed runs one seed and returns its violations (with the script).
+func runSeed(t *testing.T, seed uint64, steps int, p plant) []string {
+	bb := newBubble(t)
+	if p == plantNoFence {
+		bb.fencer = noFence{}
+	}
+	w := &seedWorld{t: t, bb: bb, rng: rand.New(rand.NewPCG(seed, 0x5eed)), plant: p, nodes: []string{"a", "b"},
+		ctl: map[string]*Controller{}, paused: map[string]bool{}, cutOff: map[string]bool{}, healthy: map[string]time.Time{},
+		sess: map[string]*initiator.Session{}, sessOf: map[string]*Controller{}, supervising: make(chan struct{}, 1)}
+	testNoGate.Store(p == plantNoGate)
+	defer testNoGate.Store(false)
+	for _, n := range w.nodes {
+		w.start(n)
+	}
+	until(t, 10*time.Second, func() bool {
+		for _, l := range bb.cfg.LUNs {
+			if w.servers(l.ID) != 1 {
+				return false
+			}
+		}
+		return true
+	}, "every LUN served at the start")
+
+	ctx, stopHosts := context.WithCancel(context.Background())
+	var hosts sync.WaitGroup
+	var streams []*hostlab.VerifiedStream
+	other := map[string]string{"a": "b", "b": "a"}
+	for i, l := range bb.cfg.LUNs {
+		st := hostlab.NewVerifiedStream(l.ID, l.Preferred, 0)
+		streams = append(streams, st)
+		hosts.Add(1)
+		go func() {
+			defer hosts.Done()
+			st.Run(ctx, w.session, other, 50, seed<<8+uint64(i))
+		}()
+	}
+	checkDone := make(chan struct{})
+	checked := make(chan struct{})
+	go w.check(checkDone, checked)
+
+	for i := 0; i < steps && len(w.violations()) == 0; i++ {
+		w.step()
+		time.Sleep(time.Duration(200+w.rng.IntN(2800)) * time.Millisecond)
+	}
+	w.healAll()
+	time.Sleep(bb.cfg.Cluster.LeaseTTL + unservedBound)
+	stopHosts()
+	hosts.Wait()
+	close(checkDone)
+	<-checked
+	w.settle(streams)
+	for _, n := range w.nodes {
+		if c := w.get(n); c != nil {
+			c.Stop(time.Second)
+		}
+	}
+	w.closeSessions()
+	if v := w.violations(); len(v) > 0 {
+		return append(v, "script:\n  "+strings.Join(w.script, "\n  "))
+	}
+	return nil
+}
+
+func (w *seedWorld) violations() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.viol...)
+}
+
+func (w *seedWorld) get(n string) *Controller {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ctl[n]
+}
+
+// start runs node n's controller (a restart after a kill: a new process).
+func (w *seedWorld) start(n string) {
+	c, err := w.bb.startErr(n)
+	if err != nil {
+		w.violate("%s did not start: %v", n, err)
+		return
+	}
+	w.mu.Lock()
+	w.ctl[n], w.healthy[n] = c, time.Now()
+	w.mu.Unlock()
+}
+
+// servers counts the running controllers that serve lun as owner.
+func (w *seedWorld) servers(lun uint64) int {
+	k := 0
+	for _, n := range w.nodes {
+		if c := w.get(n); c != nil && !c.gone.Load() && c.Serves(lun) {
+			k++
+		}
+	}
+	return k
+}
+
+// session is the hosts' session to node n (redialed after a failure or a
+// restart; nil while n does not run).
+func (w *seedWorld) session(n string) *initiator.Session {
+	c := w.get(n)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	if s := w.sess[n]; s != nil && w.sessOf[n] == c {
+		select {
+		case <-s.Done():
+		default:
+			return s
+		}
+	}
+	if s := w.sess[n]; s != nil {
+		s.Close()
+		delete(w.sess, n)
+	}
+	for _, p := range c.D.Portals() {
+		if p.Node == n {
+			dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			s, err := initiator.Dial(dctx, initiator.Config{Addr: p.Addr, Target: p.Target,
+				InitiatorName: "iqn.2026-11.test.aluad:seeds", DialTimeout: 2 * time.Second, Dial: w.bb.net.Dial})
+			cancel()
+			if err != nil {
+				return nil
+			}
+			w.sess[n], w.sessOf[n] = s, c
+			return s
+		}
+	}
+	return nil
+}
+
+func (w *seedWorld) closeSessions() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for n, s := range w.sess {
+		s.Close()
+		delete(w.sess, n)
+	}
+}
+
+// step injects one fault or heals one, as the seed draws.
+func (w *seedWorld) step() {
+	n := w.nodes[w.rng.IntN(len(w.nodes))]
+	peer := "a"
+	if n == "a" {
+		peer = "b"
+	}
+	c := w.get(n)
+	paused, cutOff := w.state(n)
+	switch k := w.rng.IntN(10); {
+	case c == nil:
+		w.logf("restart %s", n)
+		w.start(n)
+	case k < 3 && !paused:
+		w.logf("pause %s", n)
+		w.mu.Lock()
+		w.paused[n], w.healthy[n] = true, time.Time{}
+		w.mu.Unlock()
+		w.bb.links[n].Cut(true)
+		c.held.set(true)
+		c.CutInterlink(peer, true)
+	case k < 5 && paused:
+		w.logf("resume %s", n)
+		w.resume(n)
+	case k < 6 && w.get(peer) != nil:
+		w.logf("kill %s", n)
+		w.mu.Lock()
+		w.paused[n], w.cutOff[n] = false, false
+		w.mu.Unlock()
+		w.bb.links[n].Heal()
+		c.held.set(false)
+		kill(c)
+		w.mu.Lock()
+		w.ctl[n], w.healthy[n] = nil, time.Time{}
+		w.mu.Unlock()
+	case k < 7 && !paused && !cutOff:
+		w.logf("cut %s from the store", n)
+		w.mu.Lock()
+		w.cutOff[n], w.healthy[n] = true, time.Time{}
+		w.mu.Unlock()
+		w.bb.links[n].Cut(false)
+	case k < 8 && cutOff:
+		w.logf("%s reaches the store again", n)
+		w.bb.links[n].Heal()
+		w.mu.Lock()
+		w.cutOff[n] = false
+		w.mu.Unlock()
+		w.supervise(n)
+	case k < 9 && !paused:
+		w.logf("cut the interlink %s-%s", n, peer)
+		c.CutInterlink(peer, true)
+	default:
+		if !paused {
+			w.logf("restore the interlink %s-%s", n, peer)
+			c.CutInterlink(peer, false)
+		}
+	}
+	for _, x := range w.nodes {
+		w.supervise(x)
+	}
+}
+
+// state is whether n is paused, and cut off from the store.
+func (w *seedWorld) state(n string) (paused, cutOff bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.paused[n], w.cutOff[n]
+}
+
+// kill kills c as SIGKILL does and waits until nothing of it runs (on a
+// channel: a wait on the Once of a kill the fence started in the
+// background would stop the bubble's time).
+func kill(c *Controller) {
+	c.gone.Store(true)
+	go c.Kill()
+	<-c.Exited()
+}
+
+// resume ends n's pause: the store answers it again, its media writes
+// and its interlink go on.
+func (w *seedWorld) resume(n string) {
+	w.mu.Lock()
+	w.paused[n] = false
+	w.mu.Unlock()
+	w.bb.links[n].Heal()
+	if c := w.get(n); c != nil {
+		c.held.set(false)
+		for _, p := range w.nodes {
+			if p != n {
+				c.CutInterlink(p, false)
+			}
+		}
+	}
+	w.supervise(n)
+}
+
+// supervise restarts a controller that has exited (its lease lost, or
+// fenced by the other), as systemd would; one still running and reaching
+// the store counts as healthy from now.
+func (w *seedWorld) supervise(n string) {
+	w.supervising <- struct{}{}
+	defer func() { <-w.supervising }()
+	c := w.get(n)
+	if c == nil {
+		return
+	}
+	exited := c.gone.Load()
+	select {
+	case <-c.Err():
+		exited = true
+	default:
+	}
+	w.mu.Lock()
+	paused, cut := w.paused[n], w.cutOff[n]
+	w.mu.Unlock()
+	if exited && !paused {
+		w.logf("%s exited: restarted", n)
+		kill(c)
+		w.bb.links[n].Heal()
+		w.mu.Lock()
+		w.cutOff[n] = false
+		w.mu.Unlock()
+		w.start(n)
+		return
+	}
+	w.mu.Lock()
+	if !paused && !cut && w.healthy[n].IsZero() {
+		w.healthy[n] = time.Now()
+	}
+	w.mu.Unlock()
+}
+
+// healAll ends every fault and restarts what does not run.
+func (w *seedWorld) healAll() {
+	w.logf("heal everything")
+	for _, n := range w.nodes {
+		paused, cutOff := w.state(n)
+		if paused {
+			w.resume(n)
+		}
+		if cutOff {
+			w.bb.links[n].Heal()
+			w.mu.Lock()
+			w.cutOff[n] = false
+			w.mu.Unlock()
+		}
+		if c := w.get(n); c != nil {
+			for _, p := range w.nodes {
+				if p != n {
+					c.CutInterlink(p, false)
+				}
+			}
+		}
+	}
+	for _, n := range w.nodes {
+		if w.get(n) == nil {
+			w.start(n)
+		}
+		w.supervise(n)
+	}
+}
+
+// check watches the invariants of serving until done.
+func (w *seedWorld) check(done, checked chan struct{}) {
+	defer close(checked)
+	ttl := w.bb.cfg.Cluster.LeaseTTL
+	lastServed := map[uint64]time.Time{}
+	for _, l := range w.bb.cfg.LUNs {
+		lastServed[l.ID] = time.Now()
+	}
+	for {
+		select {
+		case <-done:
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+		for _, n := range w.nodes {
+			w.supervise(n)
+		}
+		now := time.Now()
+		var healthySince time.Time
+		w.mu.Lock()
+		for _, n := range w.nodes {
+			if s := w.healthy[n]; !s.IsZero() && (healthySince.IsZero() || s.Before(healthySince)) {
+				healthySince = s
+			}
+		}
+		w.mu.Unlock()
+		for _, l := range w.bb.cfg.LUNs {
+			switch k := w.servers(l.ID); {
+			case k > 1:
+				w.violate("LUN %d served by %d controllers as owner", l.ID, k)
+			case k == 1:
+				lastServed[l.ID] = now
+			case !healthySince.IsZero():
+				from := lastServed[l.ID]
+				if healthySince.After(from) {
+					from = healthySince
+				}
+				if now.Sub(from) > ttl+unservedBound {
+					w.violate("LUN %d unserved for %v while a healthy controller was there", l.ID, now.Sub(from).Round(time.Millisecond))
+					lastServed[l.ID] = now
+				}
+			}
+		}
+	}
+}
+
+// settle reads every stream's acknowledged writes back through a running
+// controller.
+func (w *seedWorld) settle(streams []*hostlab.VerifiedStream) {
+	for _, st := range streams {
+		var s *initiator.Session
+		for _, n := range w.nodes {
+			if s = w.session(n); s != nil {
+				break
+			}
+		}
+		if s == nil {
+			w.violate("no controller to read back through")
+			return
+		}
+		checked, lost, err := st.Verify(context.Background(), s)
+		switch {
+		case err != nil && !errors.Is(err, context.Canceled):
+			w.violate("read-back: %v", err)
+		case len(lost) > 0:
+			w.violate("%d of %d acknowledged blocks read back older data (LBAs %v)", len(lost), checked, lost)
+		}
+	}
+}
