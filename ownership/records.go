@@ -32,12 +32,18 @@ type RecordView struct {
 
 // RecordsView is what the leader knows at one round.
 type RecordsView struct {
-	// Nodes is the configuration's node order: a node's mirror copies
-	// are held by the first member after it in that order.
+	// Nodes is the configuration's node order: a node mirrors to the
+	// first member after it in that order when it records a generation.
 	Nodes []string
 	// Members maps each node with a live membership to the revision its
 	// incarnation joined at (a restart is a new, higher one).
 	Members map[string]int64
+	// Holders maps a node to the holder recorded with the latest mirror
+	// generation of the incarnation a takeover of its records concerns
+	// (a gone node's newest incarnation; a restarted node's newest before
+	// the current member's): the only node its copies may be on. A node
+	// with none recorded ("", or absent) is unknown.
+	Holders map[string]string
 	Records []RecordView
 	// Now and TermStart are the leader's clock and when its term began;
 	// MemberSince is when the leader first saw each member this term
@@ -103,9 +109,22 @@ type RecordAction struct {
 	Joined int64
 }
 
-// Holder is the member that holds owner's mirror copies: the first
-// member after it in configuration order ("" when none).
+// Holder is the member a takeover of owner's records goes to: the holder
+// of its copies recorded with its latest generation, while it is a member;
+// otherwise (unknown, or gone too: the copies are gone with it) the first
+// member after owner in configuration order ("" when none).
 func (v RecordsView) Holder(owner string) string {
+	if h := v.Holders[owner]; h != "" && h != owner {
+		if _, up := v.Members[h]; up {
+			return h
+		}
+	}
+	return v.next(owner)
+}
+
+// next is the first member after owner in configuration order ("" when
+// none).
+func (v RecordsView) next(owner string) string {
 	at := -1
 	for i, n := range v.Nodes {
 		if n == owner {
@@ -127,7 +146,7 @@ func (v RecordsView) Holder(owner string) string {
 //   - a fresh record whose owner joined after it was written is served
 //     as it is (the array's first start: nothing to replay);
 //   - a record whose owner restarted since it was written is taken over
-//     by the holder of the owner's mirror copies (its cache is gone, the
+//     by the holder of the owner's mirror copies (Holder) (its cache is gone, the
 //     partner replays them, and the core or a failback brings it back
 //     later); with nobody to hold them the owner serves it from the
 //     media;

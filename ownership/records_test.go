@@ -46,6 +46,51 @@ func TestDecideRecords(t *testing.T) {
 				delete(v.Members, "a")
 			},
 			[]RecordAction{{Kind: RecordTakeover, To: "b", Replay: true, OwnerGone: true, FenceFirst: true}}},
+		{"owner gone: the recorded holder takes over, not the next member",
+			func(v *RecordsView, r *RecordView) {
+				*r = rec("a", 30)
+				v.Members = map[string]int64{"b": 20, "c": 40}
+				v.Holders = map[string]string{"a": "c"}
+			},
+			[]RecordAction{{Kind: RecordTakeover, To: "c", Replay: true, OwnerGone: true, FenceFirst: true}}},
+		{"owner gone, its recorded holder gone too: the next member",
+			func(v *RecordsView, r *RecordView) {
+				*r = rec("a", 30)
+				v.Members = map[string]int64{"b": 20}
+				v.Holders = map[string]string{"a": "c"}
+			},
+			[]RecordAction{{Kind: RecordTakeover, To: "b", Replay: true, OwnerGone: true, FenceFirst: true}}},
+		{"owner gone, holder unknown (a generation from before holders): the next member",
+			func(v *RecordsView, r *RecordView) {
+				*r = rec("a", 30)
+				v.Members = map[string]int64{"b": 20, "c": 40}
+				v.Holders = map[string]string{"a": ""}
+			},
+			[]RecordAction{{Kind: RecordTakeover, To: "b", Replay: true, OwnerGone: true, FenceFirst: true}}},
+		{"owner gone, recorded as its own holder (unknown): the next member",
+			func(v *RecordsView, r *RecordView) {
+				*r = rec("a", 30)
+				v.Members = map[string]int64{"b": 20, "c": 40}
+				v.Holders = map[string]string{"a": "a"}
+			},
+			[]RecordAction{{Kind: RecordTakeover, To: "b", Replay: true, OwnerGone: true, FenceFirst: true}}},
+		{"owner restarted: the recorded holder of its earlier incarnation takes over",
+			func(v *RecordsView, r *RecordView) {
+				*r = rec("a", 5)
+				v.Members["c"] = 40
+				v.Holders = map[string]string{"a": "c"}
+			},
+			[]RecordAction{{Kind: RecordTakeover, To: "c", Replay: true}}},
+		{"owner restarted, its recorded holder gone: the next member",
+			func(v *RecordsView, r *RecordView) { *r = rec("a", 5); v.Holders = map[string]string{"a": "c"} },
+			[]RecordAction{{Kind: RecordTakeover, To: "b", Replay: true}}},
+		{"owner restarted, its recorded holder gone and no other member: it serves from the media",
+			func(v *RecordsView, r *RecordView) {
+				*r = rec("a", 5)
+				delete(v.Members, "b")
+				v.Holders = map[string]string{"a": "c"}
+			},
+			[]RecordAction{{Kind: RecordTakeover, To: "a"}}},
 		{"owner gone, nobody left to hold its copies: it waits",
 			func(v *RecordsView, r *RecordView) { *r = rec("c", 30); v.Members = map[string]int64{} }, nil},
 		{"first start: a fresh record waits for its owner's controller",
