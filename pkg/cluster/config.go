@@ -98,11 +98,9 @@ func (c *Config) Validate(nodes []string) error {
 	if err := c.validateFencing(); err != nil {
 		return err
 	}
-	if len(nodes) != 2 {
-		// The holder of a controller's mirror copies is its one partner;
-		// with three or more, which node holds them must be recorded
-		// before the leader can pick the takeover's target.
-		return fmt.Errorf("cluster: %d nodes; controllers as processes run two (a witness is the third etcd member)", len(nodes))
+	if len(nodes) < 2 {
+		// (a controller's mirror copies are on another one)
+		return fmt.Errorf("cluster: %d node; controllers as processes run two or more", len(nodes))
 	}
 	known := map[string]bool{}
 	for _, n := range nodes {

@@ -641,12 +641,15 @@ func (s *Store) MirrorGens(ctx context.Context, node string) (map[int64]int64, e
 }
 
 // VoidMirror starts a new mirror generation for m's incarnation (while
-// it is a member): every copy its partner holds from it before is void.
+// it is a member), recording holder as the node its copies go to from it
+// on ("" for none): every copy its partner holds from it before is void.
 // A controller that lost its partner link while serving does this before
-// it acknowledges a write the partner did not see.
-func (s *Store) VoidMirror(ctx context.Context, m *Membership) (int64, error) {
+// it acknowledges a write the partner did not see, and before it sends a
+// copy to a partner no generation of its names (a new one, or its
+// first).
+func (s *Store) VoidMirror(ctx context.Context, m *Membership, holder string) (int64, error) {
 	key := fmt.Sprintf("%smirrorgen/%s/%d", s.prefix, m.info.Node, m.joinRev)
-	r, err := s.kv.Txn(ctx, kv.Txn{If: []kv.Cmp{s.MemberAlive(m).cmp}, Then: []kv.Op{kv.Put(key, m.info.Node, kv.NoLease)}})
+	r, err := s.kv.Txn(ctx, kv.Txn{If: []kv.Cmp{s.MemberAlive(m).cmp}, Then: []kv.Op{kv.Put(key, holderPrefix+holder, kv.NoLease)}})
 	if err != nil {
 		return 0, err
 	}
@@ -654,6 +657,48 @@ func (s *Store) VoidMirror(ctx context.Context, m *Membership) (int64, error) {
 		return 0, fmt.Errorf("%w: node %s is no member", ErrStale, m.info.Node)
 	}
 	return r.Rev, nil
+}
+
+// holderPrefix starts a generation's value that names its holder; a value
+// without it (the node's own name, written before holders were recorded)
+// names none: the holder is unknown.
+const holderPrefix = "holder="
+
+// Holders reads, for every node with a mirror generation, the holder
+// recorded with the latest generation of the incarnation a takeover of
+// its records concerns: for a node in members, its newest incarnation
+// before the member's (the one whose records it restarted over); for any
+// other, its newest. "" is unknown (none recorded, or a generation with
+// no partner). Read after members: a gone incarnation records nothing
+// more (VoidMirror holds only while it is a member).
+func (s *Store) Holders(ctx context.Context, members map[string]Info) (map[string]string, error) {
+	prefix := s.prefix + "mirrorgen/"
+	r, err := s.kv.Get(ctx, kv.Range{Key: prefix, Prefix: true})
+	if err != nil {
+		return nil, err
+	}
+	newest := map[string]int64{}
+	out := map[string]string{}
+	for _, k := range r.KVs {
+		node, incs, ok := strings.Cut(strings.TrimPrefix(k.Key, prefix), "/")
+		inc, err := strconv.ParseInt(incs, 10, 64)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("cluster: mirror generation key %s: not <node>/<incarnation>", k.Key)
+		}
+		if m, up := members[node]; up && inc >= m.Joined {
+			continue // the member's own: no takeover concerns it
+		}
+		if at, seen := newest[node]; seen && at > inc {
+			continue
+		}
+		newest[node] = inc
+		h, named := strings.CutPrefix(k.Value, holderPrefix)
+		if !named {
+			h = ""
+		}
+		out[node] = h
+	}
+	return out, nil
 }
 
 // StillLeader holds while l's election key is the one it won with: a

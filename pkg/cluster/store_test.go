@@ -475,3 +475,52 @@ func TestLeadershipAfterALostQuorum(t *testing.T) {
 		t.Fatalf("b not elected after 3 TTLs; the leader key names %q", leader)
 	}
 }
+
+// Each mirror generation records the node the copies go to from it on;
+// a takeover reads the holder of the incarnation it concerns: a gone
+// node's newest, a restarted node's newest before the member's. A value
+// from before holders were recorded (the node's own name) is unknown, and
+// an incarnation that is no member records nothing more.
+func TestMirrorHolders(t *testing.T) { eachBackend(t, testMirrorHolders) }
+
+func testMirrorHolders(t *testing.T, be kv.Backend) {
+	s := NewStoreKV(be, "arr1", nil)
+	ctx := ctxT(t)
+	holders := func() map[string]string {
+		t.Helper()
+		ms, _, err := s.Members(ctx)
+		require.NoError(t, err)
+		h, err := s.Holders(ctx, ms)
+		require.NoError(t, err)
+		return h
+	}
+	a, err := s.Join(ctx, Info{Node: "a"}, time.Second)
+	require.NoError(t, err)
+	g1, err := s.VoidMirror(ctx, a, "b")
+	require.NoError(t, err)
+	g2, err := s.VoidMirror(ctx, a, "c")
+	require.NoError(t, err)
+	require.Greater(t, g2, g1)
+	gens, err := s.MirrorGens(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, map[int64]int64{a.JoinRevision(): g2}, gens, "the generation is the latest void's revision")
+	require.Empty(t, holders(), "a member's own incarnation concerns no takeover")
+
+	require.NoError(t, a.Leave(ctx))
+	require.Equal(t, map[string]string{"a": "c"}, holders(), "gone: the holder of its newest generation")
+	_, err = s.VoidMirror(ctx, a, "b")
+	require.ErrorIs(t, err, ErrStale, "no member records nothing")
+
+	a2, err := s.Join(ctx, Info{Node: "a"}, time.Second)
+	require.NoError(t, err)
+	_, err = s.VoidMirror(ctx, a2, "")
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"a": "c"}, holders(), "restarted: the earlier incarnation's holder")
+	require.NoError(t, a2.Leave(ctx))
+	require.Equal(t, map[string]string{"a": ""}, holders(), "a generation with no partner names none")
+
+	// A generation written before holders were recorded: unknown.
+	_, err = be.Txn(ctx, kv.Txn{Then: []kv.Op{kv.Put(fmt.Sprintf("%smirrorgen/b/%d", s.prefix, 7), "b", kv.NoLease)}})
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"a": "", "b": ""}, holders())
+}

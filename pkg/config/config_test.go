@@ -69,8 +69,8 @@ func TestConfigErrors(t *testing.T) {
 			"http(s)://host:port"},
 		{"cluster lease fraction", "array_id: x1\ncluster: {etcd: [http://h:1], interlink: {a: 127.0.0.1:1, b: 127.0.0.1:2}, lease_ttl: 1500ms}\n",
 			"whole number of seconds"},
-		{"cluster of three", "array_id: x1\nnodes: [{name: a, ports: [{name: a0, addr: 127.0.0.1:0}]}, {name: b, ports: [{name: b0, addr: 127.0.0.1:0}]}, {name: c, ports: [{name: c0, addr: 127.0.0.1:0}]}]\n" +
-			"cluster: {etcd: [http://h:1], interlink: {a: 127.0.0.1:1, b: 127.0.0.1:2, c: 127.0.0.1:3}}\n", "run two"},
+		{"cluster of one", "array_id: x1\nnodes: [{name: a, ports: [{name: a0, addr: 127.0.0.1:0}]}]\nluns: [{id: 0, size: 1MiB, preferred: a}]\n" +
+			"cluster: {etcd: [http://h:1], interlink: {a: 127.0.0.1:1}}\n", "run two or more"},
 		{"cluster on two machines unfenced", "array_id: x1\ncluster: {etcd: [http://h:1], interlink: {a: 10.0.0.1:7101, b: 10.0.0.2:7101}}\n",
 			"set cluster.fence_command"},
 		{"cluster fencing unknown", "array_id: x1\ncluster: {etcd: [http://h:1], interlink: {a: 127.0.0.1:1, b: 127.0.0.1:2}, fencing: stonith}\n",
@@ -209,6 +209,10 @@ func TestClusterSection(t *testing.T) {
 		require.NoError(t, err, yaml)
 		require.Equal(t, want, c.Cluster.Fencing, yaml)
 	}
+	c, err = Parse([]byte("array_id: x1\nnodes: [{name: a, ports: [{name: a0, addr: 127.0.0.1:0}]}, {name: b, ports: [{name: b0, addr: 127.0.0.1:0}]}, {name: c, ports: [{name: c0, addr: 127.0.0.1:0}]}]\n"+
+		"cluster: {etcd: [http://h:1], interlink: {a: 127.0.0.1:1, b: 127.0.0.1:2, c: 127.0.0.1:3}}\n"), "c.yaml")
+	require.NoError(t, err, "three controllers")
+	require.Len(t, c.Nodes, 3)
 	c, err = Parse([]byte("array_id: x1\n"), "c.yaml")
 	require.NoError(t, err)
 	require.False(t, c.Cluster.On(), "no section: the embedded array")

@@ -95,16 +95,15 @@ type Controller struct {
 	cuts   map[string]bool          // peers whose link is cut (the fault)
 	delays map[string]time.Duration // latency added to what goes to a peer (the fault)
 
-	// The mirror generation this node sends copies under, and the voids
-	// under way (a lost partner link: writes that the partner does not
-	// see are acknowledged only once its older copies are void).
-	gen         atomic.Int64
+	// The mirror generation this node sends copies under (mirror.go), and
+	// the voids under way (a lost partner link: writes that the partner
+	// does not see are acknowledged only once its older copies are void).
+	mgen        atomic.Pointer[mirrorGen]
 	vmu         sync.Mutex
 	vcond       *sync.Cond
 	lossSeq     int64 // links lost (or replaced, or a partner changed)
 	voidedSeq   int64 // the losses a void covers
 	voidRunning bool
-	lastPartner string                 // the partner copies last went to (under mu)
 	lunMu       map[uint64]*sync.Mutex // orders a record's install against copies arriving
 	stopping    atomic.Bool
 	gone        atomic.Bool // killed: its media writes on their way fail (gated)
@@ -802,6 +801,7 @@ func (c *Controller) watchMembers(rev int64) {
 				if !ev.Up {
 					c.forgetNode(ev.Node, ev.Rev)
 				}
+				c.checkHolder() // (the partner may have changed)
 			}
 			c.wake()
 		},

@@ -104,6 +104,11 @@ func (c *Controller) decide(l *cluster.Leadership, since map[string]time.Time) {
 	if err != nil {
 		return
 	}
+	// After the members: a gone incarnation records no generation more.
+	holders, err := c.store.Holders(ctx, members)
+	if err != nil {
+		return
+	}
 	now := time.Now()
 	for n := range since {
 		if _, ok := members[n]; !ok {
@@ -120,7 +125,7 @@ func (c *Controller) decide(l *cluster.Leadership, since map[string]time.Time) {
 	v := ownership.RecordsView{Members: map[string]int64{}, Now: now.UnixMilli(), TermStart: c.termStart.UnixMilli(),
 		MemberSince: map[string]int64{}, StartGrace: c.startGrace().Milliseconds(),
 		FailbackAfter: c.cc.FailbackAfter.Milliseconds(), BackoffUntil: map[uint64]int64{}, Core: c.core.Load() != nil,
-		Reached: map[string]bool{}}
+		Reached: map[string]bool{}, Holders: holders}
 	for _, n := range c.o.Config.Nodes {
 		v.Nodes = append(v.Nodes, n.Name)
 		v.Reached[n.Name] = n.Name == c.node || c.linkTo(n.Name) != nil

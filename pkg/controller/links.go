@@ -110,6 +110,7 @@ func (c *Controller) register(conn *interlink.Conn, f *interlink.Faulty) {
 		old.conn.Close()
 	}
 	c.log.Info("interlink up", "peer", peer)
+	c.checkHolder()
 	c.sendSnapshot(l)
 	go func() {
 		<-conn.Done()
@@ -206,8 +207,9 @@ func (c *Controller) linkTo(node string) *link {
 }
 
 // partnerName is the mirror partner: the next node up after this one in
-// configuration order (the leader takes this node's LUNs over to the
-// same one).
+// configuration order. Copies go to it once a mirror generation names it
+// as the holder (mirror.go); the leader takes this node's LUNs over to
+// the holder of its latest generation.
 func (c *Controller) partnerName() string {
 	local := c.arr.Local()
 	for i := 1; i < len(c.arr.Nodes); i++ {
@@ -216,15 +218,6 @@ func (c *Controller) partnerName() string {
 		}
 	}
 	return ""
-}
-
-// partnerLink is the link to the mirror partner, if it is up.
-func (c *Controller) partnerLink() *link {
-	name := c.partnerName()
-	if name == "" {
-		return nil
-	}
-	return c.linkTo(name)
 }
 
 // Forward implements array.Remote: the command runs on the owner.

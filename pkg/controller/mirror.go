@@ -14,12 +14,36 @@ import (
 
 // The write-cache mirror across processes. Copies go to the partner over
 // the interlink, tagged with this incarnation (its join revision) and its
-// mirror generation. A link that is lost (or replaced, or a partner that
-// changes) may leave copies at the partner that no release will reach:
-// every held LUN is destaged, then a new generation is written to etcd,
-// and until then no write the partner does not see is acknowledged
-// (Settle). A takeover replays only copies of the incarnation's latest
-// generation.
+// mirror generation; each generation is recorded in etcd with its holder,
+// the partner its copies go to, and a copy goes only to the holder of the
+// generation it carries. A link that is lost (or replaced, or a partner
+// that changes) may leave copies at the partner that no release will
+// reach: every held LUN is destaged, then a new generation is written to
+// etcd naming the partner of that moment, and until then no write the
+// partner does not see is acknowledged (Settle). A partner no generation
+// names (this incarnation's first, or a new one) takes no copy before a
+// generation names it. A takeover replays only copies of the
+// incarnation's latest generation, and the leader gives the LUNs to its
+// holder.
+//
+// Lock order: the cache's lock (Up, Put and Release run under it), then
+// c.mu, then c.vmu.
+
+// mirrorGen is a mirror generation of this incarnation: the revision of
+// its void in etcd, and the holder recorded with it ("" before the first,
+// or when there was no partner).
+type mirrorGen struct {
+	Gen    int64
+	Holder string
+}
+
+// mirrorGen is the generation copies are sent under now.
+func (c *Controller) mirrorGen() mirrorGen {
+	if g := c.mgen.Load(); g != nil {
+		return *g
+	}
+	return mirrorGen{}
+}
 
 // Mirror implements array.Remote.
 func (c *Controller) Mirror() cache.Remote { return mirror{c} }
@@ -27,33 +51,44 @@ func (c *Controller) Mirror() cache.Remote { return mirror{c} }
 // mirror sends the local cache's copies to the partner over the link.
 type mirror struct{ c *Controller }
 
-// Up implements cache.Remote: a partner with a live link, and no loss
-// waiting for its void. A partner that changed is a loss.
+// Up implements cache.Remote: a partner with a live link that the current
+// generation names, and no loss waiting for its void. A linked partner the
+// generation does not name (it changed, or none was named yet) needs a
+// new generation first.
 func (m mirror) Up() bool {
-	c := m.c
+	name, g, l := m.c.checkHolder()
+	return l != nil && name == g.Holder && !m.c.unvoided()
+}
+
+// checkHolder reads the partner, the current generation and the link to
+// the partner, and starts a new generation if the partner has a link and
+// the generation does not name it. Run for every write (Up), and as soon
+// as a link comes up or a member comes or goes, so the first write to a
+// new partner seldom waits for the void.
+func (c *Controller) checkHolder() (string, mirrorGen, *link) {
 	name := c.partnerName()
+	g := c.mirrorGen()
 	c.mu.Lock()
-	if c.lastPartner != "" && name != c.lastPartner {
-		c.lastPartner = ""
-		c.lostLinkLocked()
-	}
+	defer c.mu.Unlock()
 	l := c.links[name]
-	if l != nil {
-		c.lastPartner = name
+	if l != nil && name != g.Holder {
+		c.newHolderLocked()
 	}
-	c.mu.Unlock()
-	return l != nil && !c.unvoided()
+	return name, g, l
 }
 
 var errNoPartner = errors.New("controller: no mirror partner")
 
 // Put implements cache.Remote.
+// The copies go to the holder recorded with the generation they carry,
+// whoever the partner is now.
 func (m mirror) Put(id uint64, ps []cache.MirrorPage) func() error {
-	lk := m.c.partnerLink()
-	if lk == nil {
+	g := m.c.mirrorGen()
+	lk := m.c.linkTo(g.Holder)
+	if g.Holder == "" || lk == nil {
 		return func() error { return errNoPartner }
 	}
-	token, inc, gen := m.c.fence.Token(id), m.c.ms.JoinRevision(), m.c.gen.Load()
+	token, inc, gen := m.c.fence.Token(id), m.c.ms.JoinRevision(), g.Gen
 	pend := make([]*interlink.Pending, len(ps))
 	for i, p := range ps {
 		pend[i] = lk.conn.PostMirror(uint32(id), interlink.Mirror{Token: token, Inc: inc, Gen: gen, Offset: p.Idx * m.c.ps,
@@ -71,10 +106,12 @@ func (m mirror) Put(id uint64, ps []cache.MirrorPage) func() error {
 	}
 }
 
-// Release implements cache.Remote.
+// Release implements cache.Remote: to the current generation's holder,
+// which holds the copies (those sent to an earlier one are void).
 func (m mirror) Release(id uint64, ps []cache.MirrorPage) {
-	lk := m.c.partnerLink()
-	if lk == nil {
+	g := m.c.mirrorGen()
+	lk := m.c.linkTo(g.Holder)
+	if g.Holder == "" || lk == nil {
 		return
 	}
 	token := m.c.fence.Token(id)
@@ -83,8 +120,8 @@ func (m mirror) Release(id uint64, ps []cache.MirrorPage) {
 	}
 }
 
-// Settle implements cache.Remote: every release posted on the partner link
-// is answered, or every loss has been voided.
+// Settle implements cache.Remote: every release posted on the link to the
+// current generation's holder is answered, or every loss has been voided.
 func (m mirror) Settle() error {
 	c := m.c
 	deadline := time.Now().Add(c.cc.LeaseTTL)
@@ -93,7 +130,10 @@ func (m mirror) Settle() error {
 		seq, voided := c.lossSeq, c.voidedSeq >= c.lossSeq
 		c.vmu.Unlock()
 		if voided {
-			lk := c.partnerLink()
+			var lk *link
+			if h := c.mirrorGen().Holder; h != "" {
+				lk = c.linkTo(h)
+			}
 			if lk == nil {
 				return nil // no link and every loss voided
 			}
@@ -137,6 +177,19 @@ func (c *Controller) lostLinkLocked() {
 	}
 }
 
+// newHolderLocked: copies are to go to a partner the current generation
+// does not name, so a new generation must name it first: a loss, unless a
+// void is pending already (it records the partner of its own time; if
+// that is not this one, the next Up asks again). c.mu is held.
+func (c *Controller) newHolderLocked() {
+	c.vmu.Lock()
+	pending := c.voidedSeq < c.lossSeq
+	c.vmu.Unlock()
+	if !pending {
+		c.lostLinkLocked()
+	}
+}
+
 // unvoided reports a loss not voided yet.
 func (c *Controller) unvoided() bool {
 	c.vmu.Lock()
@@ -145,7 +198,8 @@ func (c *Controller) unvoided() bool {
 }
 
 // runVoids voids until every loss recorded is covered: every held LUN
-// destaged (its copies are out of reach), then a new generation in etcd.
+// destaged (its copies are out of reach), then a new generation in etcd
+// naming the partner of that moment as its holder.
 // A controller that is no member any more stops: it serves nothing, and
 // Settle refuses what waits.
 func (c *Controller) runVoids() {
@@ -167,14 +221,16 @@ func (c *Controller) runVoids() {
 		// (ended early if an etcd member is dropped: the write may be
 		// waiting on it, and writes of this controller's LUNs wait for
 		// this one; it is tried again at once on the members left)
+		holder := c.partnerName()
 		ctx, cancel := c.store.Bounded(c.ctx, 2*time.Second)
-		gen, err := c.store.VoidMirror(ctx, c.ms)
+		gen, err := c.store.VoidMirror(ctx, c.ms, holder)
 		cancel()
 		switch {
 		case err == nil:
-			for cur := c.gen.Load(); cur < gen && !c.gen.CompareAndSwap(cur, gen); cur = c.gen.Load() {
+			if gen > c.mirrorGen().Gen { // (one runVoids at a time)
+				c.mgen.Store(&mirrorGen{Gen: gen, Holder: holder})
 			}
-			c.log.Info("the partner's copies are void", "gen", gen)
+			c.log.Info("the partner's copies are void", "gen", gen, "holder", holder)
 			c.vmu.Lock()
 			c.voidedSeq = max(c.voidedSeq, target)
 			c.vcond.Broadcast()

@@ -34,6 +34,8 @@ func TestNoReplayOfVoidCopies(t *testing.T) {
 		}
 	}
 	require.Eventually(t, func() bool { return a.linkTo("b") != nil && b.linkTo("a") != nil }, 5*time.Second, 10*time.Millisecond)
+	mirrorsTo(t, a, "b")
+	mirrorsTo(t, b, "a")
 	old := hostlab.Tagged(1)
 	require.NoError(t, hostlab.Retry(5*time.Second, func() error { return onA.Write16(ctx, lun, 0, old, 512, false) }))
 	t.Logf("b mirror bytes before the cut: %d", b.arr.Local().Cache.MirrorBytes())
@@ -76,6 +78,7 @@ func TestFailbackOverACutLinkReplaysNothing(t *testing.T) {
 	defer b2.Kill()
 	onA := session(t, a, "a", "h1")
 	require.Eventually(t, func() bool { return a.linkTo("b") != nil && b2.linkTo("a") != nil }, 5*time.Second, 10*time.Millisecond)
+	mirrorsTo(t, a, "b")
 	old := hostlab.Tagged(1)
 	require.NoError(t, hostlab.Retry(5*time.Second, func() error { return onA.Write16(ctx, lun, 0, old, 512, false) }))
 	t.Logf("b2 mirror bytes before the cut: %d", b2.arr.Local().Cache.MirrorBytes())
@@ -193,12 +196,12 @@ func TestRestartVoidsOnlyItsOwnCopies(t *testing.T) {
 	a2 := lab.start("a")
 	defer a2.Kill()
 	require.Eventually(t, func() bool { return a2.linkTo("b") != nil && b.linkTo("a") != nil }, 5*time.Second, 10*time.Millisecond)
-	g0 := a2.gen.Load()
+	g0 := a2.mirrorGen().Gen
 	// A link flap on the restarted controller (it serves nothing yet).
 	require.NoError(t, a2.CutInterlink("b", true))
 	require.NoError(t, b.CutInterlink("a", true))
-	require.Eventually(t, func() bool { return a2.gen.Load() > g0 }, 5*time.Second, 10*time.Millisecond, "a2 voided")
-	t.Logf("a2 voided the mirror generation of node a: %d -> %d; b still holds %d bytes", g0, a2.gen.Load(), b.arr.Local().Cache.MirrorBytes())
+	require.Eventually(t, func() bool { return a2.mirrorGen().Gen > g0 }, 5*time.Second, 10*time.Millisecond, "a2 voided")
+	t.Logf("a2 voided the mirror generation of node a: %d -> %d; b still holds %d bytes", g0, a2.mirrorGen().Gen, b.arr.Local().Cache.MirrorBytes())
 	require.NoError(t, a2.CutInterlink("b", false))
 	require.NoError(t, b.CutInterlink("a", false))
 	testHold.Store(false) // b takes the LUN over "with the copies", then fails it back
@@ -211,12 +214,22 @@ func TestRestartVoidsOnlyItsOwnCopies(t *testing.T) {
 	require.True(t, bytes.Equal(got, data), "acknowledged write lost: read tag %v", got[16:24])
 }
 
+// mirrorsTo waits until c sends its copies to peer: a mirror generation
+// names it as the holder (copies go to no partner before).
+func mirrorsTo(t *testing.T, c *Controller, peer string) {
+	t.Helper()
+	require.Eventually(t, func() bool { return c.mirrorGen().Holder == peer && !c.unvoided() }, 5*time.Second,
+		10*time.Millisecond, "%s mirrors to %s", c.node, peer)
+}
+
 // mirroredWrite starts both controllers, waits for their link, and has a
 // host write a block to a LUN a owns: dirty on a, its copy on b.
 func mirroredWrite(t *testing.T, lab *lab) (a, b *Controller, lun uint64, data []byte) {
 	t.Helper()
 	a, b = lab.start("a"), lab.start("b")
 	require.Eventually(t, func() bool { return a.linkTo("b") != nil && b.linkTo("a") != nil }, 5*time.Second, 10*time.Millisecond)
+	mirrorsTo(t, a, "b")
+	mirrorsTo(t, b, "a")
 	for _, l := range lab.cfg.LUNs {
 		if l.Preferred == "a" {
 			lun = l.ID
@@ -242,6 +255,8 @@ func TestStopAfterPartnerCrashKeepsItsWrites(t *testing.T) {
 	ctx := context.Background()
 	a, b := lab.start("a"), lab.start("b")
 	require.Eventually(t, func() bool { return a.linkTo("b") != nil && b.linkTo("a") != nil }, 5*time.Second, 10*time.Millisecond)
+	mirrorsTo(t, a, "b")
+	mirrorsTo(t, b, "a")
 	lun := lab.preferring("b")[0]
 	onB := session(t, b, "b", "h1")
 	data := hostlab.Tagged(9)
@@ -282,6 +297,8 @@ func TestStopWaitsForThePartnersFence(t *testing.T) {
 	ctx := context.Background()
 	a, b := lab.start("a"), lab.start("b")
 	require.Eventually(t, func() bool { return a.linkTo("b") != nil && b.linkTo("a") != nil }, 5*time.Second, 10*time.Millisecond)
+	mirrorsTo(t, a, "b")
+	mirrorsTo(t, b, "a")
 	lun := lab.preferring("b")[0]
 	onB := session(t, b, "b", "h1")
 	data := hostlab.Tagged(11)
