@@ -456,7 +456,10 @@ func (c *Controller) shut(leave bool) {
 // lease TTLs, and while a fence the takeover waits for runs, by the
 // fence's own timeout after that (a power fence takes seconds: leaving
 // before it ends would take the only copy of the partner's acknowledged
-// writes away); a partner that is a member holds its own.
+// writes away). It waits only while some record awaits a takeover (its
+// owner gone, or restarted since it was written): with more than two
+// controllers, others being members says nothing of the gone one whose
+// copies this one holds.
 func (c *Controller) takeOverHeld(grace time.Duration) {
 	if c.arr == nil {
 		return
@@ -475,14 +478,35 @@ func (c *Controller) takeOverHeld(grace time.Duration) {
 			}
 		}
 		ctx, cancel := context.WithTimeout(c.ctx, time.Second)
-		members, _, err := c.store.Members(ctx)
+		due, err := c.takeoverDue(ctx)
 		cancel()
-		if err == nil && len(members) > 1 {
+		if err == nil && !due {
 			return
 		}
 		c.wake()
 		c.sleep(50 * time.Millisecond)
 	}
+}
+
+// takeoverDue says whether a record awaits the leader's takeover: its
+// owner is no member, or restarted since the record was written (a fresh
+// record, never served, has no copies).
+func (c *Controller) takeoverDue(ctx context.Context) (bool, error) {
+	members, _, err := c.store.Members(ctx)
+	if err != nil {
+		return false, err
+	}
+	owners, _, err := c.store.Owners(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, o := range owners {
+		m, up := members[o.Owner]
+		if !o.Fresh && (!up || m.Joined > o.Rev) {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // fencing says whether a fence of the leader's runs now, or ended less

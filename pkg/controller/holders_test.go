@@ -9,6 +9,7 @@ import (
 
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/cluster"
+	"github.com/aluad/aluad/pkg/initiator"
 )
 
 // addNode adds a controller to the lab's configuration: two ports and an
@@ -132,4 +133,122 @@ func takeoverToTheHolder(t *testing.T, first bool) {
 		require.Equal(t, cluster.Record{LUN: lun, Owner: "c", Cause: "failover", Replay: true}, o.Record,
 			"LUN %d goes to the holder of a's copies", lun)
 	}
+}
+
+// watchAll is watchBoth over any number of controllers: it counts the
+// moments two of them serve one LUN as owner (it must stay 0).
+func watchAll(cs []*Controller, luns []uint64) *checker {
+	ck := &checker{stop: make(chan struct{})}
+	ck.wg.Add(1)
+	go func() {
+		defer ck.wg.Done()
+		for {
+			select {
+			case <-ck.stop:
+				return
+			default:
+			}
+			for _, l := range luns {
+				n := 0
+				for _, c := range cs {
+					if c.Serves(l) {
+						n++
+					}
+				}
+				if n > 1 {
+					ck.both.Add(1)
+				}
+			}
+			time.Sleep(500 * time.Microsecond)
+		}
+	}()
+	return ck
+}
+
+// Four controllers, one LUN preferring each: a killed with dirty writes
+// (their copies on b, its partner), then c (copies on d); each LUN is
+// served by the holder of its owner's copies with every acknowledged
+// write; both restart and get their LUNs back; never two owners of one
+// LUN.
+func TestFourControllers(t *testing.T) {
+	lab := newLab(t)
+	lab.addNode("c")
+	lab.addNode("d")
+	names := []string{"a", "b", "c", "d"}
+	for i := range lab.cfg.LUNs {
+		lab.cfg.LUNs[i].Preferred = names[i%len(names)]
+	}
+	lab.cfg.Cache.DestageInterval = time.Hour // the takeovers replay what a and c wrote
+	cs := map[string]*Controller{}
+	for _, n := range names {
+		cs[n] = lab.start(n)
+	}
+	defer func() {
+		for _, c := range cs {
+			c.Stop(time.Second)
+		}
+	}()
+	all := func() []*Controller {
+		var out []*Controller
+		for _, n := range names {
+			out = append(out, cs[n])
+		}
+		return out
+	}
+	linked(t, all()...)
+	for i, n := range names {
+		mirrorsTo(t, cs[n], names[(i+1)%len(names)])
+	}
+	on := map[string]*initiator.Session{}
+	for _, n := range names {
+		on[n] = session(t, cs[n], n, "h1")
+	}
+	ck := watchAll(all(), lunIDs(lab))
+	w := newWriter(t)
+	writeAll := func(from uint64) {
+		for _, l := range lab.cfg.LUNs {
+			for lba := from; lba < from+64; lba += 8 {
+				require.NoError(t, w.write(on[l.Preferred], l.ID, lba, 10*time.Second))
+			}
+		}
+	}
+	served := func(lun uint64, by string) {
+		t.Helper()
+		require.Eventually(t, func() bool { return cs[by].Serves(lun) && cs[by].arr.LUN(lun).Owner().Name == by },
+			15*time.Second, 10*time.Millisecond, "LUN %d served by %s: %s", lun, by, owners(cs[by]))
+	}
+	writeAll(0)
+	for _, l := range lab.cfg.LUNs {
+		require.Positive(t, cs[l.Preferred].arr.Local().Cache.DirtyBytes(l.ID), "LUN %d is dirty on its owner", l.ID)
+	}
+
+	for _, kill := range []struct{ node, holder string }{{"a", "b"}, {"c", "d"}} {
+		require.Positive(t, cs[kill.holder].arr.Local().Cache.MirrorBytes(), "%s holds %s's copies", kill.holder, kill.node)
+		cs[kill.node].Kill()
+		for _, lun := range lab.preferring(kill.node) {
+			served(lun, kill.holder)
+		}
+		w.verify(on[kill.holder], "after "+kill.node+"'s takeover")
+		// (a's LUN is b's now, so b writes it: its copies on c, then d)
+		for _, l := range lab.cfg.LUNs {
+			if l.Preferred != kill.node {
+				require.NoError(t, w.write(on[cs["b"].arr.LUN(l.ID).Owner().Name], l.ID, 200, 10*time.Second))
+			}
+		}
+	}
+
+	for _, n := range []string{"a", "c"} {
+		cs[n] = lab.start(n)
+		on[n] = session(t, cs[n], n, "h2")
+	}
+	require.Zero(t, ck.done(), "two controllers served one LUN as owner")
+	ck = watchAll(all(), lunIDs(lab))
+	for _, l := range lab.cfg.LUNs {
+		served(l.ID, l.Preferred)
+	}
+	writeAll(400)
+	for _, n := range names {
+		w.verify(on[n], "through "+n+" after the failbacks")
+	}
+	require.Zero(t, ck.done(), "two controllers served one LUN as owner")
 }
