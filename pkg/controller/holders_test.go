@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/cluster"
 	"github.com/aluad/aluad/pkg/initiator"
+	hostlab "github.com/aluad/aluad/pkg/lab"
 )
 
 // addNode adds a controller to the lab's configuration: two ports and an
@@ -251,4 +253,44 @@ func TestFourControllers(t *testing.T) {
 		w.verify(on[n], "through "+n+" after the failbacks")
 	}
 	require.Zero(t, ck.done(), "two controllers served one LUN as owner")
+}
+
+// Three controllers: b crashes with an acknowledged write whose only
+// copy is on c, its partner, and c is stopped cleanly before the leader
+// took b's LUN over, while a is a member: c's stop waits for the takeover
+// (the copy replayed, flushed with the stop), and a serves the write. It
+// once returned at once because another controller was a member, and
+// left with the copy.
+func TestStopWaitsForATakeoverWithThree(t *testing.T) {
+	lab := newLab(t)
+	lab.addNode("c")
+	ctx := context.Background()
+	a, b, c := lab.start("a"), lab.start("b"), lab.start("c")
+	defer func() { a.Stop(time.Second) }()
+	linked(t, a, b, c)
+	mirrorsTo(t, b, "c")
+	lun := lab.preferring("b")[0]
+	onB := session(t, b, "b", "h1")
+	data := hostlab.Tagged(13)
+	require.NoError(t, hostlab.Retry(5*time.Second, func() error { return onB.Write16(ctx, lun, 0, data, 512, false) }))
+	require.Positive(t, c.arr.Local().Cache.MirrorBytes(), "c holds the copy")
+	testHold.Store(true) // the leader slow to decide: the stop comes first
+	defer testHold.Store(false)
+	b.Kill()
+	require.Eventually(t, func() bool {
+		m, _, err := a.store.Members(ctx)
+		return err == nil && len(m) == 2
+	}, 10*time.Second, 20*time.Millisecond)
+	stopped := make(chan error, 1)
+	go func() { stopped <- c.Stop(time.Second) }()
+	time.Sleep(200 * time.Millisecond) // the stop has begun
+	testHold.Store(false)
+	require.NoError(t, <-stopped)
+	onA := session(t, a, "a", "h2")
+	var got []byte
+	require.NoError(t, hostlab.Retry(20*time.Second, func() (err error) {
+		got, err = onA.Read16(ctx, lun, 0, 8, 512)
+		return err
+	}))
+	require.True(t, bytes.Equal(got, data), "acknowledged write lost: c stopped with b's only copy")
 }
