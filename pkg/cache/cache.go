@@ -164,7 +164,10 @@ type lunState struct {
 	// this LUN away).
 	through int
 	dirty   int // dirty pages
-	// unmap is held exclusively by UNMAP, shared by writes.
+	// unmap is held exclusively by UNMAP, shared by writes: it orders an
+	// UNMAP against the writes before and after it. In mode none it also
+	// orders a write that an Admit governs (held exclusively from its
+	// admission to the media) before the later ones.
 	unmap sync.RWMutex
 	// unmapping counts UNMAPs between dropping their pages and the end
 	// of their punch: a read then may have read the old media, and does

@@ -134,18 +134,28 @@ func (c *Cache) fill(ls *lunState, p []byte, off int64, idxs []int64, epoch, gen
 // LUN, or when mirroring is on but no partner is up, the pages are also
 // written to media first (and FUA syncs the media).
 func (c *Cache) WriteAt(id uint64, p []byte, off int64, fua bool) error {
+	return c.WriteAtIf(id, p, off, fua, nil)
+}
+
+// Admit decides, where a command takes effect, whether it still may: nil
+// lets it, an error refuses it (see WriteAtIf).
+type Admit func() error
+
+// WriteAtIf is WriteAt for a write that may take effect only while admit
+// (when set) allows: a command another controller forwarded, which its
+// sender gives up on at a deadline. admit is called where the write
+// takes effect, under the lock that orders it before every later write
+// of the LUN: the cache's, just before its pages change (in mode none,
+// the LUN's ordering lock, held across the media write). A write admitted
+// there comes before any write that begins after, however long it is
+// held afterwards; one refused returns admit's error and changes nothing.
+func (c *Cache) WriteAtIf(id uint64, p []byte, off int64, fua bool, admit Admit) error {
 	ls, err := c.lun(id)
 	if err != nil {
 		return err
 	}
 	if c.cfg.Mode == None {
-		if err := ls.store.WriteAt(p, off); err != nil {
-			return err
-		}
-		if fua {
-			return ls.store.Sync()
-		}
-		return nil
+		return c.writeNone(ls, p, off, fua, admit)
 	}
 	if len(p) == 0 {
 		return nil
@@ -171,6 +181,12 @@ func (c *Cache) WriteAt(id uint64, p []byte, off int64, fua bool) error {
 			return err
 		}
 		c.mu.Lock()
+	}
+	if admit != nil {
+		if err := admit(); err != nil {
+			c.mu.Unlock()
+			return err
+		}
 	}
 	partner := c.partnerUp()
 	remote := c.remoteUp()
@@ -237,6 +253,34 @@ func (c *Cache) WriteAt(id uint64, p []byte, off int64, fua bool) error {
 		}
 	}
 	return c.settle()
+}
+
+// writeNone writes with no cache: on the media at once. A write that
+// admit governs holds the LUN's ordering lock (unmap) alone from its
+// admission until it is on the media; the others share it.
+func (c *Cache) writeNone(ls *lunState, p []byte, off int64, fua bool, admit Admit) error {
+	if admit != nil {
+		ls.unmap.Lock()
+		err := admit()
+		if err == nil {
+			err = ls.store.WriteAt(p, off)
+		}
+		ls.unmap.Unlock()
+		if err != nil {
+			return err
+		}
+	} else {
+		ls.unmap.RLock()
+		err := ls.store.WriteAt(p, off)
+		ls.unmap.RUnlock()
+		if err != nil {
+			return err
+		}
+	}
+	if fua {
+		return ls.store.Sync()
+	}
+	return nil
 }
 
 // settle: see Remote.Settle (nothing to wait for in one process).
@@ -466,15 +510,31 @@ func (c *Cache) FlushAll() error {
 // Unmap drops the LUN's pages in [off, off+length) and deallocates the
 // range on media. Writes to the LUN wait while it runs.
 func (c *Cache) Unmap(id uint64, off, length int64) error {
+	return c.UnmapIf(id, off, length, nil)
+}
+
+// UnmapIf is Unmap for an unmap that may take effect only while admit
+// (when set) allows, as WriteAtIf: admit is called once the unmap holds
+// the LUN's ordering lock alone, which every write waits for, before it
+// changes anything.
+func (c *Cache) UnmapIf(id uint64, off, length int64, admit Admit) error {
 	ls, err := c.lun(id)
 	if err != nil {
 		return err
 	}
-	if c.cfg.Mode == None || length <= 0 {
+	if length <= 0 {
 		return ls.store.Punch(off, length)
 	}
 	ls.unmap.Lock()
 	defer ls.unmap.Unlock()
+	if admit != nil {
+		if err := admit(); err != nil {
+			return err
+		}
+	}
+	if c.cfg.Mode == None {
+		return ls.store.Punch(off, length)
+	}
 	first, last := c.pageRange(off, int(length))
 	c.mu.Lock()
 	gen := c.gen
