@@ -84,8 +84,14 @@ func (l *LUN) forward(owner *Node, op *Op) error {
 }
 
 // ServeForwarded runs a command another controller forwarded, on the
-// local cache, only while this process serves the LUN as owner.
-func (a *Array) ServeForwarded(lun uint64, op *Op) error {
+// local cache, only while this process serves the LUN as owner. A write
+// or an unmap takes effect only if admit (when set) allows it where it
+// does (cache.WriteAtIf): the forwarder gives up on the command at a
+// deadline, and a command admitted before it is ordered before every
+// later command of the LUN. A refusal is admit's error. Reads, LBA
+// status and cache syncs change nothing a later command could see out of
+// order, and are not judged.
+func (a *Array) ServeForwarded(lun uint64, op *Op, admit cache.Admit) error {
 	l := a.LUN(lun)
 	if l == nil || a.local == nil {
 		return fmt.Errorf("array: no LUN %d here", lun)
@@ -109,11 +115,11 @@ func (a *Array) ServeForwarded(lun uint64, op *Op) error {
 		if int64(len(op.Data)) != op.Len {
 			return fmt.Errorf("array: a %d-byte write carries %d bytes", op.Len, len(op.Data))
 		}
-		return cacheErr(c.WriteAt(lun, op.Data, op.Off, op.FUA))
+		return cacheErr(c.WriteAtIf(lun, op.Data, op.Off, op.FUA, admit))
 	case OpFlush:
 		return cacheErr(c.Flush(lun))
 	case OpUnmap:
-		return cacheErr(c.Unmap(lun, op.Off, op.Len))
+		return cacheErr(c.UnmapIf(lun, op.Off, op.Len, admit))
 	case OpLBAStatus:
 		var err error
 		op.End, op.Mapped, err = c.Mapped(lun, op.Off)

@@ -220,6 +220,18 @@ func (c *Controller) partnerName() string {
 	return ""
 }
 
+// forwardLifetime bounds how long after its sending a forwarded write or
+// unmap may still take effect on the owner (interlink.Conn.Forward): half
+// the lease TTL, 1 s at the default 2 s. A forwarder that gets no answer
+// (the link died, or the owner is that slow) answers the host only once
+// it has passed, so the host never retries, then writes the block again,
+// while the first write can still land. It is the longest a host waits
+// for its answer then (the heartbeat ends a dead link in a quarter of
+// the TTL, sooner), and a command that reaches the owner's cache later
+// than that (a link delayed as long, an owner stalled) is refused, and
+// retried by the host.
+func (c *Controller) forwardLifetime() time.Duration { return c.cc.LeaseTTL / 2 }
+
 // Forward implements array.Remote: the command runs on the owner.
 func (c *Controller) Forward(owner *array.Node, l *array.LUN, op *array.Op) error {
 	lk := c.linkTo(owner.Name)
@@ -231,15 +243,28 @@ func (c *Controller) Forward(owner *array.Node, l *array.LUN, op *array.Op) erro
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, 2*c.cc.LeaseTTL)
+	// A write or an unmap is waited for as long as it may take effect;
+	// what changes nothing a later command could see out of order (a
+	// read, a cache sync, LBA status) as long as a move could take.
+	effect := op.Kind == array.OpWrite || op.Kind == array.OpUnmap
+	wait := 2 * c.cc.LeaseTTL
+	if effect {
+		wait = c.forwardLifetime()
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, wait)
 	defer cancel()
-	r, err := lk.conn.Forward(ctx, uint32(l.ID), m)
+	r, expires, err := lk.conn.Forward(ctx, uint32(l.ID), m, c.forwardLifetime())
 	switch {
-	case errors.Is(err, interlink.ErrNotOwner), errors.Is(err, interlink.ErrFenced):
-		return array.ErrNotServing
+	case err == nil:
+	case errors.Is(err, interlink.ErrNotOwner), errors.Is(err, interlink.ErrFenced), errors.Is(err, interlink.ErrExpired):
+		return array.ErrNotServing // the owner refused it: it did not and will not apply it
 	case errors.Is(err, interlink.ErrClosed), ctx.Err() != nil:
+		// No answer: the owner may still apply it until it expires.
+		if effect {
+			time.Sleep(time.Until(expires))
+		}
 		return array.ErrOwnerDown
-	case err != nil:
+	default:
 		return err
 	}
 	switch op.Kind {
@@ -283,7 +308,12 @@ func (c *Controller) enter() (func(), error) {
 	}, nil
 }
 
-func (h handler) Forward(_ context.Context, lun uint32, m interlink.Forward) (interlink.ForwardReply, error) {
+// Forward serves a command another controller forwarded. A write or an
+// unmap takes effect only while interlink.Live holds where it does (in
+// the cache, ordered before the LUN's later commands): its link has not
+// ended and its deadline has not passed. Its forwarder answers a command
+// it gets no reply for only after that deadline.
+func (h handler) Forward(ctx context.Context, lun uint32, m interlink.Forward) (interlink.ForwardReply, error) {
 	c := h.c
 	leave, err := c.enter()
 	if err != nil {
@@ -302,7 +332,7 @@ func (h handler) Forward(_ context.Context, lun uint32, m interlink.Forward) (in
 	if err != nil {
 		return interlink.ForwardReply{}, err
 	}
-	if err := c.arr.ServeForwarded(uint64(lun), &op); err != nil {
+	if err := c.arr.ServeForwarded(uint64(lun), &op, func() error { return interlink.Live(ctx) }); err != nil {
 		if errors.Is(err, array.ErrNotServing) || errors.Is(err, array.ErrOwnerDown) {
 			return interlink.ForwardReply{}, fmt.Errorf("%w: %v", interlink.ErrNotOwner, err)
 		}

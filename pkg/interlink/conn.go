@@ -14,8 +14,9 @@ import (
 	"github.com/aluad/aluad/pkg/clock"
 )
 
-// Handler serves a peer's requests. Errors wrapping ErrFenced or
-// ErrNotOwner reach the peer as those codes; any other as ErrFailed.
+// Handler serves a peer's requests. Errors wrapping ErrFenced, ErrNotOwner
+// or ErrExpired reach the peer as those codes; any other as ErrFailed. A
+// Forward applies its command only where Live(ctx) holds.
 type Handler interface {
 	Forward(ctx context.Context, lun uint32, m Forward) (ForwardReply, error)
 	Mirror(ctx context.Context, lun uint32, m Mirror) error
@@ -66,6 +67,12 @@ type Conn struct {
 	last   atomic.Int64 // unix nanoseconds a byte last arrived
 
 	out outbox
+
+	// base is this side's epoch for the link clock (stamp); anchor is the
+	// peer's latest stamp with this side's clock when it came (heard).
+	base   time.Time
+	amu    sync.Mutex
+	anchor anchor
 
 	done chan struct{}
 	wg   sync.WaitGroup
@@ -136,7 +143,10 @@ func establish(ctx context.Context, nc net.Conn, o Options) (*Conn, error) {
 	}
 	lr := &liveReader{r: nc, clk: o.Clock}
 	br := bufio.NewReaderSize(lr, 256<<10)
-	if _, err := nc.Write(AppendFrame(nil, Frame{Header: Header{Type: THello}, Payload: o.Self.Marshal()})); err != nil {
+	base := o.Clock.Now()
+	self := o.Self
+	self.Stamp = int64(o.Clock.Now().Sub(base))
+	if _, err := nc.Write(AppendFrame(nil, Frame{Header: Header{Type: THello}, Payload: self.Marshal()})); err != nil {
 		return nil, fmt.Errorf("interlink: hello: %w", err)
 	}
 	f, err := ReadFrame(br)
@@ -150,12 +160,13 @@ func establish(ctx context.Context, nc net.Conn, o Options) (*Conn, error) {
 	if err := peer.Unmarshal(f.Payload); err != nil {
 		return nil, err
 	}
+	heard := int64(o.Clock.Now().Sub(base))
 	if peer.Array != o.Self.Array {
 		return nil, fmt.Errorf("interlink: the peer %s serves array %q, not %q", peer.Node, peer.Array, o.Self.Array)
 	}
 	nc.SetDeadline(time.Time{})
 	c := &Conn{nc: nc, o: o, peer: peer, bw: bufio.NewWriterSize(nc, 256<<10), calls: map[uint64]chan Frame{},
-		lanes: map[uint32]chan Frame{}, done: make(chan struct{})}
+		lanes: map[uint32]chan Frame{}, done: make(chan struct{}), base: base, anchor: anchor{peer: peer.Stamp, local: heard}}
 	c.out.waiting, c.out.kick = map[*Pending]bool{}, make(chan struct{}, 1)
 	c.last.Store(o.Clock.Now().UnixNano())
 	lr.last = &c.last
@@ -273,17 +284,29 @@ func ack(f Frame) error {
 	return a.Err()
 }
 
-// Forward sends a command to the owner and returns its answer.
-func (c *Conn) Forward(ctx context.Context, lun uint32, m Forward) (ForwardReply, error) {
+// Forward sends a command to the owner and returns its answer. The owner
+// applies it only before a deadline (m.Deadline, set here) that passes,
+// in real time, no later than expires: lifetime after the send, on this
+// side's clock (Options.Clock). After expires, a command whose outcome
+// is unknown (no reply: the connection closed, ctx ended) can no longer
+// take effect; one the owner did not apply in time is refused with
+// ErrExpired.
+func (c *Conn) Forward(ctx context.Context, lun uint32, m Forward, lifetime time.Duration) (r ForwardReply, expires time.Time, err error) {
+	if c.stamp()-c.lastAnchor().local > int64(lifetime) {
+		c.Ping(ctx) // no heartbeat kept the anchor fresh (its error is the call's too)
+	}
+	a := c.lastAnchor()
+	sent := c.stamp()
+	m.Deadline = peerDeadline(a, sent, lifetime)
+	expires = c.base.Add(time.Duration(sent) + lifetime)
 	f, err := c.call(ctx, TForward, lun, m.Marshal())
 	if err != nil {
-		return ForwardReply{}, err
+		return ForwardReply{}, expires, err
 	}
 	if f.Flags&flagAck != 0 {
-		return ForwardReply{}, ack(f)
+		return ForwardReply{}, expires, ack(f)
 	}
-	var r ForwardReply
-	return r, r.Unmarshal(f.Payload)
+	return r, expires, r.Unmarshal(f.Payload)
 }
 
 // Mirror sends a write-back copy; it returns once the peer holds it.
@@ -313,13 +336,22 @@ func (c *Conn) Flush(ctx context.Context, lun uint32, m Flush) error {
 	return ack(f)
 }
 
-// Ping measures a round trip.
+// Ping measures a round trip; the peer's stamp in the reply anchors the
+// deadlines of the commands forwarded after it.
 func (c *Conn) Ping(ctx context.Context) (time.Duration, error) {
 	start := c.o.Clock.Now()
-	if _, err := c.call(ctx, TPing, 0, nil); err != nil {
+	f, err := c.call(ctx, TPing, 0, Ping{Stamp: int64(start.Sub(c.base))}.Marshal())
+	if err != nil {
 		return 0, err
 	}
-	return c.o.Clock.Now().Sub(start), nil
+	now := c.o.Clock.Now()
+	var p Ping
+	if err := p.Unmarshal(f.Payload); err != nil {
+		c.fail(err)
+		return 0, err
+	}
+	c.heard(p.Stamp, int64(now.Sub(c.base)))
+	return now.Sub(start), nil
 }
 
 // flagAck marks a reply whose payload is an Ack (a Forward that failed).
@@ -345,7 +377,15 @@ func (c *Conn) readLoop(br *bufio.Reader) {
 		}
 		switch f.Type {
 		case TPing:
-			go c.send(Frame{Header: Header{Type: TPing | TReply, ID: f.ID}})
+			var p Ping
+			if err := p.Unmarshal(f.Payload); err != nil {
+				c.fail(err)
+				return
+			}
+			c.heard(p.Stamp, c.stamp())
+			go func() {
+				c.send(Frame{Header: Header{Type: TPing | TReply, ID: f.ID}, Payload: Ping{Stamp: c.stamp()}.Marshal()})
+			}()
 		case TForward, TMove:
 			go c.serve(f)
 		case TMirror, TDrop, TFlush, TReport:
@@ -420,6 +460,7 @@ func (c *Conn) handle(ctx context.Context, f Frame, reply *Frame) (err error) {
 		var m Forward
 		if err = m.Unmarshal(f.Payload); err == nil {
 			var r ForwardReply
+			ctx = context.WithValue(ctx, requestKey{}, request{c: c, deadline: m.Deadline})
 			if r, err = h.Forward(ctx, f.LUN, m); err == nil {
 				reply.Payload = r.Marshal()
 			}
@@ -461,6 +502,8 @@ func ackOf(err error) Ack {
 		return Ack{Code: Fenced, Msg: err.Error()}
 	case errors.Is(err, ErrNotOwner):
 		return Ack{Code: NotOwner, Msg: err.Error()}
+	case errors.Is(err, ErrExpired):
+		return Ack{Code: Expired, Msg: err.Error()}
 	}
 	return Ack{Code: Failed, Msg: err.Error()}
 }

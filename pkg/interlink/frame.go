@@ -22,8 +22,9 @@ import (
 	"io"
 )
 
-// Version is the protocol version a frame carries.
-const Version = 1
+// Version is the protocol version a frame carries (2: hellos and pings
+// carry the link clock, forwarded commands a deadline).
+const Version = 2
 
 // HeaderLen is a frame header's length; MaxPayload bounds a payload;
 // MaxData bounds the data of one forwarded command either way, so its

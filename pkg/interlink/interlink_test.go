@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"reflect"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -53,11 +54,20 @@ func TestFrameRoundTrip(t *testing.T) {
 }
 
 func TestMessages(t *testing.T) {
-	fw := Forward{Token: -1, Initiator: "iqn.x", InitiatorPort: "iqn.x,i,0x1", TargetPort: 3,
-		CDB: make([]byte, 16), DataOut: []byte{1, 2}, DataInLen: 4096}
-	var fw2 Forward
-	require.NoError(t, fw2.Unmarshal(fw.Marshal()))
-	require.Equal(t, fw, fw2)
+	for _, m := range []interface{ Marshal() []byte }{
+		Forward{Token: -1, Initiator: "iqn.x", InitiatorPort: "iqn.x,i,0x1", TargetPort: 3,
+			CDB: make([]byte, 16), DataOut: []byte{1, 2}, DataInLen: 4096, Deadline: 1500 * int64(time.Millisecond)},
+		Forward{CDB: make([]byte, 16), DataOut: []byte{}, Deadline: -3}, // a deadline before the receiver's epoch: passed
+		Hello{Array: "arr", Node: "a", Stamp: 12345},
+		Ping{Stamp: math.MaxInt64},
+		Ping{Stamp: -1},
+		Ack{Code: Expired, Msg: "deadline"},
+	} {
+		into := map[string]interface{ Unmarshal([]byte) error }{"Forward": &Forward{}, "Hello": &Hello{},
+			"Ping": &Ping{}, "Ack": &Ack{}}[fmt.Sprintf("%T", m)[len("interlink."):]]
+		require.NoError(t, into.Unmarshal(m.Marshal()), "%+v", m)
+		require.Equal(t, m, reflect.ValueOf(into).Elem().Interface(), "round trip")
+	}
 	for _, tt := range []struct {
 		name string
 		b    []byte
@@ -73,6 +83,11 @@ func TestMessages(t *testing.T) {
 		{"negative range", Drop{Length: -1}.Marshal(), &Drop{}, "negative range"},
 		{"ack code", []byte{9, 0}, &Ack{}, "ack code 9"},
 		{"missing status", nil, &ForwardReply{}, "missing byte"},
+		{"forward without a deadline", Forward{CDB: make([]byte, 16)}.Marshal()[:21], &Forward{}, "bad varint"},
+		{"hello without a stamp", enc(nil).s("arr").s("a"), &Hello{}, "bad varint"},
+		{"empty ping", nil, &Ping{}, "bad varint"},
+		{"ping with trailing bytes", append(Ping{Stamp: 1}.Marshal(), 0), &Ping{}, "after the last field"},
+		{"ack code past expired", []byte{5, 0}, &Ack{}, "ack code 5"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.into.Unmarshal(tt.b)
@@ -83,6 +98,8 @@ func TestMessages(t *testing.T) {
 	require.ErrorIs(t, Ack{Code: Fenced, Msg: "LUN 3"}.Err(), ErrFenced)
 	require.ErrorIs(t, Ack{Code: NotOwner}.Err(), ErrNotOwner)
 	require.ErrorIs(t, Ack{Code: Failed, Msg: "disk"}.Err(), ErrFailed)
+	require.ErrorIs(t, Ack{Code: Expired, Msg: "deadline"}.Err(), ErrExpired)
+	require.ErrorIs(t, ackOf(fmt.Errorf("held: %w", ErrExpired)).Err(), ErrExpired, "an expiry reaches the forwarder as one")
 	require.NoError(t, Ack{}.Err())
 }
 
@@ -96,8 +113,12 @@ func FuzzMessages(f *testing.F) {
 	f.Add(byte(8), Report{Node: "a", Inc: 7, Seq: 3, Snapshot: true, Obs: []Obs{{Kind: ObsIO, Host: "h", LUN: 3, Ops: 10, Time: 12.5,
 		Interval: 1e9}}}.Marshal())
 	f.Add(byte(9), Move{LUNs: []uint64{1, 2}, To: "b", Cause: "manual"}.Marshal())
+	f.Add(byte(0), Forward{Token: 3, CDB: make([]byte, 16), DataInLen: 512, Deadline: -1 << 40}.Marshal())
+	f.Add(byte(5), Hello{Array: "arr", Node: "b", Stamp: 1 << 50}.Marshal())
+	f.Add(byte(10), Ping{Stamp: 987654321}.Marshal())
+	f.Add(byte(2), Ack{Code: Expired, Msg: "deadline"}.Marshal())
 	f.Fuzz(func(t *testing.T, kind byte, b []byte) {
-		switch kind % 10 {
+		switch kind % 11 {
 		case 0:
 			var m Forward
 			if m.Unmarshal(b) == nil {
@@ -144,6 +165,11 @@ func FuzzMessages(f *testing.F) {
 			}
 		case 9:
 			var m Move
+			if m.Unmarshal(b) == nil {
+				require.Equal(t, b, m.Marshal())
+			}
+		case 10:
+			var m Ping
 			if m.Unmarshal(b) == nil {
 				require.Equal(t, b, m.Marshal())
 			}
@@ -250,16 +276,16 @@ func TestConnRequests(t *testing.T) {
 
 		held := make(chan error, 1)
 		go func() {
-			r, err := a.Forward(context.Background(), 1, Forward{Token: 5, CDB: make([]byte, 10), DataInLen: 2})
+			r, _, err := a.Forward(context.Background(), 1, Forward{Token: 5, CDB: make([]byte, 10), DataInLen: 2}, time.Second)
 			if err == nil && !bytes.Equal(r.DataIn, []byte{1, 1}) {
 				err = fmt.Errorf("data %v", r.DataIn)
 			}
 			held <- err
 		}()
-		r, err := a.Forward(context.Background(), 0, Forward{Token: 5, CDB: make([]byte, 10), DataInLen: 3})
+		r, _, err := a.Forward(context.Background(), 0, Forward{Token: 5, CDB: make([]byte, 10), DataInLen: 3}, time.Second)
 		require.NoError(t, err, "not held behind LUN 1")
 		require.Equal(t, []byte{0, 0, 0}, r.DataIn)
-		_, err = a.Forward(context.Background(), 0, Forward{Token: 4, CDB: make([]byte, 10)})
+		_, _, err = a.Forward(context.Background(), 0, Forward{Token: 4, CDB: make([]byte, 10)}, time.Second)
 		require.ErrorIs(t, err, ErrFenced)
 		require.ErrorContains(t, err, "at 5, not 4")
 		close(o.release)
@@ -278,7 +304,7 @@ func TestConnRequests(t *testing.T) {
 
 		require.NoError(t, a.Close())
 		<-b.Done()
-		_, err = a.Forward(context.Background(), 0, Forward{Token: 5, CDB: make([]byte, 10)})
+		_, _, err = a.Forward(context.Background(), 0, Forward{Token: 5, CDB: make([]byte, 10)}, time.Second)
 		require.ErrorIs(t, err, ErrClosed)
 	})
 }
@@ -463,10 +489,10 @@ func TestRequestFailuresKeepTheConnection(t *testing.T) {
 		a, b, _, _ := pair(t, &bigReader{}, 0, 0)
 		defer a.Close()
 		defer b.Close()
-		_, err := a.Forward(context.Background(), 0, Forward{Token: 5, CDB: make([]byte, 16), DataInLen: MaxData + 1})
+		_, _, err := a.Forward(context.Background(), 0, Forward{Token: 5, CDB: make([]byte, 16), DataInLen: MaxData + 1}, time.Second)
 		require.ErrorIs(t, err, ErrFailed)
 		require.ErrorContains(t, err, "larger commands are split")
-		_, err = a.Forward(context.Background(), 0, Forward{Token: 5, CDB: make([]byte, 16), DataInLen: 512})
+		_, _, err = a.Forward(context.Background(), 0, Forward{Token: 5, CDB: make([]byte, 16), DataInLen: 512}, time.Second)
 		require.ErrorIs(t, err, ErrFailed)
 		require.ErrorContains(t, err, "reply (at most")
 		err = a.Flush(context.Background(), 0, Flush{Token: 5})

@@ -9,14 +9,27 @@ import (
 // The payloads. Each field is written in order: integers as varints,
 // strings and byte slices with a varint length first.
 
-// Hello opens a connection, each way: who speaks, for which array.
+// Hello opens a connection, each way: who speaks, for which array, and
+// the sender's link clock as it sent the hello (Stamp, set by the
+// connection: see Ping).
 type Hello struct {
 	Array, Node string
+	Stamp       int64
+}
+
+// Ping is a heartbeat and its reply. Stamp is the sender's link clock
+// when it sent the frame: nanoseconds since its own epoch for this
+// connection, a number only the sender's clock gives meaning to. The
+// receiver keeps the last one with its own clock's reading when it
+// arrived, so it knows a moment of the peer's clock that came no later
+// than a moment of its own (see Forward.Deadline).
+type Ping struct {
+	Stamp int64
 }
 
 // Forward is a SCSI command received on a non-owner's port, for the owner
-// to execute: the nexus it came on, the CDB, its data-out, and how much
-// data-in the host allows.
+// to execute: the nexus it came on, the CDB, its data-out, how much
+// data-in the host allows, and its deadline.
 type Forward struct {
 	Token         int64
 	Initiator     string
@@ -25,6 +38,12 @@ type Forward struct {
 	CDB           []byte
 	DataOut       []byte
 	DataInLen     uint32
+	// Deadline is on the receiver's link clock (see Ping): a command that
+	// has not taken effect by then must not (Live). The sender computes
+	// it from the receiver's last stamp (Conn.Forward), so it passes no
+	// later, in real time, than the lifetime the sender gave the command
+	// after it sent it, however late the frame arrives.
+	Deadline int64
 }
 
 // ForwardReply is the owner's answer: SCSI status, sense, data-in.
@@ -72,6 +91,7 @@ const (
 	Fenced   Code = 1 // the token is not the one the receiver holds
 	NotOwner Code = 2 // the receiver does not serve the LUN as owner
 	Failed   Code = 3 // the request failed (Msg says why)
+	Expired  Code = 4 // a forwarded command's link ended or its deadline passed before it took effect
 )
 
 // Ack answers Mirror, Drop and Flush, and any request that failed.
@@ -80,11 +100,13 @@ type Ack struct {
 	Msg  string
 }
 
-// ErrFenced, ErrNotOwner and ErrFailed are an Ack's codes as errors.
+// ErrFenced, ErrNotOwner, ErrFailed and ErrExpired are an Ack's codes as
+// errors.
 var (
 	ErrFenced   = errors.New("interlink: stale fencing token")
 	ErrNotOwner = errors.New("interlink: not the owner")
 	ErrFailed   = errors.New("interlink: request failed")
+	ErrExpired  = errors.New("interlink: the forwarded command expired before it took effect")
 )
 
 // Err is the ack as an error (nil for OK).
@@ -97,6 +119,8 @@ func (a Ack) Err() error {
 		base = ErrFenced
 	case NotOwner:
 		base = ErrNotOwner
+	case Expired:
+		base = ErrExpired
 	default:
 		base = ErrFailed
 	}
@@ -215,25 +239,36 @@ func (d *dec) end() error {
 }
 
 // Marshal encodes the payload.
-func (m Hello) Marshal() []byte { return enc(nil).s(m.Array).s(m.Node) }
+func (m Hello) Marshal() []byte { return enc(nil).s(m.Array).s(m.Node).i(m.Stamp) }
 
 // Unmarshal decodes it.
 func (m *Hello) Unmarshal(b []byte) error {
 	d := dec{b: b}
-	m.Array, m.Node = d.str(), d.str()
+	m.Array, m.Node, m.Stamp = d.str(), d.str(), d.i()
+	return d.end()
+}
+
+// Marshal encodes the payload.
+func (m Ping) Marshal() []byte { return enc(nil).i(m.Stamp) }
+
+// Unmarshal decodes it.
+func (m *Ping) Unmarshal(b []byte) error {
+	d := dec{b: b}
+	m.Stamp = d.i()
 	return d.end()
 }
 
 // Marshal encodes the payload.
 func (m Forward) Marshal() []byte {
-	return enc(nil).i(m.Token).s(m.Initiator).s(m.InitiatorPort).u16(m.TargetPort).b(m.CDB).b(m.DataOut).u(uint64(m.DataInLen))
+	return enc(nil).i(m.Token).s(m.Initiator).s(m.InitiatorPort).u16(m.TargetPort).b(m.CDB).b(m.DataOut).u(uint64(m.DataInLen)).
+		i(m.Deadline)
 }
 
 // Unmarshal decodes it.
 func (m *Forward) Unmarshal(b []byte) error {
 	d := dec{b: b}
 	m.Token, m.Initiator, m.InitiatorPort, m.TargetPort = d.i(), d.str(), d.str(), d.u16()
-	m.CDB, m.DataOut, m.DataInLen = d.bytes(), d.bytes(), d.u32()
+	m.CDB, m.DataOut, m.DataInLen, m.Deadline = d.bytes(), d.bytes(), d.u32(), d.i()
 	if d.err == nil && (len(m.CDB) < 6 || len(m.CDB) > 260) {
 		d.fail(fmt.Sprintf("a %d-byte CDB", len(m.CDB)))
 	}
@@ -299,7 +334,7 @@ func (m Ack) Marshal() []byte { return enc(nil).by(byte(m.Code)).s(m.Msg) }
 func (m *Ack) Unmarshal(b []byte) error {
 	d := dec{b: b}
 	m.Code, m.Msg = Code(d.by()), d.str()
-	if d.err == nil && m.Code > Failed {
+	if d.err == nil && m.Code > Expired {
 		d.fail(fmt.Sprintf("ack code %d", m.Code))
 	}
 	return d.end()
