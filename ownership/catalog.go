@@ -177,7 +177,7 @@ var catalog = []Warnable{
 	{
 		Condition: PathDegraded, Code: "PDG", Title: "Path Degraded", Severity: Minor,
 		DependsOn: []Condition{NodeOffline},
-		Detection: "At each statistics interval with enough exchanges, the path's exchange time over its best interval (its latency expansion) exceeds path_degraded_factor, and exceeds by that factor the expansion of its node and of the host's other paths.",
+		Detection: "At each statistics interval with enough exchanges, the path's exchange time over its best interval (its latency expansion) exceeds path_degraded_factor, exceeds by that factor the expansion of its node and of the host's other paths, and its exchanges take at least path_degraded_min (1 ms) longer than its best: a slowdown no host notices (a loopback path on a busy machine going from tens of microseconds to a few hundred) is not a path fault; a path whose best is under 1 ms is raised only once it adds that much.",
 		Meaning: "One path from a host to the array answers much more slowly than it used to (its latency expansion factor: the " +
 			"exchange time over the best it has shown), while the node and the host's other paths do not. The fault is on the " +
 			"path: a cable, an optic, a switch port, a congested link or a misconfigured NIC. Multipath drivers that spread I/O " +

@@ -122,7 +122,11 @@ func (c *Controller) decide(l *cluster.Leadership, since map[string]time.Time) {
 	}
 	c.nodeStates(members, mrev, owners)
 	c.reconcileCore(owners)
-	v := ownership.RecordsView{Members: map[string]int64{}, Now: now.UnixMilli(), TermStart: c.termStart.UnixMilli(),
+	// Times as milliseconds since the term began, on the monotonic clock
+	// (a wall clock stepped by NTP or a VM's resume must not cut the
+	// start grace short or hold a failback).
+	ms := func(t time.Time) int64 { return t.Sub(c.termStart).Milliseconds() }
+	v := ownership.RecordsView{Members: map[string]int64{}, Now: ms(now), TermStart: 0,
 		MemberSince: map[string]int64{}, StartGrace: c.startGrace().Milliseconds(),
 		FailbackAfter: c.cc.FailbackAfter.Milliseconds(), BackoffUntil: map[uint64]int64{}, Core: c.core.Load() != nil,
 		Reached: map[string]bool{}, Holders: holders}
@@ -132,7 +136,7 @@ func (c *Controller) decide(l *cluster.Leadership, since map[string]time.Time) {
 	}
 	for n, m := range members {
 		v.Members[n] = m.Joined
-		v.MemberSince[n] = since[n].UnixMilli()
+		v.MemberSince[n] = ms(since[n])
 	}
 	read := map[uint64]cluster.Owned{}
 	for _, lc := range c.o.Config.LUNs {
@@ -142,7 +146,7 @@ func (c *Controller) decide(l *cluster.Leadership, since map[string]time.Time) {
 		}
 		read[lc.ID] = o
 		if b := c.backoffOf(lc.ID); !b.IsZero() {
-			v.BackoffUntil[lc.ID] = b.UnixMilli()
+			v.BackoffUntil[lc.ID] = ms(b)
 		}
 		v.Records = append(v.Records, ownership.RecordView{LUN: o.LUN, Owner: o.Owner, To: o.To, Cause: alua.Cause(o.Cause),
 			Rev: o.Rev, Fresh: o.Fresh, Preferred: lc.Preferred, Moving: c.moving(lc.ID)})
