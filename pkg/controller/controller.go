@@ -104,7 +104,7 @@ type Controller struct {
 	lossSeq     int64 // links lost (or replaced, or a partner changed)
 	voidedSeq   int64 // the losses a void covers
 	voidRunning bool
-	lunMu       map[uint64]*sync.Mutex // orders a record's install against copies arriving
+	lunMu       map[uint64]*chanMutex // orders a record's install against copies arriving
 	stopping    atomic.Bool
 	gone        atomic.Bool // killed: its media writes on their way fail (gated)
 	held        holdGate    // a paused process's media writes wait (tests)
@@ -177,7 +177,7 @@ func Start(o Options) (_ *Controller, err error) {
 	}
 	c := &Controller{o: o, cc: cfg.Cluster, node: o.Node, log: log.With("node", o.Node), links: map[string]*link{}, cuts: map[string]bool{},
 		delays: map[string]time.Duration{},
-		kick:   make(chan struct{}, 1), failed: make(chan struct{}), exited: make(chan struct{}), lunMu: map[uint64]*sync.Mutex{},
+		kick:   make(chan struct{}, 1), failed: make(chan struct{}), exited: make(chan struct{}), lunMu: map[uint64]*chanMutex{},
 		backoff: map[uint64]time.Time{}, obs: map[string]*nodeObs{}, busy: map[uint64]bool{}}
 	c.vcond = sync.NewCond(&c.vmu)
 	c.hcond = sync.NewCond(&c.hmu)
@@ -185,7 +185,7 @@ func Start(o Options) (_ *Controller, err error) {
 		c.obs[n.Name] = newNodeObs()
 	}
 	for _, l := range cfg.LUNs {
-		c.lunMu[l.ID] = &sync.Mutex{}
+		c.lunMu[l.ID] = newChanMutex()
 	}
 	// Page versions after any earlier incarnation's: the partner keeps
 	// the newer of two copies of a page.
@@ -577,9 +577,7 @@ func (c *Controller) markClean() {
 // flushed, the lease is left to expire.
 func (c *Controller) Kill() {
 	c.gone.Store(true) // nothing more of it reaches the media
-	if !testNoGate.Load() {
-		c.held.set(false) // (what a pause held is refused now)
-	}
+	c.held.set(false)  // (what a pause held is refused now)
 	if !c.ending.CompareAndSwap(false, true) {
 		<-c.exited
 		return
@@ -590,6 +588,17 @@ func (c *Controller) Kill() {
 	c.shut(false)
 	c.arr.Local().Cache.Close() // and nothing of it runs any more
 }
+
+// chanMutex is a mutex whose waiters wait on a channel: a record's
+// install holds a LUN's over the array's drain of its commands, which may
+// wait on timers, and inside a synctest bubble (the cluster seeds) a
+// goroutine blocked on a sync.Mutex stops the bubble's time for good.
+type chanMutex struct{ ch chan struct{} }
+
+func newChanMutex() *chanMutex { return &chanMutex{ch: make(chan struct{}, 1)} }
+
+func (m *chanMutex) Lock()   { m.ch <- struct{}{} }
+func (m *chanMutex) Unlock() { <-m.ch }
 
 // Exited is closed once the controller has stopped or been killed, and
 // nothing of it runs (its listeners closed: a new process may start).
@@ -639,13 +648,9 @@ func (h *holdGate) wait() {
 
 var errKilled = errors.New("controller: the process was killed")
 
-// testNoGate, when set (tests), lets a killed process's media writes land:
-// a fence that does not hold at the storage, planted.
-var testNoGate atomic.Bool
-
 func (g gated) WriteAt(p []byte, off int64) error {
 	g.held.wait()
-	if g.gone.Load() && !testNoGate.Load() {
+	if g.gone.Load() {
 		return errKilled
 	}
 	return g.Store.WriteAt(p, off)
@@ -653,7 +658,7 @@ func (g gated) WriteAt(p []byte, off int64) error {
 
 func (g gated) Punch(off, length int64) error {
 	g.held.wait()
-	if g.gone.Load() && !testNoGate.Load() {
+	if g.gone.Load() {
 		return errKilled
 	}
 	return g.Store.Punch(off, length)
@@ -661,7 +666,7 @@ func (g gated) Punch(off, length int64) error {
 
 func (g gated) Sync() error {
 	g.held.wait()
-	if g.gone.Load() && !testNoGate.Load() {
+	if g.gone.Load() {
 		return errKilled
 	}
 	return g.Store.Sync()
