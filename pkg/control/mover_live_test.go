@@ -55,13 +55,19 @@ func TestMoverGetsOnlyTheLiveLUNs(t *testing.T) {
 	require.NoError(t, p.Do(func(c *ownership.Core) { owner = c.Owner(0) }))
 	require.Equal(t, "a", owner)
 	p.faultMu.Unlock()
-	for range 2 {
-		select {
-		case <-calls:
-		case <-time.After(5 * time.Second):
-			t.Fatal("no batch")
-		}
+	select {
+	case <-calls:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no batch")
 	}
+	require.Eventually(t, func() bool {
+		for _, l := range arr.LUNs {
+			if p.Pending(l.ID) || l.Owner().Name != "a" {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, 5*time.Millisecond, "every LUN on a, as the core last decided, nothing pending")
 	mu.Lock()
 	defer mu.Unlock()
 	require.Empty(t, stale, "the mover was asked to move LUNs the core no longer wants there (the local path skips them)")
