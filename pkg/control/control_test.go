@@ -12,8 +12,8 @@ import (
 	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
+	"github.com/aluad/aluad/pkg/drive/drivetest"
 	"github.com/aluad/aluad/pkg/fabric"
-	"github.com/aluad/aluad/pkg/media"
 	"github.com/aluad/aluad/pkg/scsi"
 )
 
@@ -52,19 +52,7 @@ func testPath(t *testing.T, core bool) (*Path, *array.Array, *scsi.Server, *feed
 // testPathType is testPath with h1 declared of host type typ.
 func testPathType(t *testing.T, core bool, typ string) (*Path, *array.Array, *scsi.Server, *feed) {
 	t.Helper()
-	cfg := array.Loopback(t.TempDir(), 1<<20)
-	cfg.Interlink.Penalty = 0
-	cfg.Hosts = []array.HostConfig{{Name: "h1", Type: typ, Initiators: []string{iqn}}}
-	require.NoError(t, cfg.Validate())
-	arr, err := array.New(cfg, array.Options{
-		OpenStore: func(_ uint64, size int64) (media.Store, error) { return media.NewMem(size), nil }})
-	require.NoError(t, err)
-	t.Cleanup(func() { arr.Close() })
-	srv := scsi.NewServer()
-	for _, l := range arr.LUNs {
-		_, err := srv.AddLU(scsi.LUConfig{LUN: l.ID, BlockSize: l.BlockSize, Blocks: uint64(l.Size / int64(l.BlockSize)), Backend: l})
-		require.NoError(t, err)
-	}
+	arr, srv := drivetest.Array(t, "h1", typ, iqn)
 	f := &feed{}
 	p := New(Options{Array: arr, SCSI: srv, Publish: f.add})
 	if core {

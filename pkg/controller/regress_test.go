@@ -245,6 +245,40 @@ func mirroredWrite(t *testing.T, lab *lab) (a, b *Controller, lun uint64, data [
 	return a, b, lun, data
 }
 
+// writeOnB starts a and b, waits until each mirrors to the other, and has
+// a host write a block to a LUN b owns: dirty on b, its copy on a.
+func writeOnB(t *testing.T, lab *lab, tag uint64) (a, b *Controller, lun uint64, data []byte) {
+	t.Helper()
+	a, b = lab.start("a"), lab.start("b")
+	require.Eventually(t, func() bool { return a.linkTo("b") != nil && b.linkTo("a") != nil }, 5*time.Second, 10*time.Millisecond)
+	mirrorsTo(t, a, "b")
+	mirrorsTo(t, b, "a")
+	lun = lab.preferring("b")[0]
+	onB := session(t, b, "b", "h1")
+	data = hostlab.Tagged(tag)
+	require.NoError(t, hostlab.Retry(5*time.Second, func() error {
+		return onB.Write16(context.Background(), lun, 0, data, 512, false)
+	}))
+	require.Positive(t, a.arr.Local().Cache.MirrorBytes(), "a holds the copy")
+	return a, b, lun, data
+}
+
+// readsBackOnB starts both controllers again and reads the block back
+// through b.
+func readsBackOnB(t *testing.T, lab *lab, lun uint64, data []byte, msg string) {
+	t.Helper()
+	a2, b2 := lab.start("a"), lab.start("b")
+	defer a2.Stop(time.Second)
+	defer b2.Stop(time.Second)
+	onB2 := session(t, b2, "b", "h2")
+	var got []byte
+	require.NoError(t, hostlab.Retry(20*time.Second, func() (err error) {
+		got, err = onB2.Read16(context.Background(), lun, 0, 8, 512)
+		return err
+	}))
+	require.True(t, bytes.Equal(got, data), msg)
+}
+
 // b crashes with an acknowledged write whose only copy is a's mirror;
 // a is stopped cleanly the moment b's lease has run out, before its
 // leader took b's LUN over: a takes it over first (the copy replayed,
@@ -253,15 +287,7 @@ func mirroredWrite(t *testing.T, lab *lab) (a, b *Controller, lun uint64, data [
 func TestStopAfterPartnerCrashKeepsItsWrites(t *testing.T) {
 	lab := newLab(t)
 	ctx := context.Background()
-	a, b := lab.start("a"), lab.start("b")
-	require.Eventually(t, func() bool { return a.linkTo("b") != nil && b.linkTo("a") != nil }, 5*time.Second, 10*time.Millisecond)
-	mirrorsTo(t, a, "b")
-	mirrorsTo(t, b, "a")
-	lun := lab.preferring("b")[0]
-	onB := session(t, b, "b", "h1")
-	data := hostlab.Tagged(9)
-	require.NoError(t, hostlab.Retry(5*time.Second, func() error { return onB.Write16(ctx, lun, 0, data, 512, false) }))
-	require.Positive(t, a.arr.Local().Cache.MirrorBytes(), "a holds the copy")
+	a, b, lun, data := writeOnB(t, lab, 9)
 	testHold.Store(true) // a's leader slow to decide: the SIGTERM comes first
 	defer testHold.Store(false)
 	b.Kill()
@@ -275,16 +301,7 @@ func TestStopAfterPartnerCrashKeepsItsWrites(t *testing.T) {
 	testHold.Store(false)
 	require.NoError(t, <-stopped)
 
-	a2, b2 := lab.start("a"), lab.start("b")
-	defer a2.Stop(time.Second)
-	defer b2.Stop(time.Second)
-	onB2 := session(t, b2, "b", "h2")
-	var got []byte
-	require.NoError(t, hostlab.Retry(20*time.Second, func() (err error) {
-		got, err = onB2.Read16(ctx, lun, 0, 8, 512)
-		return err
-	}))
-	require.True(t, bytes.Equal(got, data), "acknowledged write lost across b's crash and a's clean stop")
+	readsBackOnB(t, lab, lun, data, "acknowledged write lost across b's crash and a's clean stop")
 }
 
 // As above, with a fence that takes longer than the stop's own bound of
@@ -294,28 +311,10 @@ func TestStopAfterPartnerCrashKeepsItsWrites(t *testing.T) {
 func TestStopWaitsForThePartnersFence(t *testing.T) {
 	lab := newLab(t)
 	lab.fence.delay = 4 * lab.cfg.Cluster.LeaseTTL
-	ctx := context.Background()
-	a, b := lab.start("a"), lab.start("b")
-	require.Eventually(t, func() bool { return a.linkTo("b") != nil && b.linkTo("a") != nil }, 5*time.Second, 10*time.Millisecond)
-	mirrorsTo(t, a, "b")
-	mirrorsTo(t, b, "a")
-	lun := lab.preferring("b")[0]
-	onB := session(t, b, "b", "h1")
-	data := hostlab.Tagged(11)
-	require.NoError(t, hostlab.Retry(5*time.Second, func() error { return onB.Write16(ctx, lun, 0, data, 512, false) }))
-	require.Positive(t, a.arr.Local().Cache.MirrorBytes(), "a holds the copy")
+	a, b, lun, data := writeOnB(t, lab, 11)
 	b.Kill()
 	require.Eventually(t, func() bool { return a.fencing() }, 10*time.Second, 10*time.Millisecond, "a's leader fences b")
 	require.NoError(t, a.Stop(time.Second))
 
-	a2, b2 := lab.start("a"), lab.start("b")
-	defer a2.Stop(time.Second)
-	defer b2.Stop(time.Second)
-	onB2 := session(t, b2, "b", "h2")
-	var got []byte
-	require.NoError(t, hostlab.Retry(20*time.Second, func() (err error) {
-		got, err = onB2.Read16(ctx, lun, 0, 8, 512)
-		return err
-	}))
-	require.True(t, bytes.Equal(got, data), "acknowledged write lost: a stopped while b's fence ran")
+	readsBackOnB(t, lab, lun, data, "acknowledged write lost: a stopped while b's fence ran")
 }

@@ -152,14 +152,7 @@ func runSeed(t *testing.T, seed uint64, steps int, p plant) []string {
 	for _, n := range w.nodes {
 		w.start(n)
 	}
-	until(t, 10*time.Second, func() bool {
-		for _, l := range bb.cfg.LUNs {
-			if w.servers(l.ID) != 1 {
-				return false
-			}
-		}
-		return true
-	}, "every LUN served at the start")
+	w.allServed(10*time.Second, "every LUN served at the start")
 
 	ctx, stopHosts := context.WithCancel(context.Background())
 	var hosts sync.WaitGroup
@@ -201,14 +194,7 @@ func runSeed(t *testing.T, seed uint64, steps int, p plant) []string {
 	for _, n := range w.nodes {
 		w.start(n)
 	}
-	until(t, 20*time.Second, func() bool {
-		for _, l := range bb.cfg.LUNs {
-			if w.servers(l.ID) != 1 {
-				return false
-			}
-		}
-		return true
-	}, "every LUN served after the restart")
+	w.allServed(20*time.Second, "every LUN served after the restart")
 	w.settle(streams)
 	for _, n := range w.nodes {
 		if c := w.get(n); c != nil {
@@ -244,6 +230,18 @@ func (w *seedWorld) start(n string) {
 	w.mu.Lock()
 	w.ctl[n], w.healthy[n] = c, time.Now()
 	w.mu.Unlock()
+}
+
+// allServed waits until one controller serves each LUN.
+func (w *seedWorld) allServed(limit time.Duration, what string) {
+	until(w.t, limit, func() bool {
+		for _, l := range w.bb.cfg.LUNs {
+			if w.servers(l.ID) != 1 {
+				return false
+			}
+		}
+		return true
+	}, what)
 }
 
 // servers counts the running controllers that serve lun as owner.

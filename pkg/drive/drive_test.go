@@ -10,7 +10,7 @@ import (
 	"github.com/aluad/aluad/ownership"
 	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/array"
-	"github.com/aluad/aluad/pkg/media"
+	"github.com/aluad/aluad/pkg/drive/drivetest"
 	"github.com/aluad/aluad/pkg/scsi"
 )
 
@@ -20,19 +20,7 @@ const iqn = "iqn.2024-01.com.example.h:1"
 // host h1 of type typ, served by a device server.
 func testArray(t *testing.T, typ string) (*Array, *array.Array, *scsi.Server) {
 	t.Helper()
-	cfg := array.Loopback(t.TempDir(), 1<<20)
-	cfg.Interlink.Penalty = 0
-	cfg.Hosts = []array.HostConfig{{Name: "h1", Type: typ, Initiators: []string{iqn}}}
-	require.NoError(t, cfg.Validate())
-	arr, err := array.New(cfg, array.Options{
-		OpenStore: func(_ uint64, size int64) (media.Store, error) { return media.NewMem(size), nil }})
-	require.NoError(t, err)
-	t.Cleanup(func() { arr.Close() })
-	srv := scsi.NewServer()
-	for _, l := range arr.LUNs {
-		_, err := srv.AddLU(scsi.LUConfig{LUN: l.ID, BlockSize: l.BlockSize, Blocks: uint64(l.Size / int64(l.BlockSize)), Backend: l})
-		require.NoError(t, err)
-	}
+	arr, srv := drivetest.Array(t, "h1", typ, iqn)
 	return NewArray(arr, srv), arr, srv
 }
 

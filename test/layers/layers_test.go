@@ -54,8 +54,10 @@ var allowed = map[string][]string{
 	// The control path: the one driver of the core over the array (its
 	// decisions carried out, unit attentions), and around it the
 	// observations in and the feed out.
-	"pkg/drive":   {"pkg/alua", "ownership", "pkg/array", "pkg/scsi"},
-	"pkg/control": {"pkg/clock", "ownership", "pkg/api", "pkg/array", "pkg/drive", "pkg/fabric", "pkg/scsi"},
+	"pkg/drive": {"pkg/alua", "ownership", "pkg/array", "pkg/scsi"},
+	// The control path tests' array (imported by tests only).
+	"pkg/drive/drivetest": {"pkg/array", "pkg/media", "pkg/scsi"},
+	"pkg/control":         {"pkg/clock", "ownership", "pkg/api", "pkg/array", "pkg/drive", "pkg/fabric", "pkg/scsi"},
 	// Cluster mode: the state in etcd, and the link between controllers.
 	"pkg/cluster": {"pkg/clock", "pkg/cluster/kv", "pkg/fence"},
 	// The store's key-value interface and its in-memory backend (no etcd:
