@@ -24,27 +24,7 @@ type checker struct {
 	wg   sync.WaitGroup
 }
 
-func watchBoth(x, y *Controller, luns []uint64) *checker {
-	ck := &checker{stop: make(chan struct{})}
-	ck.wg.Add(1)
-	go func() {
-		defer ck.wg.Done()
-		for {
-			select {
-			case <-ck.stop:
-				return
-			default:
-			}
-			for _, l := range luns {
-				if x.Serves(l) && y.Serves(l) {
-					ck.both.Add(1)
-				}
-			}
-			time.Sleep(500 * time.Microsecond)
-		}
-	}()
-	return ck
-}
+func watchBoth(x, y *Controller, luns []uint64) *checker { return watchAll([]*Controller{x, y}, luns) }
 
 func (ck *checker) done() int64 {
 	close(ck.stop)
