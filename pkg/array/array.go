@@ -68,7 +68,7 @@ type LUN struct {
 	// io is held shared by every media operation and exclusively by a
 	// move, which thereby drains in-flight commands before the hand-over.
 	io     drainLock
-	moveMu chanMutex
+	moveMu ChanMutex
 	// replayMu orders the hand-overs of the LUN's mirrored pages (a
 	// restart replaying them onto its node, a takeover onto a new owner):
 	// the copies go to one node, and the owner is read under it.

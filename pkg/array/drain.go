@@ -38,7 +38,10 @@ func (l *drainLock) RLock() {
 // RUnlock releases a shared hold.
 func (l *drainLock) RUnlock() {
 	l.mu.Lock()
-	l.readers--
+	if l.readers--; l.readers < 0 {
+		l.mu.Unlock()
+		panic("array: RUnlock of an I/O lock not held shared")
+	}
 	if l.readers == 0 && l.writer {
 		l.cond.Broadcast()
 	}
@@ -63,28 +66,39 @@ func (l *drainLock) Lock() {
 // Unlock releases the exclusive hold.
 func (l *drainLock) Unlock() {
 	l.mu.Lock()
+	if !l.writer {
+		l.mu.Unlock()
+		panic("array: Unlock of an I/O lock not held")
+	}
 	l.writer = false
 	l.cond.Broadcast()
 	l.mu.Unlock()
 }
 
-// chanMutex is a mutex whose waiters wait on a channel (durably, in a
-// synctest bubble), for locks held over timed waits (a move's flush).
-type chanMutex struct {
+// ChanMutex is a mutex whose waiters wait on a channel (durably, in a
+// synctest bubble), for locks held over timed waits (a move's flush, a
+// controller's install of a record). The zero value is unlocked.
+type ChanMutex struct {
 	once sync.Once
 	ch   chan struct{}
 }
 
-func (m *chanMutex) c() chan struct{} {
+func (m *ChanMutex) c() chan struct{} {
 	m.once.Do(func() { m.ch = make(chan struct{}, 1) })
 	return m.ch
 }
 
-func (m *chanMutex) Lock()   { m.c() <- struct{}{} }
-func (m *chanMutex) Unlock() { <-m.c() }
+func (m *ChanMutex) Lock() { m.c() <- struct{}{} }
+func (m *ChanMutex) Unlock() {
+	select {
+	case <-m.c():
+	default:
+		panic("array: Unlock of an unlocked ChanMutex")
+	}
+}
 
 // TryLock takes the mutex if it is free.
-func (m *chanMutex) TryLock() bool {
+func (m *ChanMutex) TryLock() bool {
 	select {
 	case m.c() <- struct{}{}:
 		return true

@@ -104,10 +104,10 @@ type Controller struct {
 	lossSeq     int64 // links lost (or replaced, or a partner changed)
 	voidedSeq   int64 // the losses a void covers
 	voidRunning bool
-	lunMu       map[uint64]*chanMutex // orders a record's install against copies arriving
+	lunMu       map[uint64]*array.ChanMutex // orders a record's install against copies arriving (a channel: held over the array's drain)
 	stopping    atomic.Bool
 	gone        atomic.Bool // killed: its media writes on their way fail (gated)
-	held        holdGate    // a paused process's media writes wait (tests)
+	mgate       gate        // its media writes: killed, held by a pause (tests)
 	fenceMu     sync.Mutex
 	fences      map[string]*fenceJob // the leader's fences under way or done, by node
 	final       atomic.Bool          // stopped, marking the records clean
@@ -177,7 +177,7 @@ func Start(o Options) (_ *Controller, err error) {
 	}
 	c := &Controller{o: o, cc: cfg.Cluster, node: o.Node, log: log.With("node", o.Node), links: map[string]*link{}, cuts: map[string]bool{},
 		delays: map[string]time.Duration{},
-		kick:   make(chan struct{}, 1), failed: make(chan struct{}), exited: make(chan struct{}), lunMu: map[uint64]*chanMutex{},
+		kick:   make(chan struct{}, 1), failed: make(chan struct{}), exited: make(chan struct{}), lunMu: map[uint64]*array.ChanMutex{},
 		backoff: map[uint64]time.Time{}, obs: map[string]*nodeObs{}, busy: map[uint64]bool{}}
 	c.vcond = sync.NewCond(&c.vmu)
 	c.hcond = sync.NewCond(&c.hmu)
@@ -185,7 +185,7 @@ func Start(o Options) (_ *Controller, err error) {
 		c.obs[n.Name] = newNodeObs()
 	}
 	for _, l := range cfg.LUNs {
-		c.lunMu[l.ID] = newChanMutex()
+		c.lunMu[l.ID] = &array.ChanMutex{}
 	}
 	// Page versions after any earlier incarnation's: the partner keeps
 	// the newer of two copies of a page.
@@ -253,7 +253,7 @@ func Start(o Options) (_ *Controller, err error) {
 		if wrap != nil {
 			s = wrap(lun, s)
 		}
-		return media.WithFaults(gated{s, &c.gone, &c.held}, &c.media, o.MediaSleep)
+		return media.WithFaults(gated{s, &c.mgate}, &c.media, o.MediaSleep)
 	}
 	if !coreOff {
 		dopt.Observed, dopt.NoCore = c.observed, c.notLeading
@@ -576,8 +576,7 @@ func (c *Controller) markClean() {
 // Kill stops the controller as a crash would (tests): nothing is
 // flushed, the lease is left to expire.
 func (c *Controller) Kill() {
-	c.gone.Store(true) // nothing more of it reaches the media
-	c.held.set(false)  // (what a pause held is refused now)
+	c.markGone()
 	if !c.ending.CompareAndSwap(false, true) {
 		<-c.exited
 		return
@@ -589,16 +588,13 @@ func (c *Controller) Kill() {
 	c.arr.Local().Cache.Close() // and nothing of it runs any more
 }
 
-// chanMutex is a mutex whose waiters wait on a channel: a record's
-// install holds a LUN's over the array's drain of its commands, which may
-// wait on timers, and inside a synctest bubble (the cluster seeds) a
-// goroutine blocked on a sync.Mutex stops the bubble's time for good.
-type chanMutex struct{ ch chan struct{} }
-
-func newChanMutex() *chanMutex { return &chanMutex{ch: make(chan struct{}, 1)} }
-
-func (m *chanMutex) Lock()   { m.ch <- struct{}{} }
-func (m *chanMutex) Unlock() { <-m.ch }
+// markGone: nothing more of the process reaches the media (writes under
+// way end first, held ones are refused) and it serves nothing; what a
+// SIGKILL does at once, before the rest of Kill ends its goroutines.
+func (c *Controller) markGone() {
+	c.gone.Store(true)
+	c.mgate.kill()
+}
 
 // Exited is closed once the controller has stopped or been killed, and
 // nothing of it runs (its listeners closed: a new process may start).
@@ -606,73 +602,122 @@ func (c *Controller) Exited() <-chan struct{} { return c.exited }
 
 // gated is a LUN's media store as this process writes it: once the
 // process is killed, a write, punch or sync still on its way (held by a
-// slow file system, or by the media-delay fault) fails instead of landing,
-// as nothing of a killed process reaches the media. (A real kill needs no
-// gate; an in-process kill, the tests' and the bubble's, does.)
+// pause) fails instead of landing, and the kill waits for the ones already
+// under way, as nothing of a killed process reaches the media after it.
+// (A real kill needs no gate; an in-process kill, the tests' and the
+// bubble's, does.)
 type gated struct {
 	media.Store
-	gone *atomic.Bool
-	held *holdGate
+	g *gate
 }
 
-// holdGate holds media writes while it is closed: what a paused process
-// had on its way to the media (a destage past its fence check) goes on
-// when it resumes, or never if it was killed meanwhile. On a channel,
-// not a timer, so a synctest bubble's time runs on while it holds.
-type holdGate struct {
-	mu sync.Mutex
-	ch chan struct{} // nil: open
+// gate is the state of a process's media writes: how many are under
+// way, whether it is killed, and the hold of a pause (what a paused
+// process had on its way to the media, a destage past its fence check,
+// goes on when it resumes, or never if it is killed meanwhile). Every
+// wait is on a Cond or a channel, so a synctest bubble's time runs on.
+type gate struct {
+	mu   sync.Mutex
+	cond sync.Cond
+	n    int
+	dead bool
+	hold chan struct{} // nil: not held
 }
 
-// set closes the gate (hold) or opens it.
-func (h *holdGate) set(hold bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	switch {
-	case hold && h.ch == nil:
-		h.ch = make(chan struct{})
-	case !hold && h.ch != nil:
-		close(h.ch)
-		h.ch = nil
-	}
-}
-
-func (h *holdGate) wait() {
-	h.mu.Lock()
-	ch := h.ch
-	h.mu.Unlock()
-	if ch != nil {
+// enter admits one media write (false: the process is killed).
+func (g *gate) enter() bool {
+	g.mu.Lock()
+	for g.hold != nil {
+		ch := g.hold
+		g.mu.Unlock()
 		<-ch
+		g.mu.Lock()
+	}
+	if g.dead {
+		g.mu.Unlock()
+		return false
+	}
+	g.n++
+	g.mu.Unlock()
+	return true
+}
+
+func (g *gate) leave() {
+	g.mu.Lock()
+	if g.n--; g.n == 0 && g.cond.L != nil {
+		g.cond.Broadcast()
+	}
+	g.mu.Unlock()
+}
+
+// kill refuses every write from now and waits for those under way; what
+// a pause held is refused.
+func (g *gate) kill() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.dead = true
+	if g.cond.L == nil {
+		g.cond.L = &g.mu
+	}
+	for g.n > 0 {
+		g.cond.Wait()
+	}
+	if g.hold != nil {
+		close(g.hold)
+		g.hold = nil
 	}
 }
 
-var errKilled = errors.New("controller: the process was killed")
+// killed says whether kill has begun.
+func (g *gate) killed() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.dead
+}
+
+// pause holds the writes that come from now (on), or lets them go (off).
+func (g *gate) pause(on bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case on && g.hold == nil && !g.dead:
+		g.hold = make(chan struct{})
+	case !on && g.hold != nil:
+		close(g.hold)
+		g.hold = nil
+	}
+}
+
+// errKilled: a write of a killed process; retryable (the owner is down).
+var errKilled = fmt.Errorf("%w: the process was killed", cache.ErrDown)
 
 func (g gated) WriteAt(p []byte, off int64) error {
-	g.held.wait()
-	if g.gone.Load() {
+	if !g.g.enter() {
 		return errKilled
 	}
+	defer g.g.leave()
 	return g.Store.WriteAt(p, off)
 }
 
 func (g gated) Punch(off, length int64) error {
-	g.held.wait()
-	if g.gone.Load() {
+	if !g.g.enter() {
 		return errKilled
 	}
+	defer g.g.leave()
 	return g.Store.Punch(off, length)
 }
 
 func (g gated) Sync() error {
-	g.held.wait()
-	if g.gone.Load() {
+	if !g.g.enter() {
 		return errKilled
 	}
+	defer g.g.leave()
 	return g.Store.Sync()
 }
 
-// Ref and Unref lend the store's bytes (reads need no gate).
+// Run, Ref and Unref forward what the store offers (reads need no gate).
+func (g gated) Run(off int64) (int64, bool, error) { return media.Run(g.Store, off) }
+
 func (g gated) Ref(off int64, n int) ([]byte, bool) {
 	if r, ok := g.Store.(media.Referencer); ok {
 		return r.Ref(off, n)

@@ -66,7 +66,7 @@ func (f *inProcess) Fence(ctx context.Context, node string, id fence.Identity) e
 	// As SIGKILL: from now on nothing of it reaches the media or serves;
 	// its goroutines end in the background (one may wait on a store it
 	// is cut off from, as no killed process does).
-	c.gone.Store(true)
+	c.markGone()
 	go c.Kill()
 	return nil
 }

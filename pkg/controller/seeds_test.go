@@ -325,7 +325,7 @@ func (w *seedWorld) step() {
 		w.paused[n], w.healthy[n] = true, time.Time{}
 		w.mu.Unlock()
 		w.bb.links[n].Cut(true)
-		c.held.set(true)
+		c.mgate.pause(true)
 		c.CutInterlink(peer, true)
 	case k < 5 && paused:
 		w.logf("resume %s", n)
@@ -336,7 +336,6 @@ func (w *seedWorld) step() {
 		w.paused[n], w.cutOff[n] = false, false
 		w.mu.Unlock()
 		w.bb.links[n].Heal()
-		c.held.set(false)
 		kill(c)
 		w.mu.Lock()
 		w.ctl[n], w.healthy[n] = nil, time.Time{}
@@ -391,7 +390,7 @@ func (w *seedWorld) state(n string) (paused, cutOff bool) {
 // channel: a wait on the Once of a kill the fence started in the
 // background would stop the bubble's time).
 func kill(c *Controller) {
-	c.gone.Store(true)
+	c.markGone()
 	go c.Kill()
 	<-c.Exited()
 }
@@ -404,7 +403,7 @@ func (w *seedWorld) resume(n string) {
 	w.mu.Unlock()
 	w.bb.links[n].Heal()
 	if c := w.get(n); c != nil {
-		c.held.set(false)
+		c.mgate.pause(false)
 		for _, p := range w.nodes {
 			if p != n {
 				c.CutInterlink(p, false)
