@@ -1,3 +1,10 @@
+// The bubbles run without the race detector: with it, a run of these
+// (dozens of goroutines per controller, hundreds of seeds) once crashed
+// inside the runtime (SIGSEGV in a synctest bubble). The test command
+// runs them in their own step.
+
+//go:build !race
+
 package controller
 
 import (
