@@ -19,11 +19,12 @@ go test -race -count=1 ./... 2>&1 | tee results/go-test.txt
 echo "== simulation: ${SIM_SEEDS:-300} seeds"
 go run ./cmd/aluad sim --seeds "${SIM_SEEDS:-300}" --steps 400 --shrink 60s --out results/sim-failures | tee results/sim.txt
 # Cluster seeds: the real controllers in a synctest bubble under random
-# pauses, kills, store partitions and interlink cuts, and the planted
-# defect they must catch (docs/cluster.md); without the race detector
+# pauses, kills, store partitions and interlink cuts (docs/cluster.md),
+# then the planted defects they must catch; without the race detector
 # (the bubbles are built only without it).
 echo "== cluster seeds: ${CLUSTER_SEEDS:-200}"
-go test -count=1 -timeout 20m ./pkg/controller -run 'TestClusterSeeds|TestBubble' -args -cluster.seeds "${CLUSTER_SEEDS:-200}" | tee results/cluster-seeds.txt
+go run ./cmd/aluad sim --cluster --seeds "${CLUSTER_SEEDS:-200}" --jobs 2 --out results/cluster-sim-failures | tee results/cluster-seeds.txt
+go test -count=1 -timeout 20m ./pkg/clustersim -run 'TestClusterSeedsCatchPlanted|TestBubble' -v 2>&1 | tee -a results/cluster-seeds.txt
 echo "== fuzz (every target, ${FUZZTIME:-10s} each)"
 scripts/fuzz.sh
 echo "== CHAP, login ACL and LUN mapping, checked with libiscsi's tools"

@@ -50,6 +50,9 @@ Usage:
                                              the deterministic whole-array simulation: crashes, faults
                                              and hosts at any moment, invariants after every event;
                                              a failing seed is shrunk to a replayable script
+  aluad sim --cluster [--seeds 100] [--seed 1] [--steps 24] [--plant none|no-fence]
+                                             cluster seeds: two real controllers in one process on fake
+                                             time, under pauses, kills, store and interlink cuts
   aluad witness [--name N] [--data DIR] [--client-url URL] [--peer-url URL] [--cluster N=URL,...]
                                              an etcd member with no controller: the third vote two
                                              controllers of cluster mode need (docs/cluster.md)

@@ -8,9 +8,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/aluad/aluad/pkg/clustersim"
 	"github.com/aluad/aluad/pkg/sim"
 )
 
@@ -26,8 +28,21 @@ func simCmd(args []string) error {
 	shrink := fs.Duration("shrink", time.Minute, "time to spend shrinking each failing seed (0: do not shrink)")
 	out := fs.String("out", "", "write each failing seed's shrunk script to this directory")
 	jobs := fs.Int("jobs", runtime.GOMAXPROCS(0), "seeds run in parallel")
+	clusterMode := fs.Bool("cluster", false, "run cluster seeds: the real controllers of a two-controller cluster (default --steps 24)")
+	plant := fs.String("plant", "none", "with --cluster: plant a defect to see the seeds catch it ("+plantNames()+")")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *clusterMode {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["steps"] {
+			*steps = 24
+		}
+		return simCluster(*seeds, *seed, *steps, *jobs, *plant, *out, set)
+	}
+	if *plant != "none" {
+		return errors.New("--plant needs --cluster")
 	}
 	if *script != "" {
 		return simScript(*script, *logOut)
@@ -140,4 +155,31 @@ func simScript(path string, logOut bool) error {
 		return r.Violation
 	}
 	return nil
+}
+
+// simCluster runs cluster seeds (pkg/clustersim); it does not return.
+func simCluster(seeds int, seed uint64, steps, jobs int, plant, out string, set map[string]bool) error {
+	for _, f := range []string{"script", "log", "shrink"} {
+		if set[f] {
+			return fmt.Errorf("--%s is not for --cluster: a cluster seed is replayed by its number", f)
+		}
+	}
+	p, ok := clustersim.Plants[plant]
+	if !ok {
+		return fmt.Errorf("--plant %q: one of %s", plant, plantNames())
+	}
+	if seeds < 1 || steps < 1 || steps > 10_000 || jobs < 1 {
+		return errors.New("--seeds, --steps (up to 10000) and --jobs must be positive")
+	}
+	clustersim.Main(clustersim.Options{Seeds: seeds, Seed: seed, Steps: steps, Plant: p, Jobs: jobs, Out: out})
+	return nil
+}
+
+func plantNames() string {
+	var n []string
+	for k := range clustersim.Plants {
+		n = append(n, k)
+	}
+	sort.Strings(n)
+	return strings.Join(n, ", ")
 }

@@ -576,7 +576,7 @@ func (c *Controller) markClean() {
 // Kill stops the controller as a crash would (tests): nothing is
 // flushed, the lease is left to expire.
 func (c *Controller) Kill() {
-	c.markGone()
+	c.MarkGone()
 	if !c.ending.CompareAndSwap(false, true) {
 		<-c.exited
 		return
@@ -586,14 +586,6 @@ func (c *Controller) Kill() {
 	c.D.Target.Close()          // every host connection drops
 	c.shut(false)
 	c.arr.Local().Cache.Close() // and nothing of it runs any more
-}
-
-// markGone: nothing more of the process reaches the media (writes under
-// way end first, held ones are refused) and it serves nothing; what a
-// SIGKILL does at once, before the rest of Kill ends its goroutines.
-func (c *Controller) markGone() {
-	c.gone.Store(true)
-	c.mgate.kill()
 }
 
 // Exited is closed once the controller has stopped or been killed, and

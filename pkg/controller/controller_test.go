@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,7 +18,6 @@ import (
 	"github.com/aluad/aluad/pkg/cluster"
 	"github.com/aluad/aluad/pkg/config"
 	"github.com/aluad/aluad/pkg/daemon"
-	"github.com/aluad/aluad/pkg/fence"
 	"github.com/aluad/aluad/pkg/initiator"
 	hostlab "github.com/aluad/aluad/pkg/lab"
 )
@@ -36,39 +34,7 @@ func freeAddr(t *testing.T) string {
 type lab struct {
 	t     *testing.T
 	cfg   config.Config
-	fence *inProcess
-}
-
-// inProcess fences the controllers of one lab, all in the test's own
-// process: STONITH of one is its Kill (what it held in memory is gone;
-// it serves and writes nothing more).
-type inProcess struct {
-	mu sync.Mutex
-	by map[string]*Controller // by instance
-	// delay: each fence takes this long first (a power fence's seconds).
-	delay time.Duration
-}
-
-func (f *inProcess) Method() string { return "in-process" }
-
-func (f *inProcess) Fence(ctx context.Context, node string, id fence.Identity) error {
-	select {
-	case <-time.After(f.delay):
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	f.mu.Lock()
-	c := f.by[id.Instance]
-	f.mu.Unlock()
-	if c == nil {
-		return fmt.Errorf("no controller of this lab is instance %s of node %s", id.Instance, node)
-	}
-	// As SIGKILL: from now on nothing of it reaches the media or serves;
-	// its goroutines end in the background (one may wait on a store it
-	// is cut off from, as no killed process does).
-	c.markGone()
-	go c.Kill()
-	return nil
+	fence *InProcess
 }
 
 func newLab(t *testing.T) *lab {
@@ -95,7 +61,7 @@ func newLab(t *testing.T) *lab {
 	// The records' and the fence's mechanics under membership's rules
 	// alone; core_test.go runs the core on the leader.
 	cfg.Ownership.Off = true
-	return &lab{t: t, cfg: cfg, fence: &inProcess{by: map[string]*Controller{}}}
+	return &lab{t: t, cfg: cfg, fence: NewInProcess()}
 }
 
 func (l *lab) start(node string) *Controller {
@@ -109,9 +75,7 @@ func (l *lab) startWith(o Options) *Controller {
 	o.JoinTimeout, o.Fencer = 20*time.Second, l.fence
 	c, err := Start(o)
 	require.NoError(l.t, err)
-	l.fence.mu.Lock()
-	l.fence.by[c.self.Instance] = c
-	l.fence.mu.Unlock()
+	l.fence.Add(c)
 	return c
 }
 

@@ -17,7 +17,7 @@ import (
 
 // slowFence fences as the lab does, after a delay, and counts its runs.
 type slowFence struct {
-	*inProcess
+	*InProcess
 	delay time.Duration
 	runs  atomic.Int64
 }
@@ -29,7 +29,7 @@ func (f *slowFence) Fence(ctx context.Context, node string, id fence.Identity) e
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	return f.inProcess.Fence(ctx, node, id)
+	return f.InProcess.Fence(ctx, node, id)
 }
 
 // A fence slower than two lease TTLs (a power fence takes seconds): the
@@ -37,13 +37,11 @@ func (f *slowFence) Fence(ctx context.Context, node string, id fence.Identity) e
 // takes the LUNs over once it is done.
 func TestSlowFenceRunsOnce(t *testing.T) {
 	lab := newLab(t)
-	slow := &slowFence{inProcess: lab.fence, delay: 3 * lab.cfg.Cluster.LeaseTTL}
+	slow := &slowFence{InProcess: lab.fence, delay: 3 * lab.cfg.Cluster.LeaseTTL}
 	start := func(node string) *Controller {
 		c, err := Start(Options{Config: lab.cfg, Node: node, JoinTimeout: 20 * time.Second, Daemon: quiet(), Fencer: slow})
 		require.NoError(t, err)
-		lab.fence.mu.Lock()
-		lab.fence.by[c.self.Instance] = c
-		lab.fence.mu.Unlock()
+		lab.fence.Add(c)
 		return c
 	}
 	a, b := start("a"), start("b")

@@ -310,7 +310,7 @@ func TestStopAfterPartnerCrashKeepsItsWrites(t *testing.T) {
 // write once left with a's process.
 func TestStopWaitsForThePartnersFence(t *testing.T) {
 	lab := newLab(t)
-	lab.fence.delay = 4 * lab.cfg.Cluster.LeaseTTL
+	lab.fence.Delay = 4 * lab.cfg.Cluster.LeaseTTL
 	a, b, lun, data := writeOnB(t, lab, 11)
 	b.Kill()
 	require.Eventually(t, func() bool { return a.fencing() }, 10*time.Second, 10*time.Millisecond, "a's leader fences b")

@@ -89,7 +89,11 @@ var allowed = map[string][]string{
 	// control path.
 	"pkg/controller": {"pkg/alua", "ownership", "pkg/api", "pkg/array", "pkg/cache", "pkg/cluster", "pkg/cluster/kv", "pkg/config", "pkg/control", "pkg/fence", "pkg/media",
 		"pkg/daemon", "pkg/interlink"},
-	"cmd/aluad": {"ownership", "pkg/api", "pkg/array", "pkg/cluster", "pkg/config", "pkg/controller", "pkg/daemon", "pkg/lab", "pkg/qualify", "pkg/reports", "pkg/sim",
+	// The real controllers of a cluster in one synctest bubble, under
+	// scripted faults (the cluster seeds).
+	"pkg/clustersim": {"pkg/cluster", "pkg/cluster/kv", "pkg/config", "pkg/controller", "pkg/daemon", "pkg/fence", "pkg/initiator",
+		"pkg/lab", "pkg/memnet", "pkg/clock"},
+	"cmd/aluad": {"ownership", "pkg/api", "pkg/array", "pkg/cluster", "pkg/clustersim", "pkg/config", "pkg/controller", "pkg/daemon", "pkg/lab", "pkg/qualify", "pkg/reports", "pkg/sim",
 		"pkg/stress"},
 	// The QEMU lab talks to the array through the API only (qualify is
 	// an API client).

@@ -1,26 +1,16 @@
-// The bubbles run without the race detector: with it, a run of these
-// (dozens of goroutines per controller, hundreds of seeds) once crashed
-// inside the runtime (SIGSEGV in a synctest bubble). The test command
-// runs them in their own step.
-
-//go:build !race
-
-package controller
+package clustersim
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
+	"github.com/aluad/aluad/pkg/controller"
 	"github.com/aluad/aluad/pkg/fence"
 	"github.com/aluad/aluad/pkg/initiator"
 	hostlab "github.com/aluad/aluad/pkg/lab"
@@ -51,56 +41,31 @@ import (
 // paused process cannot; the held writes are the danger the fence must
 // stop. (The hold is on a channel: a timed one, with a lock held over it,
 // would stop the bubble's time for any goroutine waiting on that lock.)
-var (
-	clusterSeeds = flag.Int("cluster.seeds", 16, "cluster seeds to run (TestClusterSeeds)")
-	clusterSeed  = flag.Uint64("cluster.seed", 1, "the first cluster seed")
-	clusterSteps = flag.Int("cluster.steps", 24, "fault events per cluster seed")
-)
-
 // unservedBound: after the lease TTL, how long a LUN may go unserved
 // while a healthy controller is there (the leader's round every TTL/4,
 // the fence, the record's write and install).
 const unservedBound = 3 * time.Second
 
-// plant is a defect planted in a seed's cluster (tests of the checker).
-type plant int
+// Plant is a defect planted in a seed's cluster (to test the checker).
+type Plant int
 
 const (
-	plantNone plant = iota
-	// plantNoFence: the fencer claims to fence and does nothing, so a
+	PlantNone Plant = iota
+	// PlantNoFence: the fencer claims to fence and does nothing, so a
 	// paused owner's held writes land after the takeover.
-	plantNoFence
+	PlantNoFence
 )
 
-func TestClusterSeeds(t *testing.T) {
-	for s := *clusterSeed; s < *clusterSeed+uint64(*clusterSeeds); s++ {
-		t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) {
-			var v []string
-			synctest.Test(t, func(t *testing.T) { v = runSeed(t, s, *clusterSteps, plantNone) })
-			require.Empty(t, v, "seed %d", s)
-		})
-	}
-}
+// Plants names the planted defects (`aluad sim --cluster --plant`).
+var Plants = map[string]Plant{"none": PlantNone, "no-fence": PlantNoFence}
 
-// Each planted defect is caught within a few seeds.
-func TestClusterSeedsCatchPlanted(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		p    plant
-	}{{"no fence", plantNoFence}} {
-		t.Run(tc.name, func(t *testing.T) {
-			caught := ""
-			for s := uint64(1); s <= 12 && caught == ""; s++ {
-				synctest.Test(t, func(t *testing.T) {
-					if v := runSeed(t, s, *clusterSteps, tc.p); len(v) > 0 {
-						caught = fmt.Sprintf("seed %d: %s", s, v[0])
-					}
-				})
-			}
-			require.NotEmpty(t, caught, "the planted defect went unnoticed")
-			t.Logf("caught: %s", caught)
-		})
+func (p Plant) String() string {
+	for n, q := range Plants {
+		if q == p {
+			return n
+		}
 	}
+	return fmt.Sprintf("plant(%d)", int(p))
 }
 
 // noFence claims every fence done and kills nothing.
@@ -114,18 +79,18 @@ func (noFence) Fence(context.Context, string, fence.Identity) error {
 // seedWorld is one seed's cluster, hosts and faults.
 type seedWorld struct {
 	t     *testing.T
-	bb    *bubble
+	bb    *Bubble
 	rng   *rand.Rand
-	plant plant
+	plant Plant
 	nodes []string
 
 	mu      sync.Mutex
-	ctl     map[string]*Controller // nil: not running
+	ctl     map[string]*controller.Controller // nil: not running
 	paused  map[string]bool
 	cutOff  map[string]bool      // its store link fails
 	healthy map[string]time.Time // since when (zero: not healthy)
 	sess    map[string]*initiator.Session
-	sessOf  map[string]*Controller
+	sessOf  map[string]*controller.Controller
 	script  []string
 	viol    []string
 	// supervising: one supervise at a time (a channel: a goroutine waiting
@@ -136,26 +101,46 @@ type seedWorld struct {
 func (w *seedWorld) logf(format string, args ...any) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.script = append(w.script, fmt.Sprintf("%6.2fs ", time.Since(w.bb.t0).Seconds())+fmt.Sprintf(format, args...))
+	w.script = append(w.script, fmt.Sprintf("%6.2fs ", time.Since(w.bb.T0).Seconds())+fmt.Sprintf(format, args...))
 }
 
 func (w *seedWorld) violate(format string, args ...any) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(w.viol) < 8 {
-		w.viol = append(w.viol, fmt.Sprintf("%6.2fs ", time.Since(w.bb.t0).Seconds())+fmt.Sprintf(format, args...))
+		w.viol = append(w.viol, fmt.Sprintf("%6.2fs ", time.Since(w.bb.T0).Seconds())+fmt.Sprintf(format, args...))
 	}
 }
 
-// runSeed runs one seed and returns its violations (with the script).
-func runSeed(t *testing.T, seed uint64, steps int, p plant) []string {
-	bb := newBubble(t)
-	if p == plantNoFence {
-		bb.fencer = noFence{}
+// Result is one seed's run.
+type Result struct {
+	Seed uint64
+	// Violations: the invariants broken, with their bubble times (none:
+	// every one held).
+	Violations []string
+	// Script: the faults as they came, with their bubble times.
+	Script []string
+	// Took: the seed's bubble time.
+	Took time.Duration
+}
+
+// Failed says whether an invariant broke.
+func (r Result) Failed() bool { return len(r.Violations) > 0 }
+
+// String is the violations and the script.
+func (r Result) String() string {
+	return fmt.Sprintf("seed %d: %s\nscript:\n  %s", r.Seed, strings.Join(r.Violations, "\n"), strings.Join(r.Script, "\n  "))
+}
+
+// RunSeed runs one seed; call it inside synctest.Test.
+func RunSeed(t *testing.T, seed uint64, steps int, p Plant) Result {
+	bb := NewBubble(t)
+	if p == PlantNoFence {
+		bb.Fencer = noFence{}
 	}
 	w := &seedWorld{t: t, bb: bb, rng: rand.New(rand.NewPCG(seed, 0x5eed)), plant: p, nodes: []string{"a", "b"},
-		ctl: map[string]*Controller{}, paused: map[string]bool{}, cutOff: map[string]bool{}, healthy: map[string]time.Time{},
-		sess: map[string]*initiator.Session{}, sessOf: map[string]*Controller{}, supervising: make(chan struct{}, 1)}
+		ctl: map[string]*controller.Controller{}, paused: map[string]bool{}, cutOff: map[string]bool{}, healthy: map[string]time.Time{},
+		sess: map[string]*initiator.Session{}, sessOf: map[string]*controller.Controller{}, supervising: make(chan struct{}, 1)}
 	for _, n := range w.nodes {
 		w.start(n)
 	}
@@ -165,7 +150,7 @@ func runSeed(t *testing.T, seed uint64, steps int, p plant) []string {
 	var hosts sync.WaitGroup
 	var streams []*hostlab.VerifiedStream
 	other := map[string]string{"a": "b", "b": "a"}
-	for i, l := range bb.cfg.LUNs {
+	for i, l := range bb.Cfg.LUNs {
 		st := hostlab.NewVerifiedStream(l.ID, l.Preferred, 0)
 		streams = append(streams, st)
 		hosts.Add(1)
@@ -183,7 +168,7 @@ func runSeed(t *testing.T, seed uint64, steps int, p plant) []string {
 		time.Sleep(time.Duration(200+w.rng.IntN(2800)) * time.Millisecond)
 	}
 	w.healAll()
-	time.Sleep(bb.cfg.Cluster.LeaseTTL + unservedBound)
+	time.Sleep(bb.Cfg.Cluster.LeaseTTL + unservedBound)
 	stopHosts()
 	hosts.Wait()
 	close(checkDone)
@@ -209,10 +194,9 @@ func runSeed(t *testing.T, seed uint64, steps int, p plant) []string {
 		}
 	}
 	w.closeSessions()
-	if v := w.violations(); len(v) > 0 {
-		return append(v, "script:\n  "+strings.Join(w.script, "\n  "))
-	}
-	return nil
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return Result{Seed: seed, Violations: w.viol, Script: w.script, Took: time.Since(bb.T0)}
 }
 
 func (w *seedWorld) violations() []string {
@@ -221,7 +205,7 @@ func (w *seedWorld) violations() []string {
 	return append([]string(nil), w.viol...)
 }
 
-func (w *seedWorld) get(n string) *Controller {
+func (w *seedWorld) get(n string) *controller.Controller {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.ctl[n]
@@ -229,7 +213,7 @@ func (w *seedWorld) get(n string) *Controller {
 
 // start runs node n's controller (a restart after a kill: a new process).
 func (w *seedWorld) start(n string) {
-	c, err := w.bb.startErr(n)
+	c, err := w.bb.StartErr(n)
 	if err != nil {
 		w.violate("%s did not start: %v", n, err)
 		return
@@ -241,21 +225,28 @@ func (w *seedWorld) start(n string) {
 
 // allServed waits until one controller serves each LUN.
 func (w *seedWorld) allServed(limit time.Duration, what string) {
-	until(w.t, limit, func() bool {
-		for _, l := range w.bb.cfg.LUNs {
-			if w.servers(l.ID) != 1 {
-				return false
-			}
+	deadline := time.Now().Add(limit)
+	for {
+		all := true
+		for _, l := range w.bb.Cfg.LUNs {
+			all = all && w.servers(l.ID) == 1
 		}
-		return true
-	}, what)
+		switch {
+		case all:
+			return
+		case time.Now().After(deadline):
+			w.violate("not within %v: %s", limit, what)
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // servers counts the running controllers that serve lun as owner.
 func (w *seedWorld) servers(lun uint64) int {
 	k := 0
 	for _, n := range w.nodes {
-		if c := w.get(n); c != nil && !c.gone.Load() && c.Serves(lun) {
+		if c := w.get(n); c != nil && !c.Gone() && c.Serves(lun) {
 			k++
 		}
 	}
@@ -282,20 +273,12 @@ func (w *seedWorld) session(n string) *initiator.Session {
 		s.Close()
 		delete(w.sess, n)
 	}
-	for _, p := range c.D.Portals() {
-		if p.Node == n {
-			dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			s, err := initiator.Dial(dctx, initiator.Config{Addr: p.Addr, Target: p.Target,
-				InitiatorName: "iqn.2026-11.test.aluad:seeds", DialTimeout: 2 * time.Second, Dial: w.bb.net.Dial})
-			cancel()
-			if err != nil {
-				return nil
-			}
-			w.sess[n], w.sessOf[n] = s, c
-			return s
-		}
+	s, err := w.bb.Dial(c, n, "seeds")
+	if err != nil {
+		return nil
 	}
-	return nil
+	w.sess[n], w.sessOf[n] = s, c
+	return s
 }
 
 func (w *seedWorld) closeSessions() {
@@ -331,8 +314,8 @@ func (w *seedWorld) step() {
 		w.mu.Lock()
 		w.paused[n], w.healthy[n] = true, time.Time{}
 		w.mu.Unlock()
-		w.bb.links[n].Cut(true)
-		c.mgate.pause(true)
+		w.bb.Links[n].Cut(true)
+		c.PauseMedia(true)
 		c.CutInterlink(peer, true)
 	case k < 5 && paused:
 		w.logf("resume %s", n)
@@ -342,7 +325,7 @@ func (w *seedWorld) step() {
 		w.mu.Lock()
 		w.paused[n], w.cutOff[n] = false, false
 		w.mu.Unlock()
-		w.bb.links[n].Heal()
+		w.bb.Links[n].Heal()
 		kill(c)
 		w.mu.Lock()
 		w.ctl[n], w.healthy[n] = nil, time.Time{}
@@ -352,10 +335,10 @@ func (w *seedWorld) step() {
 		w.mu.Lock()
 		w.cutOff[n], w.healthy[n] = true, time.Time{}
 		w.mu.Unlock()
-		w.bb.links[n].Cut(false)
+		w.bb.Links[n].Cut(false)
 	case k < 8 && cutOff:
 		w.logf("%s reaches the store again", n)
-		w.bb.links[n].Heal()
+		w.bb.Links[n].Heal()
 		w.mu.Lock()
 		w.cutOff[n] = false
 		w.mu.Unlock()
@@ -396,8 +379,8 @@ func (w *seedWorld) state(n string) (paused, cutOff bool) {
 // kill kills c as SIGKILL does and waits until nothing of it runs (on a
 // channel: a wait on the Once of a kill the fence started in the
 // background would stop the bubble's time).
-func kill(c *Controller) {
-	c.markGone()
+func kill(c *controller.Controller) {
+	c.MarkGone()
 	go c.Kill()
 	<-c.Exited()
 }
@@ -408,9 +391,9 @@ func (w *seedWorld) resume(n string) {
 	w.mu.Lock()
 	w.paused[n] = false
 	w.mu.Unlock()
-	w.bb.links[n].Heal()
+	w.bb.Links[n].Heal()
 	if c := w.get(n); c != nil {
-		c.mgate.pause(false)
+		c.PauseMedia(false)
 		for _, p := range w.nodes {
 			if p != n {
 				c.CutInterlink(p, false)
@@ -430,7 +413,7 @@ func (w *seedWorld) supervise(n string) {
 	if c == nil {
 		return
 	}
-	exited := c.gone.Load()
+	exited := c.Gone()
 	select {
 	case <-c.Err():
 		exited = true
@@ -442,7 +425,7 @@ func (w *seedWorld) supervise(n string) {
 	if exited && !paused {
 		w.logf("%s exited: restarted", n)
 		kill(c)
-		w.bb.links[n].Heal()
+		w.bb.Links[n].Heal()
 		w.mu.Lock()
 		w.cutOff[n] = false
 		w.mu.Unlock()
@@ -465,7 +448,7 @@ func (w *seedWorld) healAll() {
 			w.resume(n)
 		}
 		if cutOff {
-			w.bb.links[n].Heal()
+			w.bb.Links[n].Heal()
 			w.mu.Lock()
 			w.cutOff[n] = false
 			w.mu.Unlock()
@@ -489,9 +472,9 @@ func (w *seedWorld) healAll() {
 // check watches the invariants of serving until done.
 func (w *seedWorld) check(done, checked chan struct{}) {
 	defer close(checked)
-	ttl := w.bb.cfg.Cluster.LeaseTTL
+	ttl := w.bb.Cfg.Cluster.LeaseTTL
 	lastServed := map[uint64]time.Time{}
-	for _, l := range w.bb.cfg.LUNs {
+	for _, l := range w.bb.Cfg.LUNs {
 		lastServed[l.ID] = time.Now()
 	}
 	for {
@@ -512,7 +495,7 @@ func (w *seedWorld) check(done, checked chan struct{}) {
 			}
 		}
 		w.mu.Unlock()
-		for _, l := range w.bb.cfg.LUNs {
+		for _, l := range w.bb.Cfg.LUNs {
 			switch k := w.servers(l.ID); {
 			case k > 1:
 				w.violate("LUN %d served by %d controllers as owner", l.ID, k)
