@@ -20,23 +20,15 @@ import (
 // connection (a linearizable read, as `etcdctl endpoint health` does: it
 // needs the member and a quorum with a leader), and the client's
 // endpoints are the members that answered the last probe in time, or all
-// of them when none did. A watch on a dropped member's stream would hang
-// as well: Dropped wakes the watchers, which read afresh and watch again.
+// of them when none did (members). A watch on a dropped member's stream
+// would hang as well: Dropped wakes the watchers, which read afresh and
+// watch again.
 //
 // Probes run on the wall clock: they time the network, not the array.
 type Client struct {
 	*clientv3.Client
-	all    []string
+	*members
 	probes []*clientv3.Client
-	every  time.Duration
-	wait   time.Duration
-
-	mu      sync.Mutex
-	healthy []string
-	dropped chan struct{} // closed (and replaced) when a member is dropped
-
-	stop chan struct{}
-	wg   sync.WaitGroup
 }
 
 // Probe timings: how often each member is probed, and how long an
@@ -53,8 +45,8 @@ func Dial(endpoints []string) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{Client: cli, all: slices.Clone(endpoints), every: ProbeEvery, wait: ProbeWait,
-		healthy: slices.Clone(endpoints), dropped: make(chan struct{}), stop: make(chan struct{})}
+	c := &Client{Client: cli}
+	c.members = newMembers(endpoints, func(up []string) { c.Client.SetEndpoints(up...) })
 	if len(endpoints) > 1 { // one member: nothing to choose
 		for _, ep := range endpoints {
 			p, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, Logger: zap.NewNop()})
@@ -64,48 +56,84 @@ func Dial(endpoints []string) (*Client, error) {
 			}
 			c.probes = append(c.probes, p)
 		}
-		c.wg.Add(1)
-		go c.probeLoop()
+		c.start(func(ctx context.Context, i int) error {
+			_, err := c.probes[i].Get(ctx, "health")
+			return err
+		})
 	}
 	return c, nil
 }
 
-// Healthy lists the endpoints calls go to now.
-func (c *Client) Healthy() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Clone(c.healthy)
-}
-
-// Dropped is closed when a member is next dropped from the endpoints.
-func (c *Client) Dropped() <-chan struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.dropped
-}
-
 // Close stops the probes and closes the client.
 func (c *Client) Close() error {
-	select {
-	case <-c.stop:
-	default:
-		close(c.stop)
-	}
-	c.wg.Wait()
+	c.members.close()
 	for _, p := range c.probes {
 		p.Close()
 	}
 	return c.Client.Close()
 }
 
-func (c *Client) probeLoop() {
-	defer c.wg.Done()
-	t := time.NewTicker(c.every)
+// members keeps a client's calls on the etcd members that answer: it
+// probes each one every ProbeEvery, on its own connection, and the
+// endpoints are those that answered the last probe within ProbeWait, or
+// all when none did. Client uses it for etcd's client, Balanced for a
+// Backend per member (the simulation's).
+type members struct {
+	all   []string
+	every time.Duration
+	wait  time.Duration
+	set   func(up []string) // the endpoints calls go to now
+
+	mu      sync.Mutex
+	healthy []string
+	dropped chan struct{} // closed (and replaced) when a member is dropped
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+func newMembers(endpoints []string, set func(up []string)) *members {
+	return &members{all: slices.Clone(endpoints), every: ProbeEvery, wait: ProbeWait, set: set,
+		healthy: slices.Clone(endpoints), dropped: make(chan struct{}), stop: make(chan struct{})}
+}
+
+// start probes every member (probe asks member i once) until close.
+func (m *members) start(probe func(ctx context.Context, i int) error) {
+	m.wg.Add(1)
+	go m.probeLoop(probe)
+}
+
+func (m *members) close() {
+	select {
+	case <-m.stop:
+	default:
+		close(m.stop)
+	}
+	m.wg.Wait()
+}
+
+// Healthy lists the endpoints calls go to now.
+func (m *members) Healthy() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.healthy)
+}
+
+// Dropped is closed when a member is next dropped from the endpoints.
+func (m *members) Dropped() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.dropped
+}
+
+func (m *members) probeLoop(probe func(ctx context.Context, i int) error) {
+	defer m.wg.Done()
+	t := time.NewTicker(m.every)
 	defer t.Stop()
 	for {
-		c.use(c.probe())
+		m.use(m.probe(probe))
 		select {
-		case <-c.stop:
+		case <-m.stop:
 			return
 		case <-t.C:
 		}
@@ -113,22 +141,21 @@ func (c *Client) probeLoop() {
 }
 
 // probe asks every member at once and lists those that answered in time.
-func (c *Client) probe() []string {
-	ok := make([]bool, len(c.probes))
+func (m *members) probe(probe func(ctx context.Context, i int) error) []string {
+	ok := make([]bool, len(m.all))
 	var wg sync.WaitGroup
-	for i, p := range c.probes {
+	for i := range m.all {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), c.wait)
+			ctx, cancel := context.WithTimeout(context.Background(), m.wait)
 			defer cancel()
-			_, err := p.Get(ctx, "health")
-			ok[i] = err == nil
+			ok[i] = probe(ctx, i) == nil
 		}()
 	}
 	wg.Wait()
 	var up []string
-	for i, ep := range c.all {
+	for i, ep := range m.all {
 		if ok[i] {
 			up = append(up, ep)
 		}
@@ -138,23 +165,23 @@ func (c *Client) probe() []string {
 
 // use makes up the client's endpoints (all, if up is empty), and wakes
 // the watchers if a member was dropped.
-func (c *Client) use(up []string) {
+func (m *members) use(up []string) {
 	if len(up) == 0 {
-		up = c.all
+		up = m.all
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if slices.Equal(up, c.healthy) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if slices.Equal(up, m.healthy) {
 		return
 	}
 	drop := false
-	for _, ep := range c.healthy {
+	for _, ep := range m.healthy {
 		drop = drop || !slices.Contains(up, ep)
 	}
-	c.healthy = up
-	c.Client.SetEndpoints(up...)
+	m.healthy = up
+	m.set(up)
 	if drop {
-		close(c.dropped)
-		c.dropped = make(chan struct{})
+		close(m.dropped)
+		m.dropped = make(chan struct{})
 	}
 }

@@ -85,13 +85,25 @@ func (s *Store) campaign(ctx context.Context, pfx string, lease kv.LeaseID, val 
 	if err := s.waitDeletes(ctx, pfx, rev-1); err != nil {
 		select {
 		case <-ctx.Done():
-			resign(context.Background()) // the client's own context, in etcd
+			// etcd resigns on the client's own context, which ends only
+			// when the client closes; bounded here, since a controller
+			// closes its client only after its goroutines end, and a
+			// resign sent to a member that froze would never end. A key
+			// left behind is the lease's: it goes with the lease, or is
+			// this candidate's own at its next campaign.
+			rctx, cancel := context.WithTimeout(context.Background(), s.resignWithin())
+			resign(rctx)
+			cancel()
 		default:
 		}
 		return "", 0, err
 	}
 	return k, rev, nil
 }
+
+// resignWithin bounds the wait of a resign after a failed campaign: a
+// healthy member answers well within it (twice a probe's round).
+func (s *Store) resignWithin() time.Duration { return 2 * (ProbeEvery + ProbeWait) }
 
 // waitDeletes waits until every key under pfx created at maxCreateRev or
 // before is deleted, the last created first.

@@ -43,7 +43,11 @@ func NewStoreKV(b kv.Backend, arrayID string, clk clock.Clock) *Store {
 	if clk == nil {
 		clk = clock.Real
 	}
-	return &Store{kv: b, prefix: "/aluad/" + arrayID + "/", clock: clk}
+	s := &Store{kv: b, prefix: "/aluad/" + arrayID + "/", clock: clk}
+	if d, ok := b.(interface{ Dropped() <-chan struct{} }); ok {
+		s.dropped = d.Dropped // a backend over several members (Balanced)
+	}
+	return s
 }
 
 // NewStoreOn is NewStore on a client that keeps to the members that

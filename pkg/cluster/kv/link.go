@@ -64,6 +64,15 @@ func (l *Link) Heal() {
 	close(l.healed)
 }
 
+// Dropped is the backend's: closed when it drops an etcd member (nil
+// if it drops none), so a Store on the link ends its watches then.
+func (l *Link) Dropped() <-chan struct{} {
+	if d, ok := l.b.(interface{ Dropped() <-chan struct{} }); ok {
+		return d.Dropped()
+	}
+	return nil
+}
+
 // IsCut reports whether the link is cut.
 func (l *Link) IsCut() bool {
 	l.mu.Lock()
