@@ -20,6 +20,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -46,8 +47,17 @@ type Bubble struct {
 	// one is added); Fencer, when set, is used instead (a planted one).
 	Fence  *controller.InProcess
 	Fencer fence.Fencer
-	// Links: each node's link to the store, as of its latest start.
-	Links map[string]*kv.Link
+	// links: each node's link to the store, as of its latest start (a
+	// cut: the node partitioned, or paused).
+	links map[string]*kv.Link
+	// The store has Members etcd members; each node's client balances
+	// over a connection to each (cluster.Balanced), probing them unless
+	// NoProbes (planted: etcd's client as it was).
+	Members  int
+	NoProbes bool
+	mu       sync.Mutex
+	conns    map[string][]*kv.Link // each node's connections to the members
+	frozen   map[int]bool
 }
 
 // NewBubble is two nodes (a and b), four LUNs, a lease TTL of 1 s.
@@ -63,7 +73,31 @@ func NewBubble(t *testing.T) *Bubble {
 	mem := kv.NewMem(clock.Real, 100*time.Millisecond)
 	t.Cleanup(mem.Close)
 	return &Bubble{T0: time.Now(), T: t, Cfg: cfg, Net: memnet.New(), Mem: mem, Fence: controller.NewInProcess(),
-		Links: map[string]*kv.Link{}}
+		links: map[string]*kv.Link{}, Members: 3, conns: map[string][]*kv.Link{}, frozen: map[int]bool{}}
+}
+
+// Link is node's link to the store, as of its latest start: cut, the
+// node is partitioned from the store (or, blocking, paused).
+func (b *Bubble) Link(node string) *kv.Link {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.links[node]
+}
+
+// Freeze freezes etcd member k (SIGSTOP of its process: its connections
+// stay open and answer nothing) or thaws it. The store's quorum is the
+// others'.
+func (b *Bubble) Freeze(k int, on bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.frozen[k] = on
+	for _, conns := range b.conns {
+		if on {
+			conns[k].Cut(true)
+		} else {
+			conns[k].Heal()
+		}
+	}
 }
 
 // logs: the controllers' logs go to stderr when ALUAD_TEST_LOG is set.
@@ -88,8 +122,22 @@ func (b *Bubble) Start(node string) *controller.Controller {
 
 // StartErr starts node's controller.
 func (b *Bubble) StartErr(node string) (*controller.Controller, error) {
-	link := kv.NewLink(b.Mem, clock.Real)
-	b.Links[node] = link
+	b.mu.Lock()
+	conns := make([]*kv.Link, b.Members)
+	eps := make([]kv.Backend, b.Members)
+	for k := range conns {
+		conns[k] = kv.NewLink(b.Mem, clock.Real)
+		if b.frozen[k] {
+			conns[k].Cut(true)
+		}
+		eps[k] = conns[k]
+	}
+	bal := cluster.NewBalanced(eps, clock.Real, !b.NoProbes)
+	b.T.Cleanup(bal.Close)
+	b.conns[node] = conns
+	link := kv.NewLink(bal, clock.Real)
+	b.links[node] = link
+	b.mu.Unlock()
 	dopt := logs()
 	dopt.Listen = b.Net.Listen
 	var f fence.Fencer = b.Fence

@@ -54,10 +54,14 @@ const (
 	// PlantNoFence: the fencer claims to fence and does nothing, so a
 	// paused owner's held writes land after the takeover.
 	PlantNoFence
+	// PlantNoProbes: each controller's etcd client sends its calls round
+	// robin to every member, frozen or not (etcd's client as it was): a
+	// frozen member blocks a third of them until their deadlines.
+	PlantNoProbes
 )
 
 // Plants names the planted defects (`aluad sim --cluster --plant`).
-var Plants = map[string]Plant{"none": PlantNone, "no-fence": PlantNoFence}
+var Plants = map[string]Plant{"none": PlantNone, "no-fence": PlantNoFence, "no-probes": PlantNoProbes}
 
 func (p Plant) String() string {
 	for n, q := range Plants {
@@ -84,16 +88,19 @@ type seedWorld struct {
 	plant Plant
 	nodes []string
 
-	mu      sync.Mutex
-	ctl     map[string]*controller.Controller // nil: not running
-	paused  map[string]bool
-	cutOff  map[string]bool      // its store link fails
-	healthy map[string]time.Time // since when (zero: not healthy)
-	sess    map[string]*initiator.Session
-	sessOf  map[string]*controller.Controller
-	script  []string
-	viol    []string
-	// supervising: one supervise at a time (a channel: a goroutine waiting
+	mu       sync.Mutex
+	ctl      map[string]*controller.Controller // nil: not running
+	paused   map[string]bool
+	cutOff   map[string]bool      // its store link fails
+	frozen   int                  // the etcd member frozen (-1: none)
+	starting map[string]bool      // its controller is being (re)started
+	healthy  map[string]time.Time // since when (zero: not healthy)
+	sess     map[string]*initiator.Session
+	sessOf   map[string]*controller.Controller
+	script   []string
+	viol     []string
+	// supervising: one step or supervise at a time, so that a fault never
+	// meets a node whose controller is being restarted (a channel: a goroutine waiting
 	// on a lock would stop the bubble's time while the other kills).
 	supervising chan struct{}
 }
@@ -135,12 +142,13 @@ func (r Result) String() string {
 // RunSeed runs one seed; call it inside synctest.Test.
 func RunSeed(t *testing.T, seed uint64, steps int, p Plant) Result {
 	bb := NewBubble(t)
+	bb.NoProbes = p == PlantNoProbes
 	if p == PlantNoFence {
 		bb.Fencer = noFence{}
 	}
 	w := &seedWorld{t: t, bb: bb, rng: rand.New(rand.NewPCG(seed, 0x5eed)), plant: p, nodes: []string{"a", "b"},
 		ctl: map[string]*controller.Controller{}, paused: map[string]bool{}, cutOff: map[string]bool{}, healthy: map[string]time.Time{},
-		sess: map[string]*initiator.Session{}, sessOf: map[string]*controller.Controller{}, supervising: make(chan struct{}, 1)}
+		sess: map[string]*initiator.Session{}, sessOf: map[string]*controller.Controller{}, frozen: -1, starting: map[string]bool{}, supervising: make(chan struct{}, 1)}
 	for _, n := range w.nodes {
 		w.start(n)
 	}
@@ -212,15 +220,28 @@ func (w *seedWorld) get(n string) *controller.Controller {
 }
 
 // start runs node n's controller (a restart after a kill: a new process).
+// (No fault reaches a node while it starts: step passes it by.)
 func (w *seedWorld) start(n string) {
+	w.mu.Lock()
+	w.starting[n] = true
+	w.mu.Unlock()
 	c, err := w.bb.StartErr(n)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.starting[n] = false
 	if err != nil {
-		w.violate("%s did not start: %v", n, err)
+		w.ctl[n] = nil
+		w.viol = append(w.viol, fmt.Sprintf("%6.2fs %s did not start: %v", time.Since(w.bb.T0).Seconds(), n, err))
 		return
 	}
-	w.mu.Lock()
 	w.ctl[n], w.healthy[n] = c, time.Now()
-	w.mu.Unlock()
+}
+
+// isStarting says whether n's controller is being (re)started.
+func (w *seedWorld) isStarting(n string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.starting[n]
 }
 
 // allServed waits until one controller serves each LUN.
@@ -292,10 +313,31 @@ func (w *seedWorld) closeSessions() {
 
 // step injects one fault or heals one, as the seed draws.
 func (w *seedWorld) step() {
+	w.supervising <- struct{}{}
+	defer func() { <-w.supervising }()
+	// An etcd member (one of three: the quorum stays) freezes at any
+	// time, whatever the controllers do, and thaws at a later step; a
+	// controller counts as healthy through it (the promise: a frozen
+	// member never blocks the survivor).
+	if w.rng.IntN(6) == 0 {
+		if w.frozen < 0 {
+			w.frozen = w.rng.IntN(w.bb.Members)
+			w.logf("freeze etcd member %d", w.frozen)
+			w.bb.Freeze(w.frozen, true)
+		} else {
+			w.logf("thaw etcd member %d", w.frozen)
+			w.bb.Freeze(w.frozen, false)
+			w.frozen = -1
+		}
+		return
+	}
 	n := w.nodes[w.rng.IntN(len(w.nodes))]
 	peer := "a"
 	if n == "a" {
 		peer = "b"
+	}
+	if w.isStarting(n) {
+		return
 	}
 	c := w.get(n)
 	paused, cutOff := w.state(n)
@@ -314,18 +356,18 @@ func (w *seedWorld) step() {
 		w.mu.Lock()
 		w.paused[n], w.healthy[n] = true, time.Time{}
 		w.mu.Unlock()
-		w.bb.Links[n].Cut(true)
+		w.bb.Link(n).Cut(true)
 		c.PauseMedia(true)
 		c.CutInterlink(peer, true)
 	case k < 5 && paused:
 		w.logf("resume %s", n)
-		w.resume(n)
+		w.resumeHeld(n)
 	case k < 6 && fault:
 		w.logf("kill %s", n)
 		w.mu.Lock()
 		w.paused[n], w.cutOff[n] = false, false
 		w.mu.Unlock()
-		w.bb.Links[n].Heal()
+		w.bb.Link(n).Heal()
 		kill(c)
 		w.mu.Lock()
 		w.ctl[n], w.healthy[n] = nil, time.Time{}
@@ -335,14 +377,14 @@ func (w *seedWorld) step() {
 		w.mu.Lock()
 		w.cutOff[n], w.healthy[n] = true, time.Time{}
 		w.mu.Unlock()
-		w.bb.Links[n].Cut(false)
+		w.bb.Link(n).Cut(false)
 	case k < 8 && cutOff:
 		w.logf("%s reaches the store again", n)
-		w.bb.Links[n].Heal()
+		w.bb.Link(n).Heal()
 		w.mu.Lock()
 		w.cutOff[n] = false
 		w.mu.Unlock()
-		w.supervise(n)
+		w.superviseHeld(n)
 	case k < 9 && !paused:
 		w.logf("cut the interlink %s-%s", n, peer)
 		c.CutInterlink(peer, true)
@@ -353,7 +395,7 @@ func (w *seedWorld) step() {
 		}
 	}
 	for _, x := range w.nodes {
-		w.supervise(x)
+		w.superviseHeld(x)
 	}
 }
 
@@ -385,13 +427,13 @@ func kill(c *controller.Controller) {
 	<-c.Exited()
 }
 
-// resume ends n's pause: the store answers it again, its media writes
+// resumeHeld ends n's pause: the store answers it again, its media writes
 // and its interlink go on.
-func (w *seedWorld) resume(n string) {
+func (w *seedWorld) resumeHeld(n string) {
 	w.mu.Lock()
 	w.paused[n] = false
 	w.mu.Unlock()
-	w.bb.Links[n].Heal()
+	w.bb.Link(n).Heal()
 	if c := w.get(n); c != nil {
 		c.PauseMedia(false)
 		for _, p := range w.nodes {
@@ -400,7 +442,7 @@ func (w *seedWorld) resume(n string) {
 			}
 		}
 	}
-	w.supervise(n)
+	w.superviseHeld(n)
 }
 
 // supervise restarts a controller that has exited (its lease lost, or
@@ -409,6 +451,11 @@ func (w *seedWorld) resume(n string) {
 func (w *seedWorld) supervise(n string) {
 	w.supervising <- struct{}{}
 	defer func() { <-w.supervising }()
+	w.superviseHeld(n)
+}
+
+// superviseHeld is supervise for a caller that holds supervising.
+func (w *seedWorld) superviseHeld(n string) {
 	c := w.get(n)
 	if c == nil {
 		return
@@ -425,7 +472,7 @@ func (w *seedWorld) supervise(n string) {
 	if exited && !paused {
 		w.logf("%s exited: restarted", n)
 		kill(c)
-		w.bb.Links[n].Heal()
+		w.bb.Link(n).Heal()
 		w.mu.Lock()
 		w.cutOff[n] = false
 		w.mu.Unlock()
@@ -441,14 +488,20 @@ func (w *seedWorld) supervise(n string) {
 
 // healAll ends every fault and restarts what does not run.
 func (w *seedWorld) healAll() {
+	w.supervising <- struct{}{}
+	defer func() { <-w.supervising }()
 	w.logf("heal everything")
+	if w.frozen >= 0 {
+		w.bb.Freeze(w.frozen, false)
+		w.frozen = -1
+	}
 	for _, n := range w.nodes {
 		paused, cutOff := w.state(n)
 		if paused {
-			w.resume(n)
+			w.resumeHeld(n)
 		}
 		if cutOff {
-			w.bb.Links[n].Heal()
+			w.bb.Link(n).Heal()
 			w.mu.Lock()
 			w.cutOff[n] = false
 			w.mu.Unlock()
@@ -465,7 +518,7 @@ func (w *seedWorld) healAll() {
 		if w.get(n) == nil {
 			w.start(n)
 		}
-		w.supervise(n)
+		w.superviseHeld(n)
 	}
 }
 
