@@ -78,3 +78,56 @@ func TestClientSkipsAFrozenMember(t *testing.T) {
 	_, _, err = s.Owners(cctx)
 	require.False(t, errors.Is(err, context.DeadlineExceeded), "thawed, the cluster answers: %v", err)
 }
+
+// A leader's term outlives a frozen etcd member, whichever it is. Its
+// session used to be a keepalive stream of etcd's client, which stays on
+// the member it was opened on: frozen, that member stalled it, and the
+// term ended a TTL later though the membership's lease lived.
+func TestLeadershipSurvivesAFrozenMember(t *testing.T) {
+	cfgs, _ := etcdMembers(t, 3)
+	var eps []string
+	var px []*faultnet.Proxy
+	for _, c := range cfgs {
+		p, err := faultnet.Listen(c.ClientURL[len("http://"):])
+		require.NoError(t, err)
+		t.Cleanup(p.Close)
+		px = append(px, p)
+		eps = append(eps, "http://"+p.Addr())
+	}
+	cli, err := Dial(eps)
+	require.NoError(t, err)
+	defer cli.Close()
+	s := NewStoreOn(cli, "arr1", nil)
+	ctx := ctxT(t)
+	ttl := 2 * time.Second
+	m, err := s.Join(ctx, Info{Node: "a"}, ttl)
+	require.NoError(t, err)
+	defer m.Abandon()
+	l, err := s.Campaign(ctx, m)
+	require.NoError(t, err)
+	for k, p := range px {
+		require.Eventually(t, func() bool { return len(cli.Healthy()) == 3 }, 10*time.Second, 10*time.Millisecond)
+		p.Freeze(true)
+		time.Sleep(ttl + time.Second)
+		select {
+		case <-l.Done():
+			t.Fatalf("member %d frozen: the term ended", k)
+		default:
+		}
+		require.True(t, l.Leads(), "member %d frozen", k)
+		p.Freeze(false)
+	}
+	// Every member frozen past the TTL (no renewal answered): the term
+	// ends, as before.
+	for _, p := range px {
+		p.Freeze(true)
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(3 * ttl):
+		t.Fatal("the term outlived its lease's validity")
+	}
+	for _, p := range px {
+		p.Freeze(false)
+	}
+}

@@ -17,35 +17,53 @@ import (
 // absent (else takes the key's creation revision, and proclaims its
 // value if it differs), then waits until every key under the prefix
 // created before its own is deleted; the leader is the key first
-// created. The session is a keepalive of the membership's lease, ended
-// (Orphan) and never revoked.
+// created. The session ends when the membership's lease can no longer be
+// kept; it is ended (Orphan) and never revoked.
 
-// session is concurrency.Session on an existing lease.
+// session is concurrency.Session on the membership's lease, kept alive by
+// the membership's own renewals rather than by a keepalive stream of its
+// own: etcd's client keeps a lease's stream on the member it opened it
+// on, so a member that froze (SIGSTOP, a frozen VM) stalled it, and the
+// session ended a TTL later though the lease lived (renewed by the
+// membership, two calls at once, each bounded): every term ended, and
+// every later one with it, while the member stayed frozen. The session
+// ends, as etcd's does, when no renewal was answered for a TTL: once
+// the membership's validity lapses, or it is lost.
 type session struct {
 	cancel context.CancelFunc
 	done   <-chan struct{}
 }
 
-func (s *Store) newSession(id kv.LeaseID) (*session, error) {
+func (s *Store) newSession(m *Membership) *session {
 	ctx, cancel := context.WithCancel(context.Background())
-	ka, err := s.kv.KeepAlive(ctx, id)
-	if err != nil || ka == nil {
-		cancel()
-		return nil, err
-	}
 	done := make(chan struct{})
 	go func() {
-		defer cancel()
 		defer close(done)
-		<-ka
+		t := s.clock.NewTicker(sessionCheck)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-m.Lost():
+				return
+			case <-t.C():
+				if !m.Valid() {
+					return
+				}
+			}
+		}
 	}()
-	return &session{cancel: cancel, done: done}, nil
+	return &session{cancel: cancel, done: done}
 }
 
-// Done is closed when the keepalive ends.
+// sessionCheck: how often a session looks at its membership's validity.
+const sessionCheck = 50 * time.Millisecond
+
+// Done is closed when the session ends.
 func (ss *session) Done() <-chan struct{} { return ss.done }
 
-// Orphan stops the keepalive and leaves the lease to run out.
+// Orphan ends the session and leaves the lease to the membership.
 func (ss *session) Orphan() {
 	ss.cancel()
 	<-ss.done
@@ -146,14 +164,11 @@ func (s *Store) waitDelete(ctx context.Context, key string, rev int64) error {
 
 // Campaign runs for the leadership of the ownership core under m's lease
 // and returns once elected (or when ctx ends). The term ends with the
-// membership; if the election's session gives up on the lease while the
-// membership still holds it (etcd lost its quorum for longer than the
-// TTL), the term is resigned so another candidate can be elected.
+// membership; if the membership's validity lapses while it is not lost
+// (no renewal answered for a TTL: etcd lost its quorum for that long),
+// the term is resigned so another candidate can be elected.
 func (s *Store) Campaign(ctx context.Context, m *Membership) (*Leadership, error) {
-	sess, err := s.newSession(m.id)
-	if err != nil {
-		return nil, err
-	}
+	sess := s.newSession(m)
 	// The campaign waits on a watch for the earlier candidates' keys to
 	// go: if an etcd member is dropped, that watch may be on it, so the
 	// campaign ends and the caller campaigns again.

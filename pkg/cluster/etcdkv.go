@@ -170,22 +170,6 @@ func (e etcdKV) KeepAliveOnce(ctx context.Context, id kv.LeaseID) (int64, error)
 	return r.TTL, nil
 }
 
-// KeepAlive is what concurrency.NewSession does with the lease: the
-// client's keepalive, its answers eaten, until its channel closes.
-func (e etcdKV) KeepAlive(ctx context.Context, id kv.LeaseID) (<-chan struct{}, error) {
-	ch, err := e.cli.KeepAlive(ctx, clientv3.LeaseID(id))
-	if err != nil {
-		return nil, etcdErr(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for range ch {
-		}
-	}()
-	return done, nil
-}
-
 func (e etcdKV) Revoke(ctx context.Context, id kv.LeaseID) error {
 	_, err := e.cli.Revoke(ctx, clientv3.LeaseID(id))
 	return etcdErr(err)

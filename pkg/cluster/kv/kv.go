@@ -241,10 +241,6 @@ type Backend interface {
 	// KeepAliveOnce renews the lease and returns its TTL (ErrLeaseNotFound:
 	// it expired or was revoked).
 	KeepAliveOnce(ctx context.Context, id LeaseID) (int64, error)
-	// KeepAlive renews the lease until ctx ends; the channel closes when
-	// it ends: the lease is gone, ctx ended, or no renewal went through
-	// for a whole TTL (etcd's client gives up then).
-	KeepAlive(ctx context.Context, id LeaseID) (<-chan struct{}, error)
 	// Revoke ends the lease and deletes its keys.
 	Revoke(ctx context.Context, id LeaseID) error
 	Watch(ctx context.Context, w WatchRequest) <-chan WatchResponse

@@ -15,10 +15,8 @@ import (
 // ErrUnreachable) or the link heals (then it goes through). A watch
 // open across the cut ends with ErrUnreachable, or (Block) holds its
 // events until the heal and then delivers them, in order, as a client
-// whose stream reconnects does. A lease kept alive over a cut link runs
-// out as it would: KeepAlive ends once no renewal went through for a
-// TTL. What it does not model: a request that reached the store but
-// whose answer was lost.
+// whose stream reconnects does. What it does not model: a request that
+// reached the store but whose answer was lost.
 type Link struct {
 	b   Backend
 	clk clock.Clock
@@ -133,11 +131,6 @@ func (l *Link) KeepAliveOnce(ctx context.Context, id LeaseID) (int64, error) {
 		return 0, err
 	}
 	return l.b.KeepAliveOnce(ctx, id)
-}
-
-// KeepAlive implements Backend: KeepAliveLoop over the link.
-func (l *Link) KeepAlive(ctx context.Context, id LeaseID) (<-chan struct{}, error) {
-	return KeepAliveLoop(ctx, l, l.clk, id), nil
 }
 
 // Revoke implements Backend.

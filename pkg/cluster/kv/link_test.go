@@ -3,7 +3,6 @@ package kv
 import (
 	"context"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -85,62 +84,4 @@ func TestLinkCutBlocks(t *testing.T) {
 		}
 	}
 	require.Equal(t, []int64{r2, r3, r3 + 1}, revs)
-}
-
-// A keepalive through a cut link gives up once no renewal was answered
-// for the deadline (5s before any answer, as etcd's client), and
-// through a healed one keeps the lease. In a synctest bubble, so that
-// every renewal the fake clock's ticks start is done before it moves on.
-func TestLinkKeepAlive(t *testing.T) { synctest.Test(t, testLinkKeepAlive) }
-
-func testLinkKeepAlive(t *testing.T) {
-	m, clk := newMem(t)
-	l := NewLink(m, clk)
-	ctx := ctxT(t)
-	g, err := m.Grant(ctx, 2)
-	require.NoError(t, err)
-
-	kctx, stop := context.WithCancel(ctx)
-	done, err := l.KeepAlive(kctx, g.ID)
-	require.NoError(t, err)
-	for range 200 { // 10s, five TTLs
-		clk.Advance(50 * time.Millisecond)
-		synctest.Wait()
-	}
-	left, ok := m.TimeToLive(g.ID)
-	require.True(t, ok, "kept alive")
-	require.Greater(t, left, time.Second, "renewed every third of the TTL")
-	stop()
-	<-done
-
-	l.Cut(false)
-	g2, err := m.Grant(ctx, 60)
-	require.NoError(t, err)
-	done, err = l.KeepAlive(ctx, g2.ID)
-	require.NoError(t, err)
-	clk.Advance(5 * time.Second)
-	synctest.Wait()
-	select {
-	case <-done:
-		t.Fatal("gave up before the deadline")
-	default:
-	}
-	clk.Advance(250 * time.Millisecond)
-	synctest.Wait()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		t.Fatal("never gave up")
-	}
-
-	// A lease that is gone ends it at once.
-	l.Heal()
-	require.NoError(t, m.Revoke(ctx, g2.ID))
-	done, err = l.KeepAlive(ctx, g2.ID)
-	require.NoError(t, err)
-	select {
-	case <-done:
-	case <-ctx.Done():
-		t.Fatal("kept a revoked lease")
-	}
 }

@@ -445,11 +445,6 @@ func (m *Mem) KeepAliveOnce(ctx context.Context, id LeaseID) (int64, error) {
 	return l.ttl, nil
 }
 
-// KeepAlive implements Backend (KeepAliveLoop on Mem's clock).
-func (m *Mem) KeepAlive(ctx context.Context, id LeaseID) (<-chan struct{}, error) {
-	return KeepAliveLoop(ctx, m, m.clk, id), nil
-}
-
 // Revoke implements Backend.
 func (m *Mem) Revoke(ctx context.Context, id LeaseID) error {
 	if err := ctx.Err(); err != nil {
