@@ -32,9 +32,9 @@ func runCluster(ctx context.Context, luns, repeat int, seed uint64, verbose bool
 		if err != nil {
 			return err
 		}
-		fmt.Printf("run %d/%d: failover %v vs %v, lost %d+%d of %d+%d acknowledged writes\n", i+1, max(repeat, 1),
+		fmt.Printf("run %d/%d: failover %v vs %v, lost %d+%d of %d+%d acknowledged writes, %d+%d stale reads\n", i+1, max(repeat, 1),
 			r.Embedded.Failover.Round(time.Millisecond), r.Processes.Failover.Round(time.Millisecond),
-			r.Embedded.Lost, r.Processes.Lost, r.Embedded.Acked, r.Processes.Acked)
+			r.Embedded.Lost, r.Processes.Lost, r.Embedded.Acked, r.Processes.Acked, r.Embedded.Stale, r.Processes.Stale)
 		rs = append(rs, r)
 	}
 	fmt.Printf("\n%d LUNs, per LUN a stream on the owner's port and one on the other node's, 100 commands/s each (4 KiB, half writes);\n", luns)

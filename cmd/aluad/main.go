@@ -50,9 +50,11 @@ Usage:
                                              the deterministic whole-array simulation: crashes, faults
                                              and hosts at any moment, invariants after every event;
                                              a failing seed is shrunk to a replayable script
-  aluad sim --cluster [--seeds 100] [--seed 1] [--steps 24] [--plant none|no-fence]
+  aluad sim --cluster [--seeds 100] [--seed 1] [--steps 24] [--jobs N] [--out DIR]
+                    [--plant none|no-fence|no-probes]
                                              cluster seeds: two real controllers in one process on fake
-                                             time, under pauses, kills, store and interlink cuts
+                                             time, under pauses, kills, store and interlink cuts and
+                                             frozen etcd members; a planted defect must be caught
   aluad witness [--name N] [--data DIR] [--client-url URL] [--peer-url URL] [--cluster N=URL,...]
                                              an etcd member with no controller: the third vote two
                                              controllers of cluster mode need (docs/cluster.md)

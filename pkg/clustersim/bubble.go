@@ -132,7 +132,7 @@ func (b *Bubble) StartErr(node string) (*controller.Controller, error) {
 		}
 		eps[k] = conns[k]
 	}
-	bal := cluster.NewBalanced(eps, clock.Real, !b.NoProbes)
+	bal := cluster.NewBalanced(eps, !b.NoProbes)
 	b.T.Cleanup(bal.Close)
 	b.conns[node] = conns
 	link := kv.NewLink(bal, clock.Real)

@@ -52,10 +52,12 @@ func Run(t *testing.T, o Options) Summary {
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			var r Result
-			t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			r := Result{Seed: seed}
+			if !t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) { r = RunSeed(t, seed, o.Steps, o.Plant) })
-			})
+			}) && !r.Failed() {
+				r.Violations = []string{"the seed's run failed (its test output above)"}
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			sum.Seeds++
@@ -69,7 +71,8 @@ func Run(t *testing.T, o Options) Summary {
 				sum.First = &r
 			}
 			fmt.Fprintf(o.Stdout, "FAIL %s\n", r.Violations[0])
-			fmt.Fprintf(o.Stdout, "     seed %d (replay: --cluster --seeds 1 --seed %d --steps %d --plant %s)\n", r.Seed, r.Seed, o.Steps, o.Plant)
+			fmt.Fprintf(o.Stdout, "     seed %d (its script again: --cluster --seeds 1 --seed %d --steps %d --plant %s; the interleaving may differ)\n",
+				r.Seed, r.Seed, o.Steps, o.Plant)
 			if o.Out != "" {
 				if err := os.MkdirAll(o.Out, 0o755); err == nil {
 					_ = os.WriteFile(filepath.Join(o.Out, fmt.Sprintf("seed-%d.txt", r.Seed)), []byte(r.String()+"\n"), 0o644)
@@ -86,15 +89,12 @@ func Run(t *testing.T, o Options) Summary {
 }
 
 // Main runs o's seeds as a test binary would (synctest needs a
-// *testing.T) and exits: 0 when every seed held, 1 when one failed.
-// The testing package's own report is not shown; Run's is.
+// *testing.T) and exits: 0 when every seed held, 1 when one failed. The
+// testing package's report follows Run's (a seed's test failure, with
+// its output, and PASS or FAIL).
 func Main(o Options) {
-	out := os.Stdout
 	if o.Stdout == nil {
-		o.Stdout = out
-	}
-	if null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0); err == nil {
-		os.Stdout = null
+		o.Stdout = os.Stdout
 	}
 	os.Args = []string{os.Args[0], "-test.timeout=0"}
 	testing.Main(func(string, string) (bool, error) { return true, nil },

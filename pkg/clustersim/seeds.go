@@ -30,6 +30,8 @@ import (
 //   - a LUN is served again within the lease TTL plus unservedBound
 //     whenever a healthy controller (running, not paused, reaching the
 //     store) has been there all along;
+//   - every read during the run returns the block's last acknowledged
+//     write (the hosts' streams are QD 1);
 //   - every acknowledged write reads back (its data, or a later write's
 //     that was sent and never acknowledged), after the faults heal.
 //
@@ -103,6 +105,7 @@ type seedWorld struct {
 	// meets a node whose controller is being restarted (a channel: a goroutine waiting
 	// on a lock would stop the bubble's time while the other kills).
 	supervising chan struct{}
+	dialing     chan struct{} // one hosts' dial at a time
 }
 
 func (w *seedWorld) logf(format string, args ...any) {
@@ -148,7 +151,7 @@ func RunSeed(t *testing.T, seed uint64, steps int, p Plant) Result {
 	}
 	w := &seedWorld{t: t, bb: bb, rng: rand.New(rand.NewPCG(seed, 0x5eed)), plant: p, nodes: []string{"a", "b"},
 		ctl: map[string]*controller.Controller{}, paused: map[string]bool{}, cutOff: map[string]bool{}, healthy: map[string]time.Time{},
-		sess: map[string]*initiator.Session{}, sessOf: map[string]*controller.Controller{}, frozen: -1, starting: map[string]bool{}, supervising: make(chan struct{}, 1)}
+		sess: map[string]*initiator.Session{}, sessOf: map[string]*controller.Controller{}, frozen: -1, starting: map[string]bool{}, supervising: make(chan struct{}, 1), dialing: make(chan struct{}, 1)}
 	for _, n := range w.nodes {
 		w.start(n)
 	}
@@ -181,6 +184,11 @@ func RunSeed(t *testing.T, seed uint64, steps int, p Plant) Result {
 	hosts.Wait()
 	close(checkDone)
 	<-checked
+	for _, st := range streams {
+		if n, first := st.Stale(); n > 0 {
+			w.violate("%d reads during the run returned older data; the first: %s", n, first[0])
+		}
+	}
 	w.settle(streams)
 	// Once more from the media: both stopped cleanly (their caches
 	// flushed) and started again, so a read finds what a late write left
@@ -234,7 +242,13 @@ func (w *seedWorld) start(n string) {
 		w.viol = append(w.viol, fmt.Sprintf("%6.2fs %s did not start: %v", time.Since(w.bb.T0).Seconds(), n, err))
 		return
 	}
-	w.ctl[n], w.healthy[n] = c, time.Now()
+	w.ctl[n] = c
+	if w.healthy[n].IsZero() {
+		// (A node healthy all along whose controller exited and was
+		// restarted stays healthy since then: its LUNs' time unserved
+		// counts across the restart.)
+		w.healthy[n] = time.Now()
+	}
 }
 
 // isStarting says whether n's controller is being (re)started.
@@ -250,7 +264,8 @@ func (w *seedWorld) allServed(limit time.Duration, what string) {
 	for {
 		all := true
 		for _, l := range w.bb.Cfg.LUNs {
-			all = all && w.servers(l.ID) == 1
+			owners, _ := w.servers(l.ID)
+			all = all && owners == 1
 		}
 		switch {
 		case all:
@@ -263,42 +278,55 @@ func (w *seedWorld) allServed(limit time.Duration, what string) {
 	}
 }
 
-// servers counts the running controllers that serve lun as owner.
-func (w *seedWorld) servers(lun uint64) int {
-	k := 0
+// servers counts the running controllers that serve lun as owner, and
+// those of them not paused (a paused one's fence may still say it
+// serves until its lease deadline; its hosts get nothing from it).
+func (w *seedWorld) servers(lun uint64) (owners, serving int) {
 	for _, n := range w.nodes {
 		if c := w.get(n); c != nil && !c.Gone() && c.Serves(lun) {
-			k++
+			owners++
+			if paused, _ := w.state(n); !paused {
+				serving++
+			}
 		}
 	}
-	return k
+	return owners, serving
 }
 
 // session is the hosts' session to node n (redialed after a failure or a
 // restart; nil while n does not run).
+// (One dial at a time, on a channel: a goroutine waiting on a mutex
+// held over a dial's timed wait would stop the bubble's time.)
 func (w *seedWorld) session(n string) *initiator.Session {
+	w.dialing <- struct{}{}
+	defer func() { <-w.dialing }()
 	c := w.get(n)
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	if c == nil {
 		return nil
 	}
-	if s := w.sess[n]; s != nil && w.sessOf[n] == c {
+	w.mu.Lock()
+	s, of := w.sess[n], w.sessOf[n]
+	w.mu.Unlock()
+	if s != nil && of == c {
 		select {
 		case <-s.Done():
 		default:
 			return s
 		}
 	}
-	if s := w.sess[n]; s != nil {
+	if s != nil {
 		s.Close()
+		w.mu.Lock()
 		delete(w.sess, n)
+		w.mu.Unlock()
 	}
 	s, err := w.bb.Dial(c, n, "seeds")
 	if err != nil {
 		return nil
 	}
+	w.mu.Lock()
 	w.sess[n], w.sessOf[n] = s, c
+	w.mu.Unlock()
 	return s
 }
 
@@ -525,6 +553,23 @@ func (w *seedWorld) healAll() {
 // check watches the invariants of serving until done.
 func (w *seedWorld) check(done, checked chan struct{}) {
 	defer close(checked)
+	// The supervisor runs beside the checks, so a restart under way (or
+	// a step) never holds them up.
+	supervised := make(chan struct{})
+	go func() {
+		defer close(supervised)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			for _, n := range w.nodes {
+				w.supervise(n)
+			}
+		}
+	}()
+	defer func() { <-supervised }()
 	ttl := w.bb.Cfg.Cluster.LeaseTTL
 	lastServed := map[uint64]time.Time{}
 	for _, l := range w.bb.Cfg.LUNs {
@@ -536,9 +581,6 @@ func (w *seedWorld) check(done, checked chan struct{}) {
 			return
 		case <-time.After(20 * time.Millisecond):
 		}
-		for _, n := range w.nodes {
-			w.supervise(n)
-		}
 		now := time.Now()
 		var healthySince time.Time
 		w.mu.Lock()
@@ -549,10 +591,10 @@ func (w *seedWorld) check(done, checked chan struct{}) {
 		}
 		w.mu.Unlock()
 		for _, l := range w.bb.Cfg.LUNs {
-			switch k := w.servers(l.ID); {
+			switch k, serving := w.servers(l.ID); {
 			case k > 1:
 				w.violate("LUN %d served by %d controllers as owner", l.ID, k)
-			case k == 1:
+			case serving == 1:
 				lastServed[l.ID] = now
 			case !healthySince.IsZero():
 				from := lastServed[l.ID]

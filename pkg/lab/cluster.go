@@ -72,8 +72,10 @@ type ClusterMode struct {
 	// Errors counts commands that failed (the stream retried them on its
 	// other path); Lost counts acknowledged writes that read back wrong.
 	// Aborts counts commands that outlived the streams' command timeout
-	// and were ended at the target before their retry.
-	Errors, Acked, Lost, Aborts int
+	// and were ended at the target before their retry. Stale counts reads
+	// during the run that returned anything but the block's last
+	// acknowledged write.
+	Errors, Acked, Lost, Aborts, Stale int
 }
 
 // ClusterResult is a comparison's two modes.
@@ -153,6 +155,11 @@ type VerifiedStream struct {
 	// aborts counts commands the stream ended at the target (ABORT TASK)
 	// after its command timeout, before it tried the other path.
 	aborts int
+	// stale: reads during the run that returned anything but the block's
+	// last acknowledged write (QD 1: no write of the stream is on its way
+	// then, and one cut short was retried until acknowledged).
+	stale  []string
+	staleN int
 }
 
 func runClusterMode(ctx context.Context, o ClusterOptions, mk func(context.Context, ClusterOptions, string) (clusterArray, error)) (ClusterMode, error) {
@@ -354,6 +361,8 @@ func runClusterMode(ctx context.Context, o ClusterOptions, mk func(context.Conte
 		acked, lost, err := st.Verify(ctx, s)
 		res.Acked += acked
 		res.Lost += len(lost)
+		n, _ := st.Stale()
+		res.Stale += n
 		if err != nil {
 			return res, err
 		}
@@ -468,7 +477,10 @@ func (st *VerifiedStream) Run(ctx context.Context, get func(string) *initiator.S
 			if write {
 				err = s.Write16(cctx, st.lun, lba, buf, 512, false)
 			} else {
-				_, err = s.Read16(cctx, st.lun, lba, 8, 512)
+				var got []byte
+				if got, err = s.Read16(cctx, st.lun, lba, 8, 512); err == nil {
+					st.checkRead(lba, got, node)
+				}
 			}
 			cancel()
 			if err == nil {
@@ -510,6 +522,33 @@ func (st *VerifiedStream) Run(ctx context.Context, get func(string) *initiator.S
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
+}
+
+// checkRead records a read during the run that returned anything but
+// the block's last acknowledged write.
+func (st *VerifiedStream) checkRead(lba uint64, got []byte, node string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	tag, ok := st.acked[lba]
+	if !ok {
+		return // never written: whatever the LUN held
+	}
+	want := make([]byte, len(got))
+	tagBlock(want, tag)
+	if bytes.Equal(got, want) {
+		return
+	}
+	if st.staleN++; len(st.stale) < 16 {
+		st.stale = append(st.stale, fmt.Sprintf("LUN %d LBA %d read through %s: not its last acknowledged write (tag %#x)", st.lun, lba, node, tag))
+	}
+}
+
+// Stale counts the reads during the run that returned anything but the
+// block's last acknowledged write, and describes the first 16.
+func (st *VerifiedStream) Stale() (int, []string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.staleN, append([]string(nil), st.stale...)
 }
 
 // AOGroup asks RTPG which target port group is active/optimized for lun.
