@@ -16,7 +16,9 @@ import (
 // within a few probes, every call after that completes within a short
 // deadline, a watch that may be on its stream ends so that it can be
 // started again, and the member comes back once it thaws.
-func TestClientSkipsAFrozenMember(t *testing.T) {
+// freezableMembers is three etcd members, each behind a proxy that
+// freezes it, and a Client of the proxies.
+func freezableMembers(t *testing.T) ([]string, []*faultnet.Proxy, *Client) {
 	cfgs, _ := etcdMembers(t, 3)
 	var eps []string
 	var px []*faultnet.Proxy
@@ -29,7 +31,12 @@ func TestClientSkipsAFrozenMember(t *testing.T) {
 	}
 	cli, err := Dial(eps)
 	require.NoError(t, err)
-	defer cli.Close()
+	t.Cleanup(func() { cli.Close() })
+	return eps, px, cli
+}
+
+func TestClientSkipsAFrozenMember(t *testing.T) {
+	eps, px, cli := freezableMembers(t)
 	s := NewStoreOn(cli, "arr1", nil)
 	ctx := ctxT(t)
 	require.NoError(t, s.Init(ctx, []Record{{LUN: 0, Owner: "a", Fresh: true}}))
@@ -84,19 +91,7 @@ func TestClientSkipsAFrozenMember(t *testing.T) {
 // the member it was opened on: frozen, that member stalled it, and the
 // term ended a TTL later though the membership's lease lived.
 func TestLeadershipSurvivesAFrozenMember(t *testing.T) {
-	cfgs, _ := etcdMembers(t, 3)
-	var eps []string
-	var px []*faultnet.Proxy
-	for _, c := range cfgs {
-		p, err := faultnet.Listen(c.ClientURL[len("http://"):])
-		require.NoError(t, err)
-		t.Cleanup(p.Close)
-		px = append(px, p)
-		eps = append(eps, "http://"+p.Addr())
-	}
-	cli, err := Dial(eps)
-	require.NoError(t, err)
-	defer cli.Close()
+	_, px, cli := freezableMembers(t)
 	s := NewStoreOn(cli, "arr1", nil)
 	ctx := ctxT(t)
 	ttl := 2 * time.Second

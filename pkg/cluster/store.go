@@ -651,16 +651,47 @@ func (s *Store) MirrorGens(ctx context.Context, node string) (map[int64]int64, e
 // it acknowledges a write the partner did not see, and before it sends a
 // copy to a partner no generation of its names (a new one, or its
 // first).
-func (s *Store) VoidMirror(ctx context.Context, m *Membership, holder string) (int64, error) {
+//
+// The void applies only over generation over, the incarnation's latest
+// that the caller knows (0: none yet). A void that waited on an etcd
+// member that froze may be applied when the member thaws, long after the
+// caller gave it up and voided again: unconditional, it would start a
+// generation over the newer one and void the copies sent under that (a
+// takeover replays none older than the latest), losing acknowledged
+// writes. So at most one void over a generation applies, and two may be
+// sent at once. When the incarnation's generation is not over (such a
+// late void of the caller's applied), the error is a *GenMoved with the
+// generation found.
+func (s *Store) VoidMirror(ctx context.Context, m *Membership, holder string, over int64) (int64, error) {
 	key := fmt.Sprintf("%smirrorgen/%s/%d", s.prefix, m.info.Node, m.joinRev)
-	r, err := s.kv.Txn(ctx, kv.Txn{If: []kv.Cmp{s.MemberAlive(m).cmp}, Then: []kv.Op{kv.Put(key, holderPrefix+holder, kv.NoLease)}})
+	r, err := s.kv.Txn(ctx, kv.Txn{If: []kv.Cmp{s.MemberAlive(m).cmp, kv.ModRev(key, "=", over)},
+		Then: []kv.Op{kv.Put(key, holderPrefix+holder, kv.NoLease)},
+		Else: []kv.Op{kv.Get(s.memberKey(m.info.Node)), kv.Get(key)}})
 	if err != nil {
 		return 0, err
 	}
 	if !r.Succeeded {
-		return 0, fmt.Errorf("%w: node %s is no member", ErrStale, m.info.Node)
+		if mk := r.Results[0].KVs; len(mk) == 0 || mk[0].Lease != m.id {
+			return 0, fmt.Errorf("%w: node %s is no member", ErrStale, m.info.Node)
+		}
+		var found int64
+		if g := r.Results[1].KVs; len(g) > 0 {
+			found = g[0].ModRev
+		}
+		return 0, &GenMoved{Node: m.info.Node, Over: over, Found: found}
 	}
 	return r.Rev, nil
+}
+
+// GenMoved is a void refused because the incarnation's generation is
+// not the one it was to apply over.
+type GenMoved struct {
+	Node        string
+	Over, Found int64
+}
+
+func (e *GenMoved) Error() string {
+	return fmt.Sprintf("cluster: node %s's mirror generation is %d, not %d", e.Node, e.Found, e.Over)
 }
 
 // holderPrefix starts a generation's value that names its holder; a value

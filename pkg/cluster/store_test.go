@@ -496,24 +496,41 @@ func testMirrorHolders(t *testing.T, be kv.Backend) {
 	}
 	a, err := s.Join(ctx, Info{Node: "a"}, time.Second)
 	require.NoError(t, err)
-	g1, err := s.VoidMirror(ctx, a, "b")
+	g1, err := s.VoidMirror(ctx, a, "b", 0)
 	require.NoError(t, err)
-	g2, err := s.VoidMirror(ctx, a, "c")
+	g2, err := s.VoidMirror(ctx, a, "c", g1)
 	require.NoError(t, err)
 	require.Greater(t, g2, g1)
+	// A void over an older generation (one that waited on a frozen member
+	// and lands late) changes nothing, and names the generation found.
+	_, err = s.VoidMirror(ctx, a, "b", g1)
+	var moved *GenMoved
+	require.ErrorAs(t, err, &moved)
+	require.Equal(t, g2, moved.Found)
 	gens, err := s.MirrorGens(ctx, "a")
 	require.NoError(t, err)
 	require.Equal(t, map[int64]int64{a.JoinRevision(): g2}, gens, "the generation is the latest void's revision")
 	require.Empty(t, holders(), "a member's own incarnation concerns no takeover")
+	// Two voids at once over one generation (a controller sends two, to
+	// two members): one applies.
+	res := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := s.VoidMirror(ctx, a, "c", g2)
+			res <- err
+		}()
+	}
+	e1, e2 := <-res, <-res
+	require.True(t, (e1 == nil) != (e2 == nil), "one of two voids over one generation applies: %v, %v", e1, e2)
 
 	require.NoError(t, a.Leave(ctx))
 	require.Equal(t, map[string]string{"a": "c"}, holders(), "gone: the holder of its newest generation")
-	_, err = s.VoidMirror(ctx, a, "b")
+	_, err = s.VoidMirror(ctx, a, "b", g2)
 	require.ErrorIs(t, err, ErrStale, "no member records nothing")
 
 	a2, err := s.Join(ctx, Info{Node: "a"}, time.Second)
 	require.NoError(t, err)
-	_, err = s.VoidMirror(ctx, a2, "")
+	_, err = s.VoidMirror(ctx, a2, "", 0)
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{"a": "c"}, holders(), "restarted: the earlier incarnation's holder")
 	require.NoError(t, a2.Leave(ctx))

@@ -203,6 +203,7 @@ func (c *Controller) unvoided() bool {
 // A controller that is no member any more stops: it serves nothing, and
 // Settle refuses what waits.
 func (c *Controller) runVoids() {
+	over := c.mirrorGen().Gen
 	for {
 		c.vmu.Lock()
 		if c.voidedSeq >= c.lossSeq || c.ctx.Err() != nil {
@@ -218,15 +219,17 @@ func (c *Controller) runVoids() {
 			c.sleep(100 * time.Millisecond)
 			continue
 		}
-		// (ended early if an etcd member is dropped: the write may be
-		// waiting on it, and writes of this controller's LUNs wait for
-		// this one; it is tried again at once on the members left)
 		holder := c.partnerName()
-		ctx, cancel := c.store.Bounded(c.ctx, 2*time.Second)
-		gen, err := c.store.VoidMirror(ctx, c.ms, holder)
-		cancel()
+		gen, err := c.void(holder, over)
+		var moved *cluster.GenMoved
 		switch {
+		case errors.As(err, &moved):
+			// A void of this incarnation's that had waited on a frozen
+			// member landed after all: void again, over it.
+			c.log.Info("a late void of the partner's copies landed", "gen", moved.Found)
+			over = moved.Found
 		case err == nil:
+			over = gen
 			if gen > c.mirrorGen().Gen { // (one runVoids at a time)
 				c.mgen.Store(&mirrorGen{Gen: gen, Holder: holder})
 			}
@@ -246,6 +249,36 @@ func (c *Controller) runVoids() {
 			c.sleep(100 * time.Millisecond)
 		}
 	}
+}
+
+// void starts a mirror generation over generation over with two voids
+// at once and takes the first that applies (at most one can: see
+// cluster.VoidMirror). The client sends them to two etcd members, so a
+// member that froze does not hold the void, as it did every write of
+// this controller's LUNs waiting on it, until the client dropped the
+// member (ending the round then, on Bounded's word). The one left on the
+// frozen member changes nothing when it lands.
+func (c *Controller) void(holder string, over int64) (int64, error) {
+	ctx, cancel := c.store.Bounded(c.ctx, 2*time.Second)
+	defer cancel()
+	type answer struct {
+		gen int64
+		err error
+	}
+	answers := make(chan answer, 2)
+	for range 2 {
+		go func() {
+			gen, err := c.store.VoidMirror(ctx, c.ms, holder, over)
+			answers <- answer{gen, err}
+		}()
+	}
+	var a answer
+	for range 2 {
+		if a = <-answers; a.err == nil {
+			break
+		}
+	}
+	return a.gen, a.err
 }
 
 // flushHeld destages every LUN this controller has dirty pages of. One it
