@@ -56,7 +56,7 @@ type Bubble struct {
 	Members  int
 	NoProbes bool
 	mu       sync.Mutex
-	conns    map[string][]*kv.Link // each node's connections to the members
+	conns    [][]*kv.Link // per member, every connection to it (every incarnation's)
 	frozen   map[int]bool
 }
 
@@ -73,7 +73,7 @@ func NewBubble(t *testing.T) *Bubble {
 	mem := kv.NewMem(clock.Real, 100*time.Millisecond)
 	t.Cleanup(mem.Close)
 	return &Bubble{T0: time.Now(), T: t, Cfg: cfg, Net: memnet.New(), Mem: mem, Fence: controller.NewInProcess(),
-		links: map[string]*kv.Link{}, Members: 3, conns: map[string][]*kv.Link{}, frozen: map[int]bool{}}
+		links: map[string]*kv.Link{}, Members: 3, frozen: map[int]bool{}}
 }
 
 // Link is node's link to the store, as of its latest start: cut, the
@@ -91,11 +91,11 @@ func (b *Bubble) Freeze(k int, on bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.frozen[k] = on
-	for _, conns := range b.conns {
+	for _, c := range b.conns[k] {
 		if on {
-			conns[k].Cut(true)
+			c.Cut(true)
 		} else {
-			conns[k].Heal()
+			c.Heal()
 		}
 	}
 }
@@ -127,6 +127,7 @@ func (b *Bubble) StartErr(node string) (*controller.Controller, error) {
 	eps := make([]kv.Backend, b.Members)
 	for k := range conns {
 		conns[k] = kv.NewLink(b.Mem, clock.Real)
+		conns[k].LateWrites = true // a frozen member applies what was sent to it when it thaws
 		if b.frozen[k] {
 			conns[k].Cut(true)
 		}
@@ -134,7 +135,12 @@ func (b *Bubble) StartErr(node string) (*controller.Controller, error) {
 	}
 	bal := cluster.NewBalanced(eps, !b.NoProbes)
 	b.T.Cleanup(bal.Close)
-	b.conns[node] = conns
+	if b.conns == nil {
+		b.conns = make([][]*kv.Link, b.Members)
+	}
+	for k, c := range conns {
+		b.conns[k] = append(b.conns[k], c)
+	}
 	link := kv.NewLink(bal, clock.Real)
 	b.links[node] = link
 	b.mu.Unlock()

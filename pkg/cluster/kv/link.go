@@ -15,7 +15,11 @@ import (
 // ErrUnreachable) or the link heals (then it goes through). A watch
 // open across the cut ends with ErrUnreachable, or (Block) holds its
 // events until the heal and then delivers them, in order, as a client
-// whose stream reconnects does. What it does not model: a request that
+// whose stream reconnects does. A link made with LateWrites is a
+// connection to a member that freezes (SIGSTOP): a transaction sent
+// while it is blocked was sent, and is applied when the link heals
+// whether or not its caller still waits (a member reads what waited in
+// its socket once it thaws). What it does not model: a request that
 // reached the store but whose answer was lost.
 type Link struct {
 	b   Backend
@@ -26,6 +30,9 @@ type Link struct {
 	block  bool
 	healed chan struct{} // closed at the heal (while cut)
 	cutNow chan struct{} // closed at the cut (while healed)
+	// LateWrites: a transaction sent while the link blocks is applied
+	// at the heal, even if its caller gave it up (set before use).
+	LateWrites bool
 }
 
 // NewLink is a healed link to b; clk times its keepalives.
@@ -112,6 +119,12 @@ func (l *Link) Get(ctx context.Context, r Range) (RangeResult, error) {
 // Txn implements Backend.
 func (l *Link) Txn(ctx context.Context, t Txn) (TxnResult, error) {
 	if err := l.gate(ctx); err != nil {
+		if cut, block, healed, _ := l.state(); l.LateWrites && cut && block {
+			go func() { // sent: the member applies it once it thaws
+				<-healed
+				l.b.Txn(context.Background(), t)
+			}()
+		}
 		return TxnResult{}, err
 	}
 	return l.b.Txn(ctx, t)
