@@ -14,8 +14,8 @@ import (
 // backend so that it runs on the in-memory one too; on etcd it makes the
 // calls concurrency.Election and concurrency.Session make, in the same
 // order: a candidate puts prefix/<its lease in hex> under its lease if
-// absent (else takes the key's creation revision, and proclaims its
-// value if it differs), then waits until every key under the prefix
+// absent (one left by an earlier term of its own is deleted first, not
+// taken over: see campaign), then waits until every key under the prefix
 // created before its own is deleted; the leader is the key first
 // created. The session ends when the membership's lease can no longer be
 // kept; it is ended (Orphan) and never revoked.
@@ -69,36 +69,36 @@ func (ss *session) Orphan() {
 	<-ss.done
 }
 
-// errNotLeader is concurrency.ErrElectionNotLeader.
-var errNotLeader = errors.New("election: not leader")
-
 // campaign is concurrency.Election's Campaign under lease with value val
 // and key prefix pfx (with its trailing "/"): it returns the key won
 // with and its creation revision.
 func (s *Store) campaign(ctx context.Context, pfx string, lease kv.LeaseID, val string) (string, int64, error) {
 	k := fmt.Sprintf("%s%x", pfx, lease)
-	r, err := s.kv.Txn(ctx, kv.Txn{If: []kv.Cmp{kv.CreateRev(k, "=", 0)}, Then: []kv.Op{kv.Put(k, val, lease)},
-		Else: []kv.Op{kv.Get(k)}})
-	if err != nil {
-		return "", 0, err
+	var rev int64
+	for {
+		r, err := s.kv.Txn(ctx, kv.Txn{If: []kv.Cmp{kv.CreateRev(k, "=", 0)}, Then: []kv.Op{kv.Put(k, val, lease)},
+			Else: []kv.Op{kv.Get(k)}})
+		if err != nil {
+			return "", 0, err
+		}
+		if r.Succeeded {
+			rev = r.Rev
+			break
+		}
+		// A key of this lease left by an earlier term or campaign is not
+		// taken over, as etcd's Campaign would: that term's resign (its
+		// watch still retrying, or one sent to a member that froze and
+		// applied when it thaws) compares on the key's creation revision
+		// and would delete the new term's key, so another candidate
+		// would be elected while this one still led. It is deleted and
+		// made afresh, behind the candidates already waiting.
+		old := r.Results[0].KVs[0].CreateRev
+		if _, err := s.kv.Txn(ctx, kv.Txn{If: []kv.Cmp{kv.CreateRev(k, "=", old)}, Then: []kv.Op{kv.Delete(k)}}); err != nil {
+			return "", 0, err
+		}
 	}
-	rev := r.Rev
 	resign := func(ctx context.Context) {
 		s.kv.Txn(ctx, kv.Txn{If: []kv.Cmp{kv.CreateRev(k, "=", rev)}, Then: []kv.Op{kv.Delete(k)}})
-	}
-	if !r.Succeeded {
-		cur := r.Results[0].KVs[0]
-		rev = cur.CreateRev
-		if cur.Value != val { // Proclaim
-			p, err := s.kv.Txn(ctx, kv.Txn{If: []kv.Cmp{kv.CreateRev(k, "=", rev)}, Then: []kv.Op{kv.Put(k, val, lease)}})
-			if err == nil && !p.Succeeded {
-				return "", 0, errNotLeader // Proclaim forgets the key: Resign then does nothing
-			}
-			if err != nil {
-				resign(ctx)
-				return "", 0, err
-			}
-		}
 	}
 	if err := s.waitDeletes(ctx, pfx, rev-1); err != nil {
 		select {
@@ -232,6 +232,8 @@ func (l *Leadership) watch() {
 			}
 			select {
 			case <-l.m.Lost():
+				return
+			case <-l.m.stop: // killed or left: the lease goes by itself
 				return
 			case <-time.After(l.m.ttl / 3):
 			}

@@ -191,3 +191,49 @@ func TestPartitionOnMem(t *testing.T) {
 		synctest.Wait()
 	})
 }
+
+// A term whose resign is still on its way (its watch retrying after a
+// lost quorum, or one a frozen member applies when it thaws) must not
+// delete the next term's key: the next campaign makes its key afresh
+// instead of taking the earlier one over, so that resign changes
+// nothing, and no other candidate is elected while a leads.
+func TestNoTermReusesAnEarlierKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newMemWorld(t, "a", "b")
+		defer w.mem.Close()
+		ctx := ctxT(t)
+		a := w.join(ctx, "a")
+		b := w.join(ctx, "b")
+		l1, err := w.stores["a"].Campaign(ctx, a)
+		require.NoError(t, err)
+		// The first term ends with its key left behind (its resign did
+		// not go through), and a campaigns again.
+		l1.end()
+		l2, err := w.stores["a"].Campaign(ctx, a)
+		require.NoError(t, err)
+		require.Equal(t, l1.key, l2.key)
+		require.Greater(t, l2.rev, l1.rev, "a new key, not the earlier one taken over")
+		// The first term's resign lands now.
+		require.NoError(t, l1.resign(ctx))
+		require.Len(t, w.leaderKeys(ctx), 1, "the second term's key stays")
+		bctx, cancel := context.WithCancel(ctx)
+		elected := make(chan error, 1)
+		go func() {
+			_, err := w.stores["b"].Campaign(bctx, b)
+			elected <- err
+		}()
+		w.advance(2 * time.Second)
+		select {
+		case err := <-elected:
+			t.Fatalf("b's campaign ended while a leads: %v", err)
+		default:
+		}
+		require.True(t, l2.Leads())
+		cancel()
+		<-elected
+		l1.sess.Orphan()
+		require.NoError(t, l2.Resign(ctx))
+		a.Abandon()
+		b.Abandon()
+	})
+}
