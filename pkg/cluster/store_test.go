@@ -426,9 +426,10 @@ func TestQuorum(t *testing.T) {
 }
 
 // The quorum lost for longer than the TTL, then back: etcd's new leader
-// extends every lease, so a's membership renews again, but the election's
-// own keepalive gave up meanwhile. a's term ends and its election key is
-// resigned, so b can be elected (it is not held by a term nobody runs).
+// extends every lease, so a's membership renews again, but its validity
+// lapsed meanwhile (no renewal answered for a TTL), which ends the
+// election's session. a's term ends and its election key is resigned, so
+// b can be elected (it is not held by a term nobody runs).
 func TestLeadershipAfterALostQuorum(t *testing.T) {
 	cfgs, ms := etcdMembers(t, 3)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{cfgs[0].ClientURL}, DialTimeout: 5 * time.Second,
@@ -522,6 +523,7 @@ func testMirrorHolders(t *testing.T, be kv.Backend) {
 	}
 	e1, e2 := <-res, <-res
 	require.True(t, (e1 == nil) != (e2 == nil), "one of two voids over one generation applies: %v, %v", e1, e2)
+	require.ErrorAs(t, errors.Join(e1, e2), &moved, "the other is refused: the generation moved")
 
 	require.NoError(t, a.Leave(ctx))
 	require.Equal(t, map[string]string{"a": "c"}, holders(), "gone: the holder of its newest generation")

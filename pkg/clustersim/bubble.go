@@ -90,6 +90,9 @@ func (b *Bubble) Link(node string) *kv.Link {
 func (b *Bubble) Freeze(k int, on bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.conns == nil {
+		b.conns = make([][]*kv.Link, b.Members)
+	}
 	b.frozen[k] = on
 	for _, c := range b.conns[k] {
 		if on {

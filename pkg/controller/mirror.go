@@ -224,9 +224,10 @@ func (c *Controller) runVoids() {
 		var moved *cluster.GenMoved
 		switch {
 		case errors.As(err, &moved):
-			// A void of this incarnation's that had waited on a frozen
-			// member landed after all: void again, over it.
-			c.log.Info("a late void of the partner's copies landed", "gen", moved.Found)
+			// A void of this incarnation's applied though it was not
+			// answered (it waited on a frozen member, or its answer
+			// failed): void again, over it.
+			c.log.Info("the mirror generation moved: voiding again", "gen", moved.Found)
 			over = moved.Found
 		case err == nil:
 			over = gen
@@ -257,7 +258,10 @@ func (c *Controller) runVoids() {
 // member that froze does not hold the void, as it did every write of
 // this controller's LUNs waiting on it, until the client dropped the
 // member (ending the round then, on Bounded's word). The one left on the
-// frozen member changes nothing when it lands.
+// frozen member changes nothing when it lands. A refusal (the
+// generation moved, or no member) is answered at once; a void that fails
+// otherwise (etcd electing a leader, say) is sent again, up to four in
+// all.
 func (c *Controller) void(holder string, over int64) (int64, error) {
 	ctx, cancel := c.store.Bounded(c.ctx, 2*time.Second)
 	defer cancel()
@@ -265,20 +269,31 @@ func (c *Controller) void(holder string, over int64) (int64, error) {
 		gen int64
 		err error
 	}
-	answers := make(chan answer, 2)
-	for range 2 {
+	answers := make(chan answer, 4)
+	send := func() {
 		go func() {
 			gen, err := c.store.VoidMirror(ctx, c.ms, holder, over)
 			answers <- answer{gen, err}
 		}()
 	}
-	var a answer
-	for range 2 {
-		if a = <-answers; a.err == nil {
-			break
+	send()
+	send()
+	launched, pending, last := 2, 2, error(nil)
+	for pending > 0 {
+		a := <-answers
+		pending--
+		var moved *cluster.GenMoved
+		if a.err == nil || errors.As(a.err, &moved) || errors.Is(a.err, cluster.ErrStale) {
+			return a.gen, a.err
+		}
+		last = a.err
+		if ctx.Err() == nil && launched < 4 {
+			send()
+			launched++
+			pending++
 		}
 	}
-	return a.gen, a.err
+	return 0, last
 }
 
 // flushHeld destages every LUN this controller has dirty pages of. One it

@@ -118,8 +118,9 @@ func (l *Link) Get(ctx context.Context, r Range) (RangeResult, error) {
 
 // Txn implements Backend.
 func (l *Link) Txn(ctx context.Context, t Txn) (TxnResult, error) {
+	cut, block, healed, _ := l.state() // as it is sent
 	if err := l.gate(ctx); err != nil {
-		if cut, block, healed, _ := l.state(); l.LateWrites && cut && block {
+		if l.LateWrites && cut && block {
 			go func() { // sent: the member applies it once it thaws
 				<-healed
 				l.b.Txn(context.Background(), t)
