@@ -586,6 +586,12 @@ func (c *Controller) Kill() {
 	c.D.Target.Close()          // every host connection drops
 	c.shut(false)
 	c.arr.Local().Cache.Close() // and nothing of it runs any more
+	// What the kernel does at a process's exit: its LUN files unmapped
+	// and closed (in one process, a killed controller's mappings
+	// otherwise stayed, one set per incarnation, until the process hit
+	// its limit of mappings; the caches are closed and the gate refuses
+	// writes, so nothing reaches the media).
+	c.arr.Close()
 }
 
 // Exited is closed once the controller has stopped or been killed, and
