@@ -24,7 +24,7 @@ go run ./cmd/aluad sim --seeds "${SIM_SEEDS:-300}" --steps 400 --shrink 60s --ou
 # (the bubbles are built only without it).
 echo "== cluster seeds: ${CLUSTER_SEEDS:-200}"
 go run ./cmd/aluad sim --cluster --seeds "${CLUSTER_SEEDS:-200}" --jobs 2 --out results/cluster-sim-failures | tee results/cluster-seeds.txt
-go test -count=1 -timeout 20m ./pkg/clustersim -run 'TestClusterSeedsCatchPlanted|TestBubble' -v 2>&1 | tee -a results/cluster-seeds.txt
+go test -count=1 -timeout 20m ./pkg/clustersim -run 'TestClusterSeedsCatchPlanted|TestBubble|TestKillUnmaps' -v 2>&1 | tee -a results/cluster-seeds.txt
 echo "== fuzz (every target, ${FUZZTIME:-10s} each)"
 scripts/fuzz.sh
 echo "== CHAP, login ACL and LUN mapping, checked with libiscsi's tools"
