@@ -58,11 +58,13 @@ func TestBalancedAroundAFrozenMember(t *testing.T) {
 				require.NoError(t, err)
 				conns[1].Cut(true)
 				time.Sleep(ProbeEvery + ProbeWait)
+				synctest.Wait() // a probe ending at this very instant has been used
 				require.Equal(t, tc.slow, slowReads(t, b, 9))
 				if tc.probe {
 					require.Equal(t, []string{"0", "2"}, b.Healthy(), "the frozen member dropped")
 					conns[1].Heal()
 					time.Sleep(ProbeEvery + ProbeWait)
+					synctest.Wait()
 					require.Len(t, b.Healthy(), 3, "and taken back once it answers")
 				}
 				conns[1].Heal()
