@@ -13,9 +13,38 @@ import (
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/config"
 	"github.com/aluad/aluad/pkg/daemon"
+	"github.com/aluad/aluad/pkg/state"
 )
 
 func serve(args []string) error {
+	sv, err := startServe(args)
+	if err != nil || sv == nil {
+		return err
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	s := <-sig
+	sv.log.Info("stopping", "signal", s.String())
+	if err := sv.stop(); err != nil {
+		return err
+	}
+	sv.log.Info("stopped; data flushed")
+	return nil
+}
+
+// serving is a started 'aluad serve'.
+type serving struct {
+	d     *daemon.Daemon
+	log   *slog.Logger
+	claim *state.Claim
+	stop  func() error
+}
+
+// startServe parses serve's flags, claims the data (and state) directory,
+// and starts the array. A start that fails leaves the directories as it
+// found them; on a directory another aluad holds it fails before
+// anything is read or created there.
+func startServe(args []string) (*serving, error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	cfgPath := fs.String("config", "", "YAML config file (default: the embedded 2-node array)")
 	data := fs.String("data", "", "directory for LUN backing files (overrides the config's data:)")
@@ -31,16 +60,16 @@ func serve(args []string) error {
 	stateDir := fs.String("state", "", "directory for the state that survives restarts (owners, LUN map, report history) and the audit log (default: <data>/state; \"off\" for none)")
 	profiles := fs.Bool("pprof", false, "serve Go's runtime profiles (CPU, heap, allocations, goroutines) under /debug/pprof/ on the API")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	cfg := config.Default()
 	if *cfgPath != "" {
 		var err error
 		if cfg, err = config.Load(*cfgPath); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if *data != "" {
@@ -52,7 +81,7 @@ func serve(args []string) error {
 	if *fabric != "" {
 		cfg.Fabric.Kind = *fabric
 		if err := cfg.Validate(); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	level := slog.LevelInfo
@@ -68,7 +97,7 @@ func serve(args []string) error {
 		ctl = ""
 	}
 	if *stats <= 0 {
-		return fmt.Errorf("--stats-interval must be positive")
+		return nil, fmt.Errorf("--stats-interval must be positive")
 	}
 	apiAddr := *apiFlag
 	if apiAddr == "off" {
@@ -76,7 +105,7 @@ func serve(args []string) error {
 	}
 	token, err := readToken(*tokenFile)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	st := *stateDir
 	switch st {
@@ -85,13 +114,19 @@ func serve(args []string) error {
 	case "off":
 		st = ""
 	}
+	claim, err := state.ClaimDirs(cfg.Data, st)
+	if err != nil {
+		return nil, err
+	}
 	d, err := daemon.Start(cfg, daemon.Options{Logger: log, NopInterval: *nop, Control: ctl, StatsInterval: *stats,
 		API: apiAddr, APIToken: token, StateDir: st, Profiles: *profiles})
 	if err != nil {
-		return err
+		claim.Undo()
+		return nil, err
 	}
+	unpublish := func() {}
 	if ctl != "" {
-		defer publishLocal(ctl)()
+		unpublish = publishLocal(ctl)
 	}
 	for _, p := range d.Portals() {
 		fmt.Printf("portal %s %s %s %s\n", p.Node, p.Port, p.Addr, p.Target)
@@ -101,13 +136,11 @@ func serve(args []string) error {
 	}
 	log.Info("serving", "nodes", len(d.Array.Nodes), "luns", len(d.Array.LUNs), "data", cfg.Data,
 		"alua", cfg.ALUA, "control", ctl, "api", d.APIAddr(), "token", token != "")
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	s := <-sig
-	log.Info("stopping", "signal", s.String())
-	if err := d.Stop(*grace); err != nil {
-		return err
+	sv := &serving{d: d, log: log, claim: claim}
+	sv.stop = func() error {
+		defer claim.Release()
+		defer unpublish()
+		return d.Stop(*grace)
 	}
-	log.Info("stopped; data flushed")
-	return nil
+	return sv, nil
 }

@@ -255,6 +255,7 @@ func Start(cfg config.Config, opt Options) (*Daemon, error) {
 		return nil, err
 	}
 	if err := fabricOf(cfg).start(d, cfg, opt); err != nil {
+		d.audit.Close()
 		d.Array.Close()
 		return nil, err
 	}
@@ -298,6 +299,7 @@ func (d *Daemon) startServices(cfg config.Config, opt Options) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = d.fabric.Shutdown(ctx)
+		d.audit.Close()
 		d.Array.Close()
 	}
 	if opt.Control != "" {
