@@ -1,9 +1,11 @@
 package ownership
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/aluad/aluad/pkg/alua"
 )
@@ -933,4 +935,112 @@ func contains(s []string, x string) bool {
 		}
 	}
 	return false
+}
+
+// rehome moves an initiator's nexuses from one host to another (Rehome).
+// When they are all From has and To has none (a host declared for a
+// logged-in initiator, or renamed), the host itself is renamed: what it
+// was seen to do, the I/O it sent and its standing carry over, and only
+// its type is To's. Otherwise each nexus joins To as a login with its
+// discovery kept.
+func (c *Core) rehome(e Rehome) {
+	h := c.hosts[e.From]
+	for _, name := range c.hostNames {
+		if h == nil && strings.EqualFold(name, e.From) {
+			h = c.hosts[name] // an undeclared host, known by its initiator name as the host sent it
+		}
+	}
+	if h == nil || h.name == e.To {
+		return
+	}
+	var keys []nexusKey
+	for k := range h.nexuses {
+		if strings.EqualFold(k.initiator, e.Initiator) {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return
+	}
+	slices.SortFunc(keys, func(a, b nexusKey) int { return cmp.Or(cmp.Compare(a.port, b.port), cmp.Compare(a.isid, b.isid)) })
+	to := c.hosts[e.To]
+	c.gen++
+	if (to == nil || len(to.nexuses) == 0) && len(keys) == len(h.nexuses) {
+		typ := alua.HostTypes[alua.HostDefault]
+		if to != nil {
+			typ = to.typ
+		}
+		c.renameHost(h, e.To)
+		if h.typ != typ {
+			h.typ = typ
+			h.obs.resetFollow()
+			h.obs.mediaSince = -1
+		}
+		c.updateHandoffs([]string{h.name})
+		return
+	}
+	to = c.hostOf(e.To)
+	for _, k := range keys {
+		s := h.nexuses[k]
+		delete(h.nexuses, k)
+		n := s.n
+		n.Host = e.To
+		if t := c.addNexus(to, n); s.discovered {
+			t.discovered, t.byMedia, t.mediaProven = true, s.byMedia, s.mediaProven
+		}
+		c.forgetIfUnconnected(h, n.Node)
+	}
+	h.away = len(h.nexuses) == 0
+	c.reconcile(to)
+	c.updateHandoffs([]string{h.name, to.name})
+}
+
+// renameHost gives h the name to, in every table keyed by host name. A
+// hand-off in force under the old name ends there (updateHandoffs sets
+// it again under the new one).
+func (c *Core) renameHost(h *host, to string) {
+	from := h.name
+	for _, n := range c.nodeNames {
+		if h.handoff[n] {
+			c.ready.Handoffs = append(c.ready.Handoffs, Handoff{Host: from, Node: n, On: false})
+		}
+	}
+	clear(h.handoff)
+	delete(c.hosts, from)
+	c.hostNames = slices.DeleteFunc(c.hostNames, func(s string) bool { return s == from || s == to })
+	h.name = to
+	c.hosts[to] = h
+	c.hostNames = append(c.hostNames, to)
+	sort.Strings(c.hostNames)
+	for _, s := range h.nexuses {
+		s.n.Host = to
+	}
+	delete(c.reach, from)
+	delete(c.reach, to)
+	move := func(m map[string]bool) {
+		if m[from] {
+			delete(m, from)
+			m[to] = true
+		}
+	}
+	for _, id := range c.lunIDs {
+		l := c.luns[id]
+		move(l.users)
+		if v, ok := l.hostArrive[from]; ok {
+			delete(l.hostArrive, from)
+			l.hostArrive[to] = v
+		}
+		if v, ok := l.hostPending[from]; ok {
+			delete(l.hostPending, from)
+			l.hostPending[to] = v
+		}
+		if v, ok := l.mediaSeen[from]; ok {
+			delete(l.mediaSeen, from)
+			l.mediaSeen[to] = v
+		}
+		if f := l.follow; f != nil {
+			move(f.judge)
+			move(f.followed)
+		}
+	}
 }

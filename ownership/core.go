@@ -177,8 +177,11 @@ func (c *Core) Step(e Event) error {
 		if h.typ != e.Type {
 			h.typ = e.Type
 			h.obs.resetFollow() // a new type is judged afresh
+			h.obs.mediaSince = -1
 			c.updateHandoffs([]string{h.name})
 		}
+	case Rehome:
+		c.rehome(e)
 	case LUNDecl:
 		return c.declareLUN(e)
 	case NodeState:

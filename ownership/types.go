@@ -74,6 +74,15 @@ type (
 		Host string
 		Type alua.HostType
 	}
+	// Rehome: an operator gave a logged-in initiator to another host
+	// (declared a host for it, moved it between hosts, or removed its
+	// host: To is then the initiator's own name). Its nexuses are To's
+	// from now on, with what each path had shown; for From it is neither
+	// a departure nor a fault. Declare To (HostDecl) first.
+	Rehome struct {
+		Initiator string
+		From, To  string
+	}
 	// LUNDecl declares a LUN and its current owner.
 	LUNDecl struct {
 		LUN       uint64
@@ -128,6 +137,7 @@ func (Logout) event()       {}
 func (RTPG) event()         {}
 func (IO) event()           {}
 func (HostDecl) event()     {}
+func (Rehome) event()       {}
 func (LUNDecl) event()      {}
 func (NodeDecl) event()     {}
 func (OwnerChanged) event() {}

@@ -158,7 +158,7 @@ func outputFlag(fs *flag.FlagSet) func() (bool, error) {
 }
 
 func move(args []string) error {
-	fs := flag.NewFlagSet("move", flag.ContinueOnError)
+	fs := newFlags("move")
 	lun := fs.Int64("lun", -1, "LUN to move")
 	to := fs.String("to", "", "node to move it to")
 	client := controlFlags(fs)
@@ -218,7 +218,7 @@ func luns(args []string) error {
 }
 
 func events(args []string) error {
-	fs := flag.NewFlagSet("events", flag.ContinueOnError)
+	fs := newFlags("events")
 	since := fs.Uint64("since", 0, "print events after this sequence number")
 	follow := fs.Bool("follow", false, "keep printing new events")
 	client := controlFlags(fs)
@@ -276,7 +276,7 @@ func report(args []string) error {
 // report (Path Flapping of a LUN, Host Type Incorrect of a host, Node
 // Unstable of a node).
 func reportClear(args []string) error {
-	fs := flag.NewFlagSet("report clear", flag.ContinueOnError)
+	fs := newFlags("report clear")
 	cond := fs.String("condition", "", "path-flapping (with --lun), host-type-incorrect (with --host) or node-unstable (with --node)")
 	lun := fs.Int64("lun", -1, "the LUN (path-flapping)")
 	host := fs.String("host", "", "the host (host-type-incorrect)")
@@ -324,6 +324,15 @@ func printJSON(v any) error {
 }
 
 func fault(args []string) error {
+	fs := newFlags("fault")
+	node := fs.String("node", "", "node (power-loss, panic, crash, restart)")
+	port := fs.String("port", "", "target port name or relative id (port-*, cable-*, path-*, delay)")
+	ini := fs.String("initiator", "", "initiator IQN (path-*, and delay on one path)")
+	delay := fs.Duration("delay", 0, "added latency (delay; 0 removes it)")
+	client := controlFlags(fs)
+	if isHelp(args) {
+		return flag.ErrHelp
+	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		return fmt.Errorf("usage: aluad fault KIND [--node N] [--port P] [--initiator IQN] [--delay D] (KIND: %s)",
 			strings.Join(api.FaultKinds, ", "))
@@ -332,12 +341,6 @@ func fault(args []string) error {
 	if !slices.Contains(api.FaultKinds, kind) {
 		return fmt.Errorf("unknown fault %q (%s)", kind, strings.Join(api.FaultKinds, ", "))
 	}
-	fs := flag.NewFlagSet("fault", flag.ContinueOnError)
-	node := fs.String("node", "", "node (power-loss, panic, crash, restart)")
-	port := fs.String("port", "", "target port name or relative id (port-*, cable-*, path-*, delay)")
-	ini := fs.String("initiator", "", "initiator IQN (path-*, and delay on one path)")
-	delay := fs.Duration("delay", 0, "added latency (delay; 0 removes it)")
-	client := controlFlags(fs)
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}

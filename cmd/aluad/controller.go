@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -19,7 +18,7 @@ import (
 // (docs/cluster.md): every controller reads the same configuration file,
 // with its cluster section, and names the node it runs.
 func controllerCmd(args []string) error {
-	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
+	fs := newFlags("controller")
 	cfgPath := fs.String("config", "", "the array's YAML configuration with its cluster section (required; the same file for every controller)")
 	node := fs.String("node", "", "the node this process runs (required)")
 	etcdData := fs.String("etcd-data", "", "run an etcd member in this process, with its data here (default: none; use the cluster's etcd URLs)")

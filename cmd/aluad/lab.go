@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -17,7 +16,7 @@ import (
 )
 
 func labCmd(args []string) error {
-	fs := flag.NewFlagSet("lab", flag.ContinueOnError)
+	fs := newFlags("lab")
 	scenario := fs.String("scenario", "", "a built-in run: default (the lab), rolling-reboot, light-move, flapping, crash, transition, mirror or cluster (embedded vs controllers as processes)")
 	file := fs.String("file", "", "a scenario file to run (see pkg/lab/scenarios/default.txt)")
 	repeat := fs.Int("repeat", 1, "run the scenario this many times and print the medians")

@@ -22,6 +22,9 @@ Usage:
   aluad hosts [-o text|json]                 declared hosts and unknown initiators, connectivity per node
   aluad paths [-o text|json]                 per-path counters, latency and per-LUN state on each path
   aluad report [-o text|json]                the problems raised now, as Recovery Guru reports
+  aluad report clear --condition C [--lun N|--host H|--node N]
+                                             clear a latched report (path-flapping, host-type-incorrect,
+                                             node-unstable)
   aluad fault KIND [--node N] [--port P] [--initiator IQN] [--delay D]
                                              inject a fault: power-loss, panic, crash, restart (a node);
                                              port-down, port-up, cable-pull, cable-plug (a port);
@@ -40,6 +43,12 @@ Usage:
   aluad map [list|add|rm] [--lun N] [--host H|--group G|--all] [--host-lun M]
                                              the LUN map: which host sees which LUN at which number
                                              (a change queues 3F/0E on the nexuses it affects)
+  aluad host [list|types|add|set|remove] NAME [--type T] [--initiator IQN] [--add-initiator IQN]
+                    [--remove-initiator IQN] [--group G]
+                                             the declared hosts, changed live: no restart, no session
+                                             dropped (2A/06 where access states change, 3F/0E where
+                                             the LUNs a host sees change); kept across restarts
+  aluad config dump [--out FILE]             the running configuration as YAML for serve --config
   aluad soak [--sessions 256] [--duration 30m] [--fault-every 30s]
                                              in-process endurance run: verified I/O from many sessions
                                              under faults; mismatches and resource growth
@@ -105,6 +114,10 @@ func main() {
 		err = labCmd(os.Args[2:])
 	case "map":
 		err = mapCmd(os.Args[2:])
+	case "host":
+		err = hostCmd(os.Args[2:])
+	case "config":
+		err = configCmd(os.Args[2:])
 	case "soak":
 		err = soakCmd(os.Args[2:])
 	case "abuse":
@@ -124,8 +137,5 @@ func main() {
 		fmt.Fprintf(os.Stderr, "aluad: unknown command %q\n\n%s", os.Args[1], usage)
 		os.Exit(2)
 	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "aluad %s: %v\n", os.Args[1], err)
-		os.Exit(1)
-	}
+	exit(os.Args[1], err)
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -18,7 +17,7 @@ import (
 // qualifyCmd runs aluad qualify: against the running array (the client
 // flags), or with --lab against an in-process array with emulated hosts.
 func qualifyCmd(args []string) error {
-	fs := flag.NewFlagSet("qualify", flag.ContinueOnError)
+	fs := newFlags("qualify")
 	quick := fs.Bool("quick", false, "the quick schedule: a planned move of one LUN per node and back, one port down and up, a controller's power loss and restart")
 	sched := fs.String("schedule", "full", "the schedule: quick, full, or a schedule file (docs/qualify.md)")
 	hostList := fs.String("hosts", "", "the hosts to qualify, comma-separated (default: every host declared on the array, or every logged-in host)")

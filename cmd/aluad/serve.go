@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -45,7 +44,7 @@ type serving struct {
 // found them; on a directory another aluad holds it fails before
 // anything is read or created there.
 func startServe(args []string) (*serving, error) {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs := newFlags("serve")
 	cfgPath := fs.String("config", "", "YAML config file (default: the embedded 2-node array)")
 	data := fs.String("data", "", "directory for LUN backing files (overrides the config's data:)")
 	target := fs.String("target", "", "iSCSI target name (overrides the config's target:)")

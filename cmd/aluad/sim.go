@@ -19,7 +19,7 @@ import (
 // simCmd runs the deterministic whole-array simulation: seeds, or one
 // script (a shrunk failure, a regression script).
 func simCmd(args []string) error {
-	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
+	fs := newFlags("sim")
 	seeds := fs.Int("seeds", 100, "how many seeds to run")
 	seed := fs.Uint64("seed", 1, "the first seed")
 	steps := fs.Int("steps", 400, "events per seed (besides the topology and the final read-back)")

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -16,7 +15,7 @@ import (
 // soakCmd runs the soak: sessions of verified I/O under a fault every
 // interval, in one process.
 func soakCmd(args []string) error {
-	fs := flag.NewFlagSet("soak", flag.ContinueOnError)
+	fs := newFlags("soak")
 	sessions := fs.Int("sessions", 256, "sessions (spread over every port)")
 	hostsN := fs.Int("hosts", 32, "initiator names the sessions share")
 	dur := fs.Duration("duration", 30*time.Minute, "how long")
@@ -88,7 +87,7 @@ func printSoak(r *stress.SoakResult) {
 // abuseCmd attacks an in-process array and reports what the well-behaved
 // sessions saw.
 func abuseCmd(args []string) error {
-	fs := flag.NewFlagSet("abuse", flag.ContinueOnError)
+	fs := newFlags("abuse")
 	attackers := fs.Int("attackers", 48, "connections attacking at once")
 	good := fs.Int("good", 8, "well-behaved sessions doing verified I/O")
 	dur := fs.Duration("duration", time.Minute, "how long the attack lasts (a calm phase of a quarter of it comes first)")

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,7 +15,7 @@ import (
 // viewCmd parses a read-only view command's flags (-o, and the daemon's
 // address) and returns its client and whether JSON was asked for.
 func viewCmd(name string, args []string) (*api.Client, bool, error) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs := newFlags(name)
 	output := outputFlag(fs)
 	asJSON := fs.Bool("json", false, "print JSON (same as -o json)")
 	client := controlFlags(fs)

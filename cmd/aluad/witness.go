@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -16,7 +15,7 @@ import (
 // witnessCmd runs an etcd member with no controller: the third vote two
 // controllers need for a quorum (docs/cluster.md).
 func witnessCmd(args []string) error {
-	fs := flag.NewFlagSet("witness", flag.ContinueOnError)
+	fs := newFlags("witness")
 	name := fs.String("name", "witness", "the member's name in the etcd cluster")
 	data := fs.String("data", "aluad-witness", "the member's data directory")
 	clientURL := fs.String("client-url", "http://127.0.0.1:2379", "where clients (the controllers) reach it")

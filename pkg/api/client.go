@@ -212,6 +212,58 @@ func (c *Client) Map(m array.MappingConfig) (MappingReply, error) {
 	return out, c.Do("POST", "/v1/mappings", m, &out)
 }
 
+// HostSpecs lists the declared hosts as the configuration has them.
+func (c *Client) HostSpecs() ([]HostSpec, error) {
+	var out []HostSpec
+	return out, c.Do("GET", "/v1/hosts/declared", nil, &out)
+}
+
+// RunningConfig is the running array's configuration as YAML.
+func (c *Client) RunningConfig() ([]byte, error) {
+	req, err := http.NewRequest("GET", c.base+"/v1/config", nil)
+	if err != nil {
+		return nil, err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("no aluad answering on %s (is 'aluad serve' running, and is this its --control or --api?): %w", c.path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct{ Error string }
+		if json.Unmarshal(b, &e) == nil && e.Error != "" {
+			return nil, fmt.Errorf("%s", e.Error)
+		}
+		return nil, fmt.Errorf("GET /v1/config: %s", resp.Status)
+	}
+	return b, nil
+}
+
+// AddHost declares a host on the running array.
+func (c *Client) AddHost(s HostSpec) (HostsReply, error) {
+	var out HostsReply
+	return out, c.Do("POST", "/v1/hosts", s, &out)
+}
+
+// ChangeHost changes a declared host's type, initiators or group live.
+func (c *Client) ChangeHost(name string, ch HostChange) (HostsReply, error) {
+	var out HostsReply
+	return out, c.Do("PATCH", "/v1/hosts/"+url.PathEscape(name), ch, &out)
+}
+
+// RemoveHost removes a declared host.
+func (c *Client) RemoveHost(name string) (HostsReply, error) {
+	var out HostsReply
+	return out, c.Do("DELETE", "/v1/hosts/"+url.PathEscape(name), nil, &out)
+}
+
 // Unmap removes the mapping of lun to host, group or (both empty) all hosts.
 func (c *Client) Unmap(lun uint64, host, group string) (MappingReply, error) {
 	q := url.Values{"lun": {strconv.FormatUint(lun, 10)}}

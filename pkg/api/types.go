@@ -25,6 +25,9 @@ const (
 	EventPath = "path"
 	// EventMapping: the LUN map changed (Reason says how, Initiator who asked).
 	EventMapping = "mapping"
+	// EventHost: the declared hosts changed (Reason says how, Initiator
+	// who asked).
+	EventHost = "host"
 	// EventAudit: a state-changing management call (Reason: method, path,
 	// outcome; Initiator: who made it).
 	EventAudit = "audit"
@@ -436,6 +439,36 @@ type MappingReply struct {
 	Mappings []array.MappingConfig `json:"mappings"`
 	Told     int                   `json:"nexuses_told"`
 	Changed  []string              `json:"initiators_changed"`
+}
+
+// HostSpec is a declared host as aluad host add and POST /v1/hosts give
+// it (CHAP credentials are set in the config file only).
+type HostSpec struct {
+	Name       string   `json:"name"`
+	Type       string   `json:"type,omitempty"`
+	Initiators []string `json:"initiators"`
+	Group      string   `json:"group,omitempty"`
+}
+
+// HostChange is PATCH /v1/hosts/{name}: what is set changes.
+type HostChange struct {
+	Type             string   `json:"type,omitempty"`
+	AddInitiators    []string `json:"add_initiators,omitempty"`
+	RemoveInitiators []string `json:"remove_initiators,omitempty"`
+	// Group: the host group ("-" takes the host out of its group).
+	Group string `json:"group,omitempty"`
+}
+
+// HostsReply is the answer to a change of the declared hosts.
+type HostsReply struct {
+	Hosts []HostSpec `json:"hosts"`
+	// Retyped: initiators whose access states changed with their host's
+	// type (their nexuses were told 2A/06); Views: those whose LUN view
+	// changed (told 3F/0E; "*": undeclared initiators'); Told: nexuses
+	// told 3F/0E.
+	Retyped []string `json:"initiators_retyped"`
+	Views   []string `json:"initiators_view_changed"`
+	Told    int      `json:"nexuses_told"`
 }
 
 // PortalInfo describes one listening target port.

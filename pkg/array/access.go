@@ -122,6 +122,9 @@ func (c *CHAPConfig) validate(what string) error {
 	if c.User == "" || c.Secret == "" {
 		return fmt.Errorf("%s: chap needs a user and a secret", what)
 	}
+	if c.Secret == redacted || c.TargetSecret == redacted {
+		return fmt.Errorf("%s: the secret reads %s (a dumped configuration): put the secret back, or give secret_file", what, redacted)
+	}
 	for _, s := range []Secret{c.Secret, c.TargetSecret} {
 		if s != "" && (len(s) < 12 || len(s) > 255) {
 			return fmt.Errorf("%s: chap secrets must be 12 to 255 characters (RFC 7143 asks for at least 96 bits)", what)

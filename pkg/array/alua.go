@@ -32,7 +32,7 @@ type aluaSnap struct {
 // HostOf returns the host an initiator name belongs to, or an undeclared
 // host of type "default".
 func (a *Array) HostOf(initiator string) Host {
-	if h, ok := a.hosts[strings.ToLower(initiator)]; ok {
+	if h, ok := (*a.hosts.Load())[strings.ToLower(initiator)]; ok {
 		return h
 	}
 	return Host{Name: initiator, Type: alua.HostTypes[alua.HostDefault], Initiators: []string{initiator}}
@@ -42,7 +42,7 @@ func (a *Array) HostOf(initiator string) Host {
 func (a *Array) Hosts() []Host {
 	var out []Host
 	seen := map[string]bool{}
-	for _, h := range a.hosts {
+	for _, h := range *a.hosts.Load() {
 		if !seen[h.Name] {
 			seen[h.Name] = true
 			out = append(out, h)

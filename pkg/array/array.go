@@ -16,13 +16,12 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/cache"
 	"github.com/aluad/aluad/pkg/clock"
 	"github.com/aluad/aluad/pkg/media"
@@ -108,7 +107,8 @@ type Array struct {
 	sleep    func(time.Duration)
 	now      func() time.Time
 	// hosts maps a lower-cased initiator name to its declared host.
-	hosts map[string]Host
+	// It is replaced whole by SetHosts (hosts.go).
+	hosts atomic.Pointer[map[string]Host]
 	// handoff: per host name, the nodes for whose LUNs that host's
 	// non-owner paths report ANO although its type reports STANDBY (the
 	// ownership core's STANDBY hand-off); replaced whole on a change.
@@ -216,14 +216,9 @@ func New(cfg Config, opt Options) (*Array, error) {
 		}
 	}
 	a := &Array{opt: opt, log: opt.Logger, cfg: cfg, portByID: map[uint16]*Port{}, lunByID: map[uint64]*LUN{}, sleep: opt.Sleep,
-		now: opt.Now, hosts: map[string]Host{}}
+		now: opt.Now}
 	a.penalty.Store(int64(cfg.Interlink.Penalty))
-	for _, hc := range cfg.Hosts {
-		h := Host{Name: hc.Name, Type: alua.HostTypes[hc.Type], Initiators: hc.Initiators}
-		for _, in := range hc.Initiators {
-			a.hosts[strings.ToLower(in)] = h
-		}
-	}
+	a.hosts.Store(hostTable(cfg.Hosts))
 	if _, err := a.setMappingsLocked(append([]MappingConfig(nil), cfg.Mappings...)); err != nil {
 		return nil, err
 	}
@@ -339,8 +334,11 @@ func (a *Array) partner(n *Node) *Node {
 
 // Config returns the validated configuration.
 func (a *Array) Config() Config {
+	a.mapMu.Lock()
+	defer a.mapMu.Unlock()
 	c := a.cfg
-	c.Mappings = a.Mappings()
+	c.Hosts = slices.Clone(a.cfg.Hosts)
+	c.Mappings = append([]MappingConfig(nil), a.mappings...)
 	return c
 }
 

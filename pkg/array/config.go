@@ -309,10 +309,10 @@ func (c *Config) validateHosts() error {
 			return fmt.Errorf("host %s: no initiators", h.Name)
 		}
 		for _, in := range h.Initiators {
-			if other, dup := inits[in]; dup {
+			if other, dup := inits[strings.ToLower(in)]; dup {
 				return fmt.Errorf("initiator %s is declared by hosts %s and %s", in, other, h.Name)
 			}
-			inits[in] = h.Name
+			inits[strings.ToLower(in)] = h.Name
 		}
 	}
 	return c.validateAccess()

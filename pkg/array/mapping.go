@@ -87,7 +87,7 @@ func (a *Array) changedInitiators(old, nm *LUNMap) []string {
 		return nil
 	}
 	var out []string
-	for in := range a.hosts {
+	for in := range *a.hosts.Load() {
 		if !maps.Equal(old.Sees(in), nm.Sees(in)) {
 			out = append(out, in)
 		}
@@ -111,7 +111,7 @@ func (a *Array) Affected(changed []string) func(initiator string) bool {
 		if set[in] {
 			return true
 		}
-		_, declared := a.hosts[in]
+		_, declared := (*a.hosts.Load())[in]
 		return !declared && set["*"]
 	}
 }

@@ -40,7 +40,7 @@ type Config struct {
 	// AlertDelays sets the delay of single conditions of the report
 	// catalog by name (node-offline: 0s raises Node Offline at the first
 	// tick it holds); the others keep AlertDelay.
-	AlertDelays map[ownership.Condition]time.Duration `yaml:"alert_delays"`
+	AlertDelays map[ownership.Condition]time.Duration `yaml:"alert_delays,omitempty"`
 	// PathDegradedFactor: a path is reported degraded when its exchange
 	// time expands this many times over its best, and that many times
 	// more than its node's and its peer paths' (default 3).

@@ -272,6 +272,14 @@ var errStopped = errors.New("aluad is stopping")
 // Running reports whether the ownership core runs.
 func (p *Path) Running() bool { return p.core.Load() != nil }
 
+// Declare passes the operator's changes of the declared hosts (HostDecl,
+// Rehome) to the core, wherever it runs.
+func (p *Path) Declare(evs ...ownership.Event) {
+	for _, e := range evs {
+		p.observe(e)
+	}
+}
+
 // Post queues events for the core (dropped when it does not run).
 func (p *Path) Post(evs ...ownership.Event) {
 	if r := p.core.Load(); r != nil {

@@ -62,6 +62,11 @@ type Daemon struct {
 	api     *mgmt.APIServer
 	done    chan struct{}
 	wg      sync.WaitGroup
+	// hostMu orders changes of the declared hosts (hosts.go).
+	hostMu sync.Mutex
+	// cfg is the configuration it started with (RunningConfig adds what
+	// changed live).
+	cfg config.Config
 
 	metrics *mgmt.Metrics
 
@@ -181,7 +186,7 @@ func New(cfg config.Config, opt Options) (*Daemon, error) {
 			return nil, err
 		}
 	}
-	d := &Daemon{Array: arr, SCSI: srv, fabricCfg: cfg.Fabric, log: opt.Logger, clock: opt.Clock, now: now, done: make(chan struct{}),
+	d := &Daemon{Array: arr, SCSI: srv, cfg: cfg, fabricCfg: cfg.Fabric, log: opt.Logger, clock: opt.Clock, now: now, done: make(chan struct{}),
 		mover: opt.Mover, faults: opt.Faults}
 	d.Events = api.NewEventLog(opt.EventCapacity, now, opt.OnEvent)
 	d.View = &mgmt.View{Array: arr, SCSI: srv, Now: now, Events: d.Events.Since, Portals: d.Portals, Controller: opt.Local,

@@ -51,7 +51,7 @@ func (d *Daemon) ReportHistory() []api.ReportRecord {
 // A damaged or inconsistent file is moved aside and reported; the
 // previous generation is tried next, then the config alone.
 func (d *Daemon) openState(dir string) error {
-	st, err := state.Open(dir, d.Array.Config().Mappings, d.log, d.now)
+	st, err := state.Open(dir, d.Array.Config(), d.log, d.now)
 	if err != nil {
 		return err
 	}

@@ -50,6 +50,12 @@ import (
 //	GET  /v1/mappings          the LUN map: LUN, host or group (neither: all hosts), host LUN
 //	POST /v1/mappings          {"lun": 3, "host": "h1", "host_lun": 0}: map; 3F/0E to the nexuses it changes
 //	DELETE /v1/mappings?lun=3&host=h1 (or &group=g, or neither): unmap; 3F/0E likewise
+//	GET  /v1/hosts/declared    the declared hosts as the configuration has them
+//	POST /v1/hosts             {"name": "db1", "type": "linux-dmmp", "initiators": ["iqn..."]}: declare a host live
+//	PATCH /v1/hosts/{name}     {"type": "linux-dmmp"} (or add_initiators, remove_initiators, group): change it live;
+//	                           2A/06 where its access states change, 3F/0E where its LUN view does
+//	DELETE /v1/hosts/{name}    remove it (refused while mappings name it); its initiators are undeclared after
+//	GET  /v1/config            the running configuration as YAML that aluad serve --config accepts
 //	GET  /v1/reports/history   every report raised and cleared (kept across restarts)
 //	POST /v1/reports/clear     {"condition": "path-flapping", "lun": 0} or {"condition": "host-type-incorrect",
 //	                           "host": "h1"}: clear a latched report (damping ends; observations restart)
@@ -86,6 +92,12 @@ type Array interface {
 	Mappings() []array.MappingConfig
 	Map(m array.MappingConfig, who string) (api.MappingReply, error)
 	Unmap(m array.MappingConfig, who string) (api.MappingReply, error)
+	HostSpecs() []api.HostSpec
+	AddHost(s api.HostSpec, who string) (api.HostsReply, error)
+	ChangeHost(name string, c api.HostChange, who string) (api.HostsReply, error)
+	RemoveHost(name, who string) (api.HostsReply, error)
+	// RunningConfig is the configuration as it runs now, as YAML.
+	RunningConfig() ([]byte, error)
 	// EventsSince is the feed after sequence seq, and how many events
 	// after seq it no longer holds.
 	EventsSince(seq uint64) ([]api.Event, uint64)
@@ -265,6 +277,48 @@ func Handler(a Array, audit *Audit) http.Handler {
 			return
 		}
 		writeJSON(w, http.StatusOK, res)
+	})
+	hostReply := func(w http.ResponseWriter, res api.HostsReply, err error) {
+		switch {
+		case errors.Is(err, ErrNotFound):
+			writeError(w, http.StatusNotFound, err.Error())
+		case err != nil:
+			writeError(w, http.StatusBadRequest, err.Error())
+		default:
+			writeJSON(w, http.StatusOK, res)
+		}
+	}
+	mux.HandleFunc("GET /v1/hosts/declared", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, a.HostSpecs())
+	})
+	mux.HandleFunc("POST /v1/hosts", func(w http.ResponseWriter, r *http.Request) {
+		var s api.HostSpec
+		if !decodeBody(w, r, &s) {
+			return
+		}
+		res, err := a.AddHost(s, whoOf(r))
+		hostReply(w, res, err)
+	})
+	mux.HandleFunc("PATCH /v1/hosts/{name}", func(w http.ResponseWriter, r *http.Request) {
+		var c api.HostChange
+		if !decodeBody(w, r, &c) {
+			return
+		}
+		res, err := a.ChangeHost(r.PathValue("name"), c, whoOf(r))
+		hostReply(w, res, err)
+	})
+	mux.HandleFunc("DELETE /v1/hosts/{name}", func(w http.ResponseWriter, r *http.Request) {
+		res, err := a.RemoveHost(r.PathValue("name"), whoOf(r))
+		hostReply(w, res, err)
+	})
+	mux.HandleFunc("GET /v1/config", func(w http.ResponseWriter, r *http.Request) {
+		b, err := a.RunningConfig()
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+		w.Header().Set("Content-Type", "application/yaml")
+		w.Write(b)
 	})
 	mux.HandleFunc("GET /v1/reports/history", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, a.ReportHistory())

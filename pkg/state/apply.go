@@ -14,6 +14,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aluad/aluad/pkg/api"
@@ -26,7 +27,7 @@ import (
 func Take(arr *array.Array, srv *scsi.Server, now time.Time) State {
 	cfg := arr.Config()
 	s := State{Version: Version, Saved: now.UTC(), Target: cfg.Target, Owners: map[string]array.SavedOwner{},
-		Preferred: map[string]string{}, Mappings: arr.Mappings(), Reports: []api.ReportRecord{}}
+		Preferred: map[string]string{}, Mappings: cfg.Mappings, Reports: []api.ReportRecord{}, Hosts: SaveHosts(cfg.Hosts)}
 	for _, l := range arr.LUNs {
 		id := strconv.FormatUint(l.ID, 10)
 		s.Owners[id] = array.SavedOwner{Node: l.Owner().Name, Gen: l.Generation()}
@@ -90,8 +91,16 @@ func Apply(arr *array.Array, srv *scsi.Server, log *slog.Logger, s State) error 
 		log.Warn("the config file's mappings changed since the state was saved: using the config file's; mapping changes made through the API since are dropped")
 		mappings = cfg.Mappings
 	}
+	hosts := cfg.Hosts
+	switch {
+	case s.Hosts == nil: // a file from before hosts were kept
+	case !slices.EqualFunc(s.ConfigHosts, SaveHosts(cfg.Hosts), SavedHost.equal):
+		log.Warn("the config file's hosts changed since the state was saved: using the config file's; host changes made live since are dropped")
+	default:
+		hosts = restoreHosts(s.Hosts, cfg.Hosts)
+	}
 	check := cfg
-	check.Mappings = mappings
+	check.Mappings, check.Hosts = mappings, hosts
 	if _, err := array.BuildLUNMap(check); err != nil {
 		return fmt.Errorf("saved mappings: %w", err)
 	}
@@ -118,7 +127,7 @@ func Apply(arr *array.Array, srv *scsi.Server, log *slog.Logger, s State) error 
 	for id, pr := range prs {
 		srv.LU(id).RestorePR(pr)
 	}
-	if _, err := arr.SetMappings(mappings); err != nil {
+	if err := arr.RestoreAccess(hosts, mappings); err != nil {
 		return err
 	}
 	log.Info("state restored", "saved", s.Saved, "luns", len(owners), "mappings", len(mappings), "reports", len(s.Reports))
@@ -158,5 +167,44 @@ func normMappings(ms []array.MappingConfig) []array.MappingConfig {
 		}
 		return 0
 	})
+	return out
+}
+
+// SavedHost is a declared host as the state file keeps it. CHAP
+// credentials are not kept there: they come from the config file, by the
+// host's name.
+type SavedHost struct {
+	Name       string   `json:"name"`
+	Type       string   `json:"type"`
+	Initiators []string `json:"initiators"`
+	Group      string   `json:"group,omitempty"`
+}
+
+func (h SavedHost) equal(o SavedHost) bool {
+	return h.Name == o.Name && h.Type == o.Type && h.Group == o.Group && slices.Equal(h.Initiators, o.Initiators)
+}
+
+// SaveHosts is hosts as the state file keeps them, in name order.
+func SaveHosts(hs []array.HostConfig) []SavedHost {
+	out := []SavedHost{}
+	for _, h := range hs {
+		out = append(out, SavedHost{Name: h.Name, Type: h.Type, Initiators: slices.Clone(h.Initiators), Group: h.Group})
+	}
+	slices.SortFunc(out, func(a, b SavedHost) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// restoreHosts is the saved hosts, each with the config file's CHAP
+// credentials for its name.
+func restoreHosts(saved []SavedHost, cfg []array.HostConfig) []array.HostConfig {
+	chap := map[string]*array.CHAPConfig{}
+	for _, h := range cfg {
+		chap[h.Name] = h.CHAP
+	}
+	out := []array.HostConfig{}
+	for _, h := range saved {
+		out = append(out, array.HostConfig{Name: h.Name, Type: h.Type, Initiators: slices.Clone(h.Initiators), Group: h.Group,
+			CHAP: chap[h.Name]})
+	}
 	return out
 }

@@ -61,6 +61,12 @@ type State struct {
 	// the time, so an edited config file is told from API changes.
 	Mappings       []array.MappingConfig `json:"mappings"`
 	ConfigMappings []array.MappingConfig `json:"config_mappings"`
+	// Hosts are the declared hosts as they stand (changed live by the
+	// operator); ConfigHosts the config file's at the time, so an edited
+	// config file is told from live changes. Null in a file from before
+	// hosts were kept: the config file's hosts then.
+	Hosts       []SavedHost `json:"hosts"`
+	ConfigHosts []SavedHost `json:"config_hosts"`
 	// Capacity per node, where set at run time.
 	Capacity map[string]float64 `json:"capacity,omitempty"`
 	// Reports is the report history (raised and cleared), oldest first.
@@ -190,20 +196,23 @@ type Store struct {
 	saveErr  string
 	reports  []api.ReportRecord
 	capacity map[string]float64
-	// configMappings are the config file's mappings.
+	// configMappings and configHosts are the config file's.
 	configMappings []array.MappingConfig
+	configHosts    []SavedHost
 	saves          int
 }
 
 // Open makes the state directory (if need be) and a store on it.
-func Open(dir string, configMappings []array.MappingConfig, log *slog.Logger, now func() time.Time) (*Store, error) {
+func Open(dir string, cfg array.Config, log *slog.Logger, now func() time.Time) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
+	configMappings := cfg.Mappings
 	if configMappings == nil {
 		configMappings = []array.MappingConfig{}
 	}
-	return &Store{dir: dir, log: log, now: now, wake: make(chan struct{}, 1), configMappings: configMappings}, nil
+	return &Store{dir: dir, log: log, now: now, wake: make(chan struct{}, 1), configMappings: configMappings,
+		configHosts: SaveHosts(cfg.Hosts)}, nil
 }
 
 func (s *Store) path() string { return filepath.Join(s.dir, "state.json") }
@@ -282,6 +291,7 @@ func (s *Store) Fill(st *State) {
 		st.Capacity = maps.Clone(s.capacity)
 	}
 	st.ConfigMappings = s.configMappings
+	st.ConfigHosts = s.configHosts
 	s.mu.Unlock()
 }
 

@@ -16,12 +16,30 @@ type Size int64
 
 // UnmarshalYAML parses a size with an optional binary or decimal suffix.
 func (s *Size) UnmarshalYAML(n *yaml.Node) error {
+	if strings.TrimSpace(n.Value) == "0" {
+		*s = 0 // unset: the section's default (as a written configuration has it)
+		return nil
+	}
 	v, err := ParseSize(n.Value)
 	if err != nil {
 		return fmt.Errorf("line %d: %w", n.Line, err)
 	}
 	*s = Size(v)
 	return nil
+}
+
+// MarshalYAML writes the size as UnmarshalYAML reads it, in the largest
+// binary unit that divides it ("256MiB").
+func (s Size) MarshalYAML() (any, error) {
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if s != 0 && int64(s)%u.mult == 0 {
+			return fmt.Sprintf("%d%s", int64(s)/u.mult, u.suffix), nil
+		}
+	}
+	return strconv.FormatInt(int64(s), 10), nil
 }
 
 // ParseSize parses "1GiB", "100MB", "512k", "4096".
