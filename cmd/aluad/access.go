@@ -15,7 +15,7 @@ func mapCmd(args []string) error {
 	if len(args) > 0 && (args[0] == "list" || args[0] == "add" || args[0] == "rm") {
 		verb, args = args[0], args[1:]
 	}
-	fs := newFlags("map "+verb)
+	fs := newFlags("map " + verb)
 	lun := fs.Int64("lun", -1, "the array's LUN (volume) id")
 	host := fs.String("host", "", "map to this host")
 	group := fs.String("group", "", "map to this host group")

@@ -151,7 +151,10 @@ func TestHostChangesRefused(t *testing.T) {
 		do   func() error
 		want string
 	}{
-		{"add twice", func() error { _, err := c.AddHost(api.HostSpec{Name: "h1", Initiators: []string{"iqn.2026-11.org.example:x"}}); return err }, "already exists"},
+		{"add twice", func() error {
+			_, err := c.AddHost(api.HostSpec{Name: "h1", Initiators: []string{"iqn.2026-11.org.example:x"}})
+			return err
+		}, "already exists"},
 		{"no initiator", func() error { _, err := c.AddHost(api.HostSpec{Name: "h2"}); return err }, "at least one initiator"},
 		{"unknown type", func() error {
 			_, err := c.AddHost(api.HostSpec{Name: "h2", Type: "solaris", Initiators: []string{"iqn.2026-11.org.example:x"}})
