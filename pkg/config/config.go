@@ -10,7 +10,9 @@ package config
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"go.yaml.in/yaml/v3"
@@ -58,16 +60,21 @@ func Load(path string) (Config, error) {
 }
 
 // Parse is Load on the file's bytes (path names it in errors).
+// Every error names the file, the line and the key (errors.go).
 func Parse(raw []byte, path string) (Config, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(raw, &root); err != nil {
+		return Config{}, decodeError(path, &root, err)
+	}
 	c := Config{Config: array.Blank()}
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
 	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil {
-		return Config{}, fmt.Errorf("%s: %w", path, err)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return Config{}, decodeError(path, &root, err)
 	}
 	c.Config.Defaults()
 	if err := c.Validate(); err != nil {
-		return Config{}, fmt.Errorf("%s: %w", path, err)
+		return Config{}, validationError(path, &root, err)
 	}
 	return c, nil
 }

@@ -1,12 +1,16 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/aluad/aluad/ownership"
 	"github.com/aluad/aluad/pkg/array"
@@ -26,7 +30,18 @@ func TestExampleConfigLoads(t *testing.T) {
 
 func TestConfigErrors(t *testing.T) {
 	tests := []struct{ name, yaml, want string }{
-		{"unknown key", "targt: iqn.x.y:z\n", "field targt not found"},
+		{"unknown key", "targt: iqn.x.y:z\n", `unknown key "targt" (did you mean "target"?)`},
+		{"misspelt key", "alau: implicit\n", `unknown key "alau" (did you mean "alua"?)`},
+		{"misspelt nested key", "interlink: {penalti: 50us}\n", `unknown key "penalti" in interlink (did you mean "penalty"?)`},
+		{"unknown key far from any", "colour: red\n", `unknown key "colour" (known: target, array_id`},
+		{"bad duration", "interlink: {penalty: 50 micro}\n", `interlink.penalty: "50 micro" is not a duration (e.g. 50us, 250ms, 10s)`},
+		{"bad number", "limits: {max_sessions: many}\n", `limits.max_sessions: "many" is not a whole number`},
+		{"bad bool", "cache: {mirror: maybe}\n", `cache.mirror: "maybe" is not true or false`},
+		{"not yaml", "nodes: [a, b\n", "did not find expected"},
+		{"host type deep in a block", "hosts:\n  - name: h1\n    type: linux\n    initiators: [iqn.x.y:a]\n  - name: h2\n    type: beos\n    initiators: [iqn.x.y:b]\n",
+			`host h2: unknown type "beos"`},
+		{"misspelt key in a block", "cache:\n  mode: write-back\n  dirty_limt: 64MiB\n", `unknown key "dirty_limt" in cache (did you mean "dirty_limit"?)`},
+		{"bad size in a block", "luns:\n  - id: 0\n    size: lots\n", "luns.size: bad size"},
 		{"bad size", "luns: [{id: 0, size: lots}]\n", "bad size"},
 		{"bad preferred", "luns: [{id: 0, size: 1MiB, preferred: z}]\n", "preferred owner"},
 		{"dup lun", "luns: [{id: 0, size: 1MiB}, {id: 0, size: 1MiB}]\n", "defined twice"},
@@ -85,12 +100,43 @@ func TestConfigErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			// A comment first: every error is on line 2 or later, and
+			// must say which.
 			p := filepath.Join(t.TempDir(), "c.yaml")
-			require.NoError(t, os.WriteFile(p, []byte(tc.yaml), 0o644))
+			require.NoError(t, os.WriteFile(p, []byte("# aluad\n"+tc.yaml), 0o644))
 			_, err := Load(p)
 			require.ErrorContains(t, err, tc.want)
+			line := 2
+			if l, ok := lines[tc.name]; ok {
+				line = l
+			}
+			require.Contains(t, err.Error(), fmt.Sprintf("%s:%d: ", p, line), "the file and the line")
+			require.NotRegexp(t, `config\.Config|time\.Duration|!!str|field \S+ not found`, err.Error(), "no Go internals")
 		})
 	}
+}
+
+// lines: the line each multi-line case's error is on (2 otherwise).
+var lines = map[string]int{
+	"chap on tcmu":                     2,
+	"host type deep in a block":        7,
+	"misspelt key in a block":          4,
+	"bad size in a block":              4,
+	"mappings on tcmu":                 3,
+	"cluster of one":                   5,
+	"cluster on tcmu":                  4,
+	"cluster without array id":         2,
+	"cluster node without interlink":   3,
+	"cluster interlink of no node":     3,
+	"cluster bad interlink":            3,
+	"cluster no etcd":                  3,
+	"cluster bad etcd":                 3,
+	"cluster lease fraction":           3,
+	"cluster on two machines unfenced": 3,
+	"cluster fencing unknown":          3,
+	"cluster fence command missing":    3,
+	"cluster fence command unused":     3,
+	"cluster fence timeout":            3,
 }
 
 func TestConfigKeepsExplicitZeroDurations(t *testing.T) {
@@ -150,7 +196,19 @@ func FuzzParseConfig(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		c, err := Parse(raw, "fuzz.yaml")
 		if err != nil {
+			require.True(t, strings.HasPrefix(err.Error(), "fuzz.yaml"), "names the file: %v", err)
 			return
+		}
+		// What config dump writes reads back as the same configuration
+		// (inline CHAP secrets are written redacted, and refused).
+		if c.Auth.CHAP == nil && !slices.ContainsFunc(c.Hosts, func(h array.HostConfig) bool { return h.CHAP != nil }) {
+			b, err := yaml.Marshal(c)
+			require.NoError(t, err)
+			c2, err := Parse(b, "dump.yaml")
+			require.NoError(t, err, "%s", b)
+			b2, err := yaml.Marshal(c2)
+			require.NoError(t, err)
+			require.Equal(t, string(b), string(b2))
 		}
 		// A config that parses builds a LUN map and validates again.
 		m, err := array.BuildLUNMap(c.Config)
