@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/aluad/aluad/ownership"
@@ -161,8 +160,13 @@ func move(args []string) error {
 	fs := newFlags("move")
 	lun := fs.Int64("lun", -1, "LUN to move")
 	to := fs.String("to", "", "node to move it to")
+	output := outputFlag(fs)
 	client := controlFlags(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	js, err := output()
+	if err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -178,6 +182,9 @@ func move(args []string) error {
 	c, err := cl.Move(uint64(*lun), *to)
 	if err != nil {
 		return err
+	}
+	if js {
+		return printJSON(c)
 	}
 	fmt.Printf("LUN %d moved %s -> %s (%s); I/O held %v; UA 2A/06 queued on every nexus\n",
 		*lun, c.From, c.To, c.Cause, c.Stop.Round(time.Microsecond))
@@ -196,59 +203,7 @@ func luns(args []string) error {
 	if js {
 		return printJSON(ls)
 	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "LUN\tOWNER\tPREFERRED\tGROUPS\tCOMMANDS\tFORWARDED")
-	for _, l := range ls {
-		var gs, cmds, fwd []string
-		for _, g := range l.Groups {
-			p := ""
-			if g.Pref {
-				p = ",pref"
-			}
-			gs = append(gs, fmt.Sprintf("%s(%d)=%s%s", g.Node, g.ID, g.State, p))
-		}
-		for _, n := range l.Nodes {
-			cmds = append(cmds, fmt.Sprintf("%s:%d", n.Node, n.Commands))
-			fwd = append(fwd, fmt.Sprintf("%s:%d", n.Node, n.Forwarded))
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", l.ID, l.Owner, l.Preferred, strings.Join(gs, " "),
-			strings.Join(cmds, " "), strings.Join(fwd, " "))
-	}
-	return tw.Flush()
-}
-
-func events(args []string) error {
-	fs := newFlags("events")
-	since := fs.Uint64("since", 0, "print events after this sequence number")
-	follow := fs.Bool("follow", false, "keep printing new events")
-	client := controlFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	c, err := client()
-	if err != nil {
-		return err
-	}
-	for {
-		r, err := c.Events(*since)
-		if err != nil {
-			return err
-		}
-		if r.Lost > 0 {
-			fmt.Fprintf(os.Stderr, "aluad events: %d events were overwritten before they were read\n", r.Lost)
-		}
-		enc := json.NewEncoder(os.Stdout)
-		for _, e := range r.Events {
-			if err := enc.Encode(e); err != nil {
-				return err
-			}
-			*since = e.Seq
-		}
-		if !*follow {
-			return nil
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+	return renderLUNs(os.Stdout, ls)
 }
 
 func report(args []string) error {
@@ -329,6 +284,7 @@ func fault(args []string) error {
 	port := fs.String("port", "", "target port name or relative id (port-*, cable-*, path-*, delay)")
 	ini := fs.String("initiator", "", "initiator IQN (path-*, and delay on one path)")
 	delay := fs.Duration("delay", 0, "added latency (delay; 0 removes it)")
+	output := outputFlag(fs)
 	client := controlFlags(fs)
 	if isHelp(args) {
 		return flag.ErrHelp
@@ -351,9 +307,16 @@ func fault(args []string) error {
 	if err != nil {
 		return err
 	}
+	js, err := output()
+	if err != nil {
+		return err
+	}
 	res, err := cl.Inject(api.Fault{Kind: kind, Node: *node, Port: *port, Initiator: *ini, Delay: *delay})
 	if err != nil {
 		return err
+	}
+	if js {
+		return printJSON(res)
 	}
 	fmt.Printf("injected %s", kind)
 	if c := res.Change; c != nil && len(c.Lost) > 0 {

@@ -31,7 +31,10 @@ Usage:
                                              path-down, path-up, delay, clear (docs/faults.md)
   aluad move --lun N --to NODE               move a LUN's ownership (flush, short hold, then UA 2A/06)
   aluad rebalance [-o text|json]             plan a rebalance now (the ROI check still decides)
-  aluad events [--since SEQ] [--follow]      the event feed (logins, RTPGs, I/O, ALUA changes) as JSON lines
+  aluad events [--kind K,...] [--since SEQ|10m] [--samples] [--follow] [-o text|json]
+                                             the event log: logins, logouts, RTPGs, unit attentions, ALUA
+                                             changes, reports, faults, operator changes; the per-interval
+                                             I/O samples (io, path) with --samples
   aluad lab [--scenario NAME] [...]          in-process runs: crash (acknowledged writes after node
                                              crashes), transition (I/O latency through failback and
                                              rebalance), mirror (write bandwidth, mirroring on vs off)

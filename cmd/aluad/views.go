@@ -55,7 +55,7 @@ func renderStatus(w io.Writer, st api.StatusInfo) error {
 	}
 	fmt.Fprintf(w, "Array %s (%s ALUA, %s)\n\n", st.Target, st.ALUA, core)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tSTATE\tGROUP\tOWNS\tHOME TO\tUTIL\tEXPANSION\tPORTS")
+	fmt.Fprintln(tw, "NODE\tSTATE\tGROUP\tOWNS\tPREFERRED_FOR\tLOAD\tEXPANSION\tPORTS")
 	for _, n := range st.Nodes {
 		state := "online"
 		if !n.Up {
@@ -69,12 +69,20 @@ func renderStatus(w io.Writer, st api.StatusInfo) error {
 			}
 			ports = append(ports, fmt.Sprintf("%s %s %s (%d sessions)", p.Name, p.Addr, ps, p.Sessions))
 		}
+		load := pct(n.Utilisation, st.Ownership)
+		if st.Ownership && n.Capacity > 0 {
+			load += fmt.Sprintf(" of %.0f", n.Capacity)
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", n.Name, state, n.GroupID, n.Owned, n.Preferred,
-			pct(n.Utilisation, st.Ownership), factor(n.Expansion), strings.Join(ports, "; "))
+			load, factor(n.Expansion), strings.Join(ports, "; "))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	fmt.Fprintln(w, "OWNS: LUNs it owns now; PREFERRED_FOR: LUNs whose preferred owner it is; LOAD: the work it served as owner "+
+		"in the last tick, as a share of its capacity in work units per tick (ownership.node_capacity: a 4 KiB command is one unit, "+
+		"each 64 KiB of data another; over 100% is more than the capacity the core plans with, not an overload of the emulator); "+
+		"EXPANSION: its response time over the best seen")
 	fmt.Fprintf(w, "\nLUNs %d (%d off their preferred owner); hosts %d declared, %d unknown initiators; sessions %d\n",
 		st.LUNs, st.LUNsOffPreferred, st.Hosts, st.Unknown, st.Sessions)
 	access := "open (nothing mapped: every admitted initiator sees every LUN)"
@@ -229,7 +237,17 @@ func renderPaths(w io.Writer, ps []api.PathInfo, now time.Time) error {
 			fmt.Fprintln(w)
 		}
 		hp := byHost[h]
-		fmt.Fprintf(w, "Host %s: %d paths\n", h, len(hp))
+		failed := 0
+		for _, p := range hp {
+			if p.State == "failed" {
+				failed++
+			}
+		}
+		if failed > 0 {
+			fmt.Fprintf(w, "Host %s: %d paths, %d FAILED\n", h, len(hp), failed)
+		} else {
+			fmt.Fprintf(w, "Host %s: %d paths\n", h, len(hp))
+		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		row := func(name string, f func(p api.PathInfo) string) {
 			cells := []string{"  " + name}
@@ -239,11 +257,17 @@ func renderPaths(w io.Writer, ps []api.PathInfo, now time.Time) error {
 			fmt.Fprintln(tw, strings.Join(cells, "\t"))
 		}
 		row("path", func(p api.PathInfo) string { return p.Node + "/" + p.Port })
+		row("state", func(p api.PathInfo) string {
+			if p.State == "failed" {
+				return "FAILED (" + p.Reason + ")"
+			}
+			return p.State
+		})
 		row("initiator", func(p api.PathInfo) string { return p.Initiator })
 		row("isid", func(p api.PathInfo) string { return p.ISID })
 		row("target port group", func(p api.PathInfo) string { return fmt.Sprint(p.GroupID) })
 		row("relative port id", func(p api.PathInfo) string { return fmt.Sprint(p.RelativeID) })
-		row("logged in", func(p api.PathInfo) string { return now.Sub(p.Since).Round(time.Second).String() })
+		row("logged in / failed for", func(p api.PathInfo) string { return now.Sub(p.Since).Round(time.Second).String() })
 		row("discovered (RTPG/I/O)", func(p api.PathInfo) string { return yesNo(p.Discovered) })
 		row("commands", func(p api.PathInfo) string { return fmt.Sprint(p.Commands) })
 		row("total bytes", func(p api.PathInfo) string { return fmt.Sprint(p.BytesRead + p.BytesWritten) })
@@ -302,4 +326,54 @@ func rebalance(args []string) error {
 	}
 	fmt.Println("each batch flushes under I/O, holds briefly and is announced with UA 2A/06 (aluad events shows them)")
 	return nil
+}
+
+// renderLUNs prints the LUN table: identity and geometry, then ownership
+// and what each node's group reports (+PREF: the group carries the RTPG
+// PREF bit, which marks the preferred owner's group).
+func renderLUNs(w io.Writer, ls []api.LUNInfo) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "LUN\tSIZE\tBLOCK\tWWID\tOWNER\tPREFERRED\tGROUPS\tCOMMANDS\tFORWARDED")
+	for _, l := range ls {
+		var gs, cmds, fwd []string
+		for _, g := range l.Groups {
+			p := ""
+			if g.Pref {
+				p = "+PREF"
+			}
+			gs = append(gs, fmt.Sprintf("%s(%d)=%s%s", g.Node, g.ID, g.State, p))
+		}
+		for _, n := range l.Nodes {
+			cmds = append(cmds, fmt.Sprintf("%s:%d", n.Node, n.Commands))
+			fwd = append(fwd, fmt.Sprintf("%s:%d", n.Node, n.Forwarded))
+		}
+		block := fmt.Sprint(l.BlockSize)
+		if l.PhysicalBlockSize != 0 && l.PhysicalBlockSize != l.BlockSize {
+			block += fmt.Sprintf("/%d", l.PhysicalBlockSize)
+		}
+		owner := l.Owner
+		if l.Moving {
+			owner += " (moving)"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.ID, humanSize(l.Size), block, l.WWID, owner, l.Preferred,
+			strings.Join(gs, " "), strings.Join(cmds, " "), strings.Join(fwd, " "))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(w, "BLOCK: logical/physical bytes; +PREF: the group reports the PREF bit in RTPG (the preferred owner's); FORWARDED: commands that arrived at a non-owner node and went over the interlink")
+	return err
+}
+
+// humanSize is a byte count in the largest binary unit that divides it.
+func humanSize(n int64) string {
+	for _, u := range []struct {
+		s string
+		m int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.m && n%u.m == 0 {
+			return fmt.Sprintf("%d%s", n/u.m, u.s)
+		}
+	}
+	return fmt.Sprintf("%dB", n)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -95,10 +96,32 @@ func TestViewCommands(t *testing.T) {
 		return false
 	}, 10*time.Second, 20*time.Millisecond, "h1's probed paths discovered")
 
-	out, err := capture(t, func() error { return status(apiArgs) })
+	// The LUN table names each LUN as its hosts see it: the WWID is
+	// the NAA designator the host reads in VPD page 83h.
+	vpd, err := ss[0].Inquiry(ctx, 2, true, 0x83)
+	require.NoError(t, err)
+	naa := ""
+	for i := 4; i+4 <= len(vpd); i += 4 + int(vpd[i+3]) {
+		if vpd[i+1]&0x0f == 3 && vpd[i+1]&0x30 == 0 { // NAA, of the logical unit
+			naa = "naa." + hex.EncodeToString(vpd[i+4:i+4+int(vpd[i+3])])
+		}
+	}
+	require.NotEmpty(t, naa)
+	out, err := capture(t, func() error { return luns(sock) })
+	require.NoError(t, err)
+	require.Regexp(t, `(?m)^2\s+1MiB\s+512\s+`+naa+`\s+a\s+a\s+a\(1\)=AO\+PREF`, out)
+	var ls []api.LUNInfo
+	out, err = capture(t, func() error { return luns(append([]string{"-o", "json"}, sock...)) })
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal([]byte(out), &ls))
+	require.Equal(t, int64(1<<20), ls[2].Size)
+	require.Equal(t, naa, ls[2].WWID)
+
+	out, err = capture(t, func() error { return status(apiArgs) })
 	require.NoError(t, err)
 	require.Contains(t, out, "implicit ALUA, ownership core running")
-	require.Regexp(t, `a\s+online\s+1\s+4\s+4`, out)
+	require.Regexp(t, `NODE\s+STATE\s+GROUP\s+OWNS\s+PREFERRED_FOR\s+LOAD\s+EXPANSION\s+PORTS`, out)
+	require.Regexp(t, `a\s+online\s+1\s+4\s+4\s+\d+% of 1000`, out)
 	require.Contains(t, out, "a0 127.0.0.1:")
 	require.Contains(t, out, "hosts 1 declared, 0 unknown initiators; sessions 4")
 	_, err = capture(t, func() error { return status([]string{"--api", "http://" + d.APIAddr()}) })
@@ -128,7 +151,7 @@ func TestViewCommands(t *testing.T) {
 	require.Equal(t, []string{"a0", "a1"}, rs[0].Ports)
 	out, err = capture(t, func() error { return report(apiArgs) })
 	require.NoError(t, err)
-	require.Contains(t, out, "HOST REDUNDANCY LOST: HOST H1, NODE A [critical, HRL]")
+	require.Contains(t, out, "HOST REDUNDANCY LOST: host h1, node a [critical, HRL]")
 	require.Contains(t, out, "Ports:    a0, a1")
 	require.Contains(t, out, "Recovery procedure")
 
@@ -143,14 +166,20 @@ func TestViewCommands(t *testing.T) {
 
 	out, err = capture(t, func() error { return paths(sock) })
 	require.NoError(t, err)
-	require.Contains(t, out, "Host h1: 2 paths")
+	require.Contains(t, out, "Host h1: 4 paths, 2 FAILED", "the lost paths stay in view")
+	require.Regexp(t, `state\s+up\s+up\s+FAILED \(`, out)
 	require.Contains(t, out, "average latency time us")
 	require.Regexp(t, `L1\s+RDY/AO`, out, "LUN 1 is node b's")
 	out, err = capture(t, func() error { return paths(append([]string{"-o", "json"}, sock...)) })
 	require.NoError(t, err)
 	var ps []api.PathInfo
 	require.NoError(t, json.Unmarshal([]byte(out), &ps))
-	require.Len(t, ps, 2)
+	require.Len(t, ps, 4)
+	byState := map[string][]string{}
+	for _, p := range ps {
+		byState[p.State] = append(byState[p.State], p.Port)
+	}
+	require.Equal(t, map[string][]string{"up": {"b0", "b1"}, "failed": {"a0", "a1"}}, byState)
 
 	out, err = capture(t, func() error { return rebalance(sock) })
 	require.NoError(t, err)

@@ -80,6 +80,9 @@ type NodeInfo struct {
 	Load        float64 `json:"load"`
 	Utilisation float64 `json:"utilisation"`
 	Expansion   float64 `json:"expansion"`
+	// Capacity is the node's work units per tick the core plans with
+	// (ownership.node_capacity, or set live): Utilisation is Load over it.
+	Capacity float64 `json:"capacity"`
 }
 
 // PortInfo is one target port.
@@ -132,6 +135,11 @@ type HostInfo struct {
 // PathInfo is one path (I_T nexus) with its counters: the per-path load
 // view (reference 000's "ra mlm load show").
 type PathInfo struct {
+	// State: "up" (logged in), or "failed": it ended by a fault (Reason
+	// says how, Since when) and the host has not logged in through that
+	// port again. A path the host logged out of on purpose is not listed.
+	State      string    `json:"state"`
+	Reason     string    `json:"reason,omitempty"`
 	Host       string    `json:"host"`
 	Initiator  string    `json:"initiator"`
 	ISID       string    `json:"isid"`
@@ -349,15 +357,24 @@ var FaultKinds = []string{FaultPowerLoss, FaultPanic, FaultCrash, FaultRestart, 
 
 // LUNInfo is one LUN as the control API reports it.
 type LUNInfo struct {
-	ID         uint64      `json:"id"`
-	Owner      string      `json:"owner"`
-	Preferred  string      `json:"preferred"`
-	Media      string      `json:"media"`
-	Group      string      `json:"group"`
-	Moving     bool        `json:"moving"`
-	Generation uint64      `json:"generation"`
-	Groups     []GroupInfo `json:"groups"`
-	Nodes      []NodeIO    `json:"nodes"`
+	ID         uint64 `json:"id"`
+	Owner      string `json:"owner"`
+	Preferred  string `json:"preferred"`
+	Media      string `json:"media"`
+	Group      string `json:"group"`
+	Moving     bool   `json:"moving"`
+	Generation uint64 `json:"generation"`
+	// Size in bytes, the logical and physical block sizes (READ CAPACITY
+	// 16), and the identity hosts see: WWID is the NAA designator of
+	// VPD page 83h (Linux multipath names the device 3 followed by its
+	// hex digits), Serial the unit serial number (VPD page 80h).
+	Size              int64       `json:"size"`
+	BlockSize         int         `json:"block_size"`
+	PhysicalBlockSize int         `json:"physical_block_size"`
+	WWID              string      `json:"wwid"`
+	Serial            string      `json:"serial"`
+	Groups            []GroupInfo `json:"groups"`
+	Nodes             []NodeIO    `json:"nodes"`
 }
 
 // GroupInfo is a target port group's state (as a "default" host sees it).

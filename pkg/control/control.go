@@ -92,6 +92,8 @@ type Path struct {
 	// stopped the path (no core starts again).
 	life   sync.Mutex
 	closed bool
+	// lost: the paths that ended by a fault (lost.go).
+	lost lostPaths
 	stats
 }
 
@@ -141,6 +143,9 @@ func (p *Path) Fabric(e fabric.Event) {
 	ev := p.Event(e.Kind, e.Nexus)
 	ev.Reason = e.Reason
 	p.publish(ev)
+	if e.Kind == api.EventLogin || e.Kind == api.EventLogout {
+		p.lost.note(e, p.o.Clock.Now(), e.Kind)
+	}
 	switch e.Kind {
 	case api.EventLogin:
 		p.observe(ownership.Login{Nexus: p.Nexus(e.Nexus)})

@@ -5,7 +5,10 @@ package mgmt
 // reports), built from the array, the front end and the ownership core.
 
 import (
+	"cmp"
+	"encoding/hex"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -161,7 +164,7 @@ func (vw *View) nodes(v *coreView, sess []fabric.PathStat) []api.NodeInfo {
 		}
 		if v != nil {
 			st := v.nodes[n.Name]
-			ni.Load, ni.Utilisation, ni.Expansion = st.Load, st.Utilisation, st.Expansion
+			ni.Load, ni.Utilisation, ni.Expansion, ni.Capacity = st.Load, st.Utilisation, st.Expansion, st.Capacity
 		}
 		out = append(out, ni)
 	}
@@ -339,7 +342,7 @@ func (vw *View) Paths() []api.PathInfo {
 	for _, s := range sess {
 		n := s.Nexus
 		e := vw.Control.Event("", n)
-		pi := api.PathInfo{Host: e.Host, Initiator: n.InitiatorName, ISID: e.ISID, Node: e.Node, RelativeID: n.TargetPort,
+		pi := api.PathInfo{State: "up", Host: e.Host, Initiator: n.InitiatorName, ISID: e.ISID, Node: e.Node, RelativeID: n.TargetPort,
 			Since: s.Since, Exchanges: s.Exchanges}
 		port := vw.Array.Port(n.TargetPort)
 		if port != nil {
@@ -380,6 +383,24 @@ func (vw *View) Paths() []api.PathInfo {
 		}
 		out = append(out, pi)
 	}
+	for _, lp := range vw.Control.LostPaths() {
+		n := lp.Nexus
+		e := vw.Control.Event("", n)
+		pi := api.PathInfo{State: "failed", Reason: lp.Reason, Host: e.Host, Initiator: n.InitiatorName, ISID: e.ISID,
+			Node: e.Node, RelativeID: n.TargetPort, Since: lp.At}
+		if port := vw.Array.Port(n.TargetPort); port != nil {
+			pi.Port, pi.GroupID = port.Name, port.Node.GroupID
+			for _, l := range vw.Array.LUNs {
+				pi.LUNs = append(pi.LUNs, api.PathLUN{LUN: l.ID, State: "-"})
+			}
+		}
+		out = append(out, pi)
+	}
+	// Each host's paths together, up before failed, by node and port.
+	slices.SortStableFunc(out, func(a, b api.PathInfo) int {
+		return cmp.Or(cmp.Compare(a.Host, b.Host), cmp.Compare(b.State, a.State), cmp.Compare(a.Node, b.Node),
+			cmp.Compare(a.RelativeID, b.RelativeID))
+	})
 	return out
 }
 
@@ -432,7 +453,8 @@ func (vw *View) LUNInfos() []api.LUNInfo {
 	var out []api.LUNInfo
 	for _, l := range vw.Array.LUNs {
 		li := api.LUNInfo{ID: l.ID, Owner: l.Owner().Name, Preferred: l.Preferred.Name, Media: l.Media, Group: l.Group,
-			Moving: l.Moving(), Generation: l.Generation()}
+			Moving: l.Moving(), Generation: l.Generation(), Size: l.Size, BlockSize: l.BlockSize,
+			PhysicalBlockSize: l.PhysicalBlockSize, WWID: "naa." + hex.EncodeToString(vw.Array.NAA(l)), Serial: vw.Array.Serial(l)}
 		for _, g := range l.Groups("") {
 			li.Groups = append(li.Groups, api.GroupInfo{Node: g.Node.Name, ID: g.ID, State: g.State.String(), Pref: g.Pref,
 				Status: g.Status, Ports: g.Ports})

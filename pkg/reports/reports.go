@@ -76,7 +76,9 @@ func Render(w io.Writer, rs []Report, now time.Time) error {
 		if i > 0 {
 			b.WriteString("\n")
 		}
-		fmt.Fprintf(&b, "%s [%s, %s]\n", strings.ToUpper(r.Summary()), r.Severity, r.Code)
+		// The condition's title in capitals; names as written, so an IQN
+		// can be pasted back into a command.
+		fmt.Fprintf(&b, "%s%s [%s, %s]\n", strings.ToUpper(r.Title), strings.TrimPrefix(r.Summary(), r.Title), r.Severity, r.Code)
 		b.WriteString("  Details\n")
 		if r.Host != "" {
 			fmt.Fprintf(&b, "    Host:     %s\n", r.Host)

@@ -25,12 +25,12 @@ func TestRender(t *testing.T) {
 	require.NoError(t, Render(&b, rs, now))
 	out := b.String()
 	for _, want := range []string{
-		"HOST REDUNDANCY LOST: HOST DB1, NODE A [critical, HRL]\n",
+		"HOST REDUNDANCY LOST: host db1, node a [critical, HRL]\n",
 		"    Host:     db1\n", "    Node:     a\n", "    Ports:    a0, a1\n", "    LUNs:     0, 2\n",
 		"    Since:    2026-11-22T11:58:30Z (1m30s ago)\n",
 		"  What caused the problem\n    host db1 lost every path to node a\n",
 		"  Recovery procedure\n    1. Check the host's links",
-		"VOLUME NOT ON PREFERRED PATH: NODE B, LUN 3 [major, VNP]\n",
+		"VOLUME NOT ON PREFERRED PATH: node b, LUN 3 [major, VNP]\n",
 	} {
 		require.Contains(t, out, want)
 	}
