@@ -25,6 +25,8 @@ dpkg -s busybox-static >/dev/null 2>&1 || lean+=(busybox-static)   # the initrd 
 command -v mkfs.ext4 >/dev/null || lean+=(e2fsprogs)
 command -v ip >/dev/null || lean+=(iproute2)
 command -v vagrant >/dev/null || lean+=(vagrant)
+# The example alert rules are checked and unit-tested by Prometheus's promtool.
+command -v promtool >/dev/null || lean+=(prometheus)
 # The dashboard's browser test loads it in headless Chromium.
 command -v chromium >/dev/null || lean+=(chromium)
 [ -d /usr/share/vagrant-plugins/plugins.d ] && ls /usr/share/vagrant-plugins/plugins.d | grep -q libvirt || lean+=(vagrant-libvirt)

@@ -153,6 +153,14 @@ func TestViewCommands(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, out, "HOST REDUNDANCY LOST: host h1, node a [critical, HRL]")
 	require.Contains(t, out, "Ports:    a0, a1")
+	// /metrics names what an alert routes on: the report's host, node
+	// and ports, and each lost path.
+	text, err := api.NewHTTPClient("http://"+d.APIAddr(), "t0ken").Metrics()
+	require.NoError(t, err)
+	require.True(t, metricLine(text, "aluad_report_active", " 1", `condition="host-redundancy-lost"`, `host="h1"`, `node="a"`,
+		`ports="a0,a1"`, `severity="critical"`), "%s", text)
+	require.True(t, metricLine(text, "aluad_path_up", " 0", `host="h1"`, `port="a0"`), "a lost path")
+	require.True(t, metricLine(text, "aluad_path_up", " 1", `host="h1"`, `port="b0"`), "a path up")
 	require.Contains(t, out, "Recovery procedure")
 
 	out, err = capture(t, func() error { return hosts(sock) })
@@ -215,4 +223,22 @@ func TestViewCommands(t *testing.T) {
 		_, err := capture(t, func() error { return tc.f(tc.args) })
 		require.ErrorContains(t, err, tc.want, "%v", tc.args)
 	}
+}
+
+// metricLine says text has a sample of name with every label and the
+// value suffix.
+func metricLine(text, name, value string, labels ...string) bool {
+	for _, l := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(l, name+"{") || !strings.HasSuffix(l, value) {
+			continue
+		}
+		ok := true
+		for _, lb := range labels {
+			ok = ok && strings.Contains(l, lb)
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
 }

@@ -269,7 +269,17 @@ func TestManagementAPI(t *testing.T) {
 	require.NoError(t, err)
 	fams := parseMetrics(t, text)
 	require.Equal(t, 1.0, metricValue(t, fams, "aluad_node_up", map[string]string{"node": "a"}))
-	require.Equal(t, 5.0, metricValue(t, fams, "aluad_sessions", nil))
+	sessions := 0.0
+	for _, m := range fams["aluad_sessions"].Metric {
+		sessions += m.Gauge.GetValue()
+	}
+	require.Equal(t, 5.0, sessions, "summed over the ports")
+	require.Equal(t, 2.0, metricValue(t, fams, "aluad_sessions", map[string]string{"node": "a", "port": "a1"}), "h1 and the stranger")
+	require.Equal(t, 1.0, metricValue(t, fams, "aluad_path_up", map[string]string{"host": "h1", "port": "a0"}))
+	require.GreaterOrEqual(t, metricValue(t, fams, "aluad_lun_commands_total", map[string]string{"lun": "0", "node": "a"}), float64(reads))
+	require.Equal(t, float64(d.Array.LUN(0).Size), metricValue(t, fams, "aluad_lun_size_bytes", map[string]string{"lun": "0"}))
+	require.Positive(t, metricValue(t, fams, "aluad_cache_size_bytes", map[string]string{"node": "a"}))
+	require.Positive(t, metricValue(t, fams, "aluad_node_capacity_units", map[string]string{"node": "b"}))
 	require.Equal(t, 1.0, metricValue(t, fams, "aluad_ownership_moves_total", map[string]string{"cause": "manual"}))
 	require.Equal(t, 1.0, metricValue(t, fams, "aluad_ownership_stop_seconds", map[string]string{"cause": "manual"}))
 	require.Equal(t, dto.MetricType_HISTOGRAM, fams["aluad_ownership_stop_seconds"].GetType())

@@ -1,8 +1,10 @@
 package mgmt
 
 import (
+	"encoding/hex"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -180,10 +182,25 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 var (
 	descNodeUp      = desc("aluad_node_up", "1 when the storage node is serving.", "node")
 	descPortUp      = desc("aluad_port_up", "1 when the target port accepts logins (not taken down by a fault).", "node", "port")
-	descSessions    = desc("aluad_sessions", "Logged-in normal iSCSI sessions (I_T nexuses).")
+	descSessions    = desc("aluad_sessions", "Logged-in normal iSCSI sessions (I_T nexuses), by target port.", "node", "port")
 	descLUNOwner    = desc("aluad_lun_owner", "1 for the node that owns the LUN.", "lun", "node")
 	descOnPreferred = desc("aluad_lun_on_preferred", "1 when the LUN is owned by its preferred owner.", "lun")
 	descReports     = desc("aluad_reports_active", "Report conditions raised now, by condition and severity.", "condition", "severity")
+	descReport      = desc("aluad_report_active", "1 for each report raised now, with what it is about (route alerts on host, node, luns, ports).",
+		"condition", "code", "severity", "host", "node", "luns", "ports")
+	descPathUp = desc("aluad_path_up", "1 for a host's logged-in path, 0 for one that ended by a fault and has not come back.",
+		"host", "initiator", "node", "port")
+	descLUNSize     = desc("aluad_lun_size_bytes", "The LUN's capacity.", "lun", "wwid")
+	descLUNCommands = desc("aluad_lun_commands_total", "SCSI commands to the LUN, by the node they arrived at.", "lun", "node")
+	descLUNBytes    = desc("aluad_lun_bytes_total", "Bytes read and written to the LUN, by the node they arrived at.", "lun", "node")
+	descLUNForward  = desc("aluad_lun_forwarded_commands_total", "Commands to the LUN that arrived at a non-owner node and went over the interlink.", "lun", "node")
+	descCacheSize   = desc("aluad_cache_size_bytes", "The node's cache size (cache.size).", "node")
+	descCacheUsed   = desc("aluad_cache_used_bytes", "Bytes the node's cache holds.", "node")
+	descCacheDirty  = desc("aluad_cache_dirty_bytes", "Acknowledged writes in the node's cache not yet on the media.", "node")
+	descCacheLimit  = desc("aluad_cache_dirty_limit_bytes", "The dirty level at which writes wait for destaging (cache.dirty_limit).", "node")
+	descCacheMirror = desc("aluad_cache_mirror_held_bytes", "The partner's dirty pages the node's cache holds as their mirror copy.", "node")
+	descNodeLoad    = desc("aluad_node_load_ratio", "The work the node served as owner in the last tick over its capacity (1 = the capacity the core plans with).", "node")
+	descNodeCap     = desc("aluad_node_capacity_units", "The node's capacity in work units per tick (ownership.node_capacity, or set live).", "node")
 	// portFamilies are the per-port counters, labelled node and port.
 	portFamilies = []struct {
 		d *prometheus.Desc
@@ -207,7 +224,9 @@ var (
 )
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descNodeUp, descPortUp, descSessions, descLUNOwner, descOnPreferred, descReports} {
+	for _, d := range []*prometheus.Desc{descNodeUp, descPortUp, descSessions, descLUNOwner, descOnPreferred, descReports,
+		descReport, descPathUp, descLUNSize, descLUNCommands, descLUNBytes, descLUNForward, descCacheSize, descCacheUsed,
+		descCacheDirty, descCacheLimit, descCacheMirror, descNodeLoad, descNodeCap} {
 		ch <- d
 	}
 	for _, f := range portFamilies {
@@ -226,14 +245,48 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, pt := range arr.Ports {
 		gauge(descPortUp, b2f(v.portUp(pt)), pt.Node.Name, pt.Name)
 	}
-	sessions := len(v.sessions())
-	gauge(descSessions, float64(sessions))
+	perPort := map[uint16]int{}
+	for _, s := range v.sessions() {
+		perPort[s.Nexus.TargetPort]++
+	}
+	for _, pt := range arr.Ports {
+		gauge(descSessions, float64(perPort[pt.RelativeID]), pt.Node.Name, pt.Name)
+	}
+	for _, p := range v.Paths() {
+		gauge(descPathUp, b2f(p.State == "up"), p.Host, p.Initiator, p.Node, p.Port)
+	}
+	counter := func(desc *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, v, labels...)
+	}
 	for _, l := range arr.LUNs {
 		own, lun := l.Owner(), strconv.FormatUint(l.ID, 10)
+		st := l.Stats()
 		for _, n := range arr.Nodes {
 			gauge(descLUNOwner, b2f(n == own), lun, n.Name)
+			s := &st[n.Index]
+			counter(descLUNCommands, float64(s.Commands.Load()), lun, n.Name)
+			counter(descLUNBytes, float64(s.Bytes.Load()), lun, n.Name)
+			counter(descLUNForward, float64(s.Forwarded.Load()), lun, n.Name)
 		}
 		gauge(descOnPreferred, b2f(own == l.Preferred), lun)
+		gauge(descLUNSize, float64(l.Size), lun, "naa."+hex.EncodeToString(arr.NAA(l)))
+	}
+	for _, n := range arr.Nodes {
+		if n.Remote() || n.Cache == nil {
+			continue // another controller process reports its cache
+		}
+		cs, cc := n.Cache.Stats(), n.Cache.Config()
+		gauge(descCacheSize, float64(cc.Capacity), n.Name)
+		gauge(descCacheUsed, float64(cs.Bytes), n.Name)
+		gauge(descCacheDirty, float64(cs.Dirty), n.Name)
+		gauge(descCacheLimit, float64(cc.DirtyLimit), n.Name)
+		gauge(descCacheMirror, float64(cs.MirrorHeld), n.Name)
+	}
+	for _, ni := range v.Nodes() {
+		if ni.Capacity > 0 {
+			gauge(descNodeLoad, ni.Utilisation, ni.Name)
+			gauge(descNodeCap, ni.Capacity, ni.Name)
+		}
 	}
 	m := v.Metrics
 	m.mu.Lock()
@@ -254,6 +307,14 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for _, e := range ownership.Catalog() {
 			gauge(descReports, float64(count[string(e.Condition)]), string(e.Condition), string(e.Severity))
+		}
+		for _, r := range rs {
+			var luns []string
+			for _, l := range r.LUNs {
+				luns = append(luns, strconv.FormatUint(l, 10))
+			}
+			gauge(descReport, 1, string(r.Condition), r.Code, string(r.Severity), r.Host, r.Node, strings.Join(luns, ","),
+				strings.Join(r.Ports, ","))
 		}
 	}
 }
