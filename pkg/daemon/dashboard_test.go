@@ -2,8 +2,10 @@ package daemon
 
 import (
 	"context"
+	imagepng "image/png"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -30,16 +32,17 @@ func chromium() string {
 	return ""
 }
 
-// dumpDOM loads url in headless Chromium, lets its scripts run (virtual
-// time, which waits for the page's fetches), and returns the DOM.
-func dumpDOM(t *testing.T, bin, url string) string {
+// headless runs Chromium on url at 1400x900 with virtual time (which
+// waits for the page's fetches), with the last argument what it does:
+// --dump-dom (the DOM on stdout) or --screenshot=FILE.
+func headless(t *testing.T, bin, url, what string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
 		"--disable-background-networking", "--disable-extensions", "--disable-sync", "--no-first-run",
-		"--no-default-browser-check", "--mute-audio", "--user-data-dir="+t.TempDir(),
-		"--virtual-time-budget=5000", "--dump-dom", url)
+		"--no-default-browser-check", "--mute-audio", "--user-data-dir="+t.TempDir(), "--hide-scrollbars",
+		"--window-size=1400,900", "--virtual-time-budget=5000", what, url)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -47,10 +50,36 @@ func dumpDOM(t *testing.T, bin, url string) string {
 	return string(out)
 }
 
+// dumpDOM is the page's DOM once its scripts have run.
+func dumpDOM(t *testing.T, bin, url string) string { return headless(t, bin, url, "--dump-dom") }
+
+// screenshot saves the first screen (1400x900) as a PNG and returns its
+// path; ALUAD_DASHBOARD_PNG copies it there too (the image in docs).
+func screenshot(t *testing.T, bin, url string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "dashboard.png")
+	headless(t, bin, url, "--screenshot="+p)
+	if dst := os.Getenv("ALUAD_DASHBOARD_PNG"); dst != "" {
+		b, err := os.ReadFile(p)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(dst, b, 0o644))
+	}
+	return p
+}
+
+// cardAttr is a dashboard card's data attribute (markLayout's).
+func cardAttr(dom, id, attr string) string {
+	m := regexp.MustCompile(`<section id="` + id + `"[^>]*\sdata-` + attr + `="([a-z]+)"`).FindStringSubmatch(dom)
+	if m == nil {
+		return ""
+	}
+	return m[1]
+}
+
 // problem returns the Recovery Guru card of a condition for a host, or "".
 func problem(dom string, cond ownership.Condition, host string) string {
-	re := regexp.MustCompile(`(?s)<div class="problem [a-z]+" data-condition="` + regexp.QuoteMeta(string(cond)) +
-		`" data-host="` + regexp.QuoteMeta(host) + `".*?</ol></div>`)
+	re := regexp.MustCompile(`(?s)<details class="problem [a-z]+" data-condition="` + regexp.QuoteMeta(string(cond)) +
+		`" data-host="` + regexp.QuoteMeta(host) + `".*?</ol></details>`)
 	return re.FindString(dom)
 }
 
@@ -103,8 +132,28 @@ func TestDashboardInChromium(t *testing.T) {
 	require.Contains(t, dom, "unknown initiator", "h2 is not declared")
 	require.Contains(t, dom, "<svg", "the latency chart is drawn")
 
+	// The layout at 1400 px: nothing cut off; each report one line
+	// (closed) that opens; the ownership map and the paths, failed ones
+	// too, on the first screen; times in ISO 8601 UTC.
+	for _, card := range []string{"guru", "ownership", "connectivity", "paths", "latency"} {
+		require.Equal(t, "false", cardAttr(dom, card, "overflow"), "card %s fits 1400 px", card)
+	}
+	for _, card := range []string{"guru", "ownership", "connectivity", "paths"} {
+		require.Equal(t, "false", cardAttr(dom, card, "fold"), "card %s starts on the first screen", card)
+	}
+	require.NotRegexp(t, `<details class="problem[^>]* open`, dom, "reports closed: one line each")
+	require.Regexp(t, `<summary>.*Host Redundancy Lost: host h1, node a.*since 20\d\d-\d\d-\d\dT\d\d:\d\d:\d\dZ`, hrl)
+	require.Regexp(t, `<tr data-port="a0" data-state="failed" class="failed"><td>h1</td>`, dom, "h1's failed path is listed")
+	png := screenshot(t, bin, url)
+	f, err := os.Open(png)
+	require.NoError(t, err)
+	cfg, err := imagepng.DecodeConfig(f)
+	f.Close()
+	require.NoError(t, err)
+	require.Equal(t, [2]int{1400, 900}, [2]int{cfg.Width, cfg.Height})
+
 	// Repair: the paths come back and h1 logs in and reads RTPG there.
-	_, err := c.Inject(api.Fault{Kind: api.FaultClear})
+	_, err = c.Inject(api.Fault{Kind: api.FaultClear})
 	require.NoError(t, err)
 	for i := 0; i < 2; i++ {
 		s := dial(t, d, i, byte(10+i), hostIQN)

@@ -40,6 +40,11 @@ function summaryOf(r) {
   return who.length ? r.title + ": " + who.join(", ") : r.title;
 }
 
+// iso is a time as ISO 8601 in UTC, to the second (as the CLI prints it).
+function iso(t) {
+  return new Date(t).toISOString().replace(/\.\d+Z$/, "Z");
+}
+
 function ago(t) {
   const s = Math.max(0, Math.round((Date.now() - Date.parse(t)) / 1000));
   return s < 120 ? s + " s ago" : Math.round(s / 60) + " min ago";
@@ -64,15 +69,25 @@ function renderGuru(reports, err) {
     if (r.node) add("Node", r.node);
     if (r.ports && r.ports.length) add("Ports", r.ports.join(", "));
     if (r.luns && r.luns.length) add("LUNs", r.luns.join(", "));
-    if (r.since && !r.since.startsWith("0001")) add("Since", new Date(r.since).toLocaleString() + " (" + ago(r.since) + ")");
-    body.append(el("div", { class: "problem " + r.severity, "data-condition": r.condition, "data-host": r.host || "",
-        "data-node": r.node || "", "data-ports": (r.ports || []).join(",") },
-      el("h3", {}, summaryOf(r), el("span", { class: "sev" }, r.severity + " · " + r.code)),
+    const since = r.since && !r.since.startsWith("0001");
+    if (since) add("Since", iso(r.since) + " (" + ago(r.since) + ")");
+    // One line per report; it opens to the details and the procedure.
+    const key = r.condition + "|" + (r.host || "") + "|" + (r.node || "") + "|" + (r.luns || []).join(",");
+    const d = el("details", { class: "problem " + r.severity, "data-condition": r.condition, "data-host": r.host || "",
+        "data-node": r.node || "", "data-ports": (r.ports || []).join(","), "data-key": key },
+      el("summary", {}, el("span", { class: "sev " + r.severity }, r.severity + " · " + r.code), " ", summaryOf(r),
+        since ? el("span", { class: "muted when" }, " since " + iso(r.since)) : null),
       el("h4", {}, "Details"), details,
       el("h4", {}, "What caused the problem"), el("p", {}, r.cause), el("p", { class: "muted" }, r.meaning),
-      el("h4", {}, "Recovery procedure"), el("ol", {}, r.procedure.map(s => el("li", {}, s)))));
+      el("h4", {}, "Recovery procedure"), el("ol", {}, r.procedure.map(s => el("li", {}, s))));
+    if (opened.has(key)) d.open = true;
+    d.addEventListener("toggle", () => { if (d.open) opened.add(key); else opened.delete(key); });
+    body.append(d);
   }
 }
+
+// opened: the reports an operator opened, kept open across refreshes.
+const opened = new Set();
 
 function renderOwnership(luns) {
   const nodes = luns.length ? luns[0].groups.map(g => g.node) : [];
@@ -91,7 +106,7 @@ function renderOwnership(luns) {
 
 function renderConnectivity(c) {
   const rows = c.hosts.map(h => el("tr", {},
-    el("td", {}, h.host, h.declared ? "" : el("span", { class: "sev" }, "unknown initiator")),
+    el("td", { class: "iqn" }, h.host, h.declared ? "" : el("span", { class: "sev" }, "unknown initiator")),
     el("td", {}, h.type),
     h.cells.map(s => el("td", { class: "c-" + s }, s))));
   document.getElementById("connectivity-body").replaceChildren(
@@ -134,8 +149,8 @@ function renderLatency(ports) {
     const v = ymax * i / 4;
     text(L - 4, y(v) + 4, v >= 1000 ? (v / 1000).toFixed(1) + " ms" : Math.round(v) + " µs", "end");
   }
-  text(L, H - 6, new Date(tmin).toLocaleTimeString());
-  text(W - 10, H - 6, new Date(tmax).toLocaleTimeString(), "end");
+  text(L, H - 6, iso(tmin));
+  text(W - 10, H - 6, iso(tmax), "end");
   ports.forEach((p, i) => {
     const pts = p.samples.filter(s => s.mean_us > 0).map(s => x(Date.parse(s.time)) + "," + y(s.mean_us));
     const c = colors[i % colors.length];
@@ -154,15 +169,27 @@ function renderLatency(ports) {
 }
 
 function renderPaths(paths) {
-  const rows = paths.map(p => el("tr", { "data-port": p.port },
-    el("td", {}, p.host), el("td", {}, p.initiator), el("td", {}, p.isid), el("td", {}, p.node + "/" + p.port),
-    el("td", {}, p.commands), el("td", {}, p.mbps.toFixed(2)), el("td", {}, p.avg_mbps.toFixed(2)),
-    el("td", {}, p.service_us.toFixed(0)), el("td", {}, p.latency_us.toFixed(0)),
+  const rows = paths.map(p => el("tr", { "data-port": p.port, "data-state": p.state, class: p.state === "failed" ? "failed" : "" },
+    el("td", {}, p.host), el("td", { class: "iqn" }, p.initiator), el("td", {}, p.node + "/" + p.port),
+    el("td", { class: "state" }, p.state === "failed" ? "FAILED " + iso(p.since) + " (" + p.reason + ")" : "up"),
+    el("td", { class: "num" }, p.commands), el("td", { class: "num" }, p.mbps.toFixed(2)),
+    el("td", { class: "num" }, p.latency_us.toFixed(0)),
     el("td", { class: p.degraded ? "degraded" : "" }, p.expansion ? p.expansion.toFixed(1) + (p.degraded ? " degraded" : "") : "–"),
-    el("td", {}, p.luns.map(l => `L${l.lun} ${l.in_use ? "INU" : "RDY"}/${l.state}`).join("  "))));
+    el("td", { class: "luns" }, p.state === "failed" ? "no session" :
+      p.luns.map(l => el("span", { class: "lun st-" + l.state }, `L${l.lun} ${l.in_use ? "INU" : "RDY"}/${l.state}`)))));
   document.getElementById("paths-body").replaceChildren(
-    rows.length ? table(["Host", "Initiator", "ISID", "Port", "Cmds", "MB/s", "Avg MB/s", "Service µs", "Latency µs",
-      "Expansion", "LUNs"], rows) : el("p", { class: "muted" }, "No sessions."));
+    rows.length ? table(["Host", "Initiator", "Port", "State", "Cmds", "MB/s", "Latency µs", "Expansion", "LUNs (in use or ready / ALUA state)"], rows)
+      : el("p", { class: "muted" }, "No sessions."));
+}
+
+// markLayout notes on each card whether its content is wider than the
+// card (cut off, needing a scroll) and whether it starts below the first
+// screen: what the layout must avoid, readable in the DOM.
+function markLayout() {
+  for (const c of document.querySelectorAll(".card")) {
+    c.dataset.overflow = String(c.scrollWidth > c.clientWidth + 1);
+    c.dataset.fold = String(c.getBoundingClientRect().top >= window.innerHeight);
+  }
 }
 
 async function refresh() {
@@ -183,6 +210,7 @@ async function refresh() {
     renderConnectivity(conn);
     renderLatency(lat);
     renderPaths(paths);
+    markLayout();
     errBox.hidden = true;
     document.body.dataset.state = "ready";
   } catch (e) {
