@@ -150,7 +150,44 @@ func (c *Core) joinChange(h *host) {
 
 func (c *Core) login(n Nexus) {
 	h := c.hostOf(n.Host)
+	if _, s := c.claimNexus(n, false); s != nil {
+		return // known already (its login raced an operator's Rehome)
+	}
 	c.addNexus(h, n)
+}
+
+// claimNexus finds n's nexus, under the host n names or, if another host
+// holds it (an event resolved against the hosts before an operator's
+// change, Rehome, and applied after it), moves it to the host n names:
+// one nexus belongs to one host, the latest named. create makes the host
+// n names if it is new.
+func (c *Core) claimNexus(n Nexus, create bool) (*host, *nexusState) {
+	k := keyOf(n)
+	h := c.hosts[n.Host]
+	if h != nil && h.nexuses[k] != nil {
+		return h, h.nexuses[k]
+	}
+	for _, name := range c.hostNames {
+		g := c.hosts[name]
+		s := g.nexuses[k]
+		if g == h || s == nil {
+			continue
+		}
+		if h == nil {
+			h = c.hostOf(n.Host)
+		}
+		delete(g.nexuses, k)
+		s.n.Host = h.name
+		h.nexuses[k] = s
+		c.forgetIfUnconnected(g, n.Node)
+		g.away = len(g.nexuses) == 0
+		c.gen++
+		return h, s
+	}
+	if create && h == nil {
+		h = c.hostOf(n.Host)
+	}
+	return h, nil
 }
 
 // addNexus records a nexus (a login, or a command on a nexus whose login
@@ -191,8 +228,8 @@ func (c *Core) addNexus(h *host, n Nexus) *nexusState {
 
 func (c *Core) logout(e Logout) {
 	n := e.Nexus
-	h := c.hosts[n.Host]
-	if h == nil || h.nexuses[keyOf(n)] == nil {
+	h, s := c.claimNexus(n, false)
+	if s == nil {
 		return
 	}
 	if s := h.nexuses[keyOf(n)]; !e.Orderly && h.obs.byName && s.discovered {
@@ -244,8 +281,7 @@ func (c *Core) forgetIfUnconnected(h *host, node string) {
 // ESXi's (rtpgShowsStack). A command on a nexus we missed the login of
 // counts as a login.
 func (c *Core) rtpg(n Nexus) {
-	h := c.hostOf(n.Host)
-	s := h.nexuses[keyOf(n)]
+	h, s := c.claimNexus(n, true)
 	if s == nil {
 		s = c.addNexus(h, n)
 	}
@@ -1041,6 +1077,12 @@ func (c *Core) renameHost(h *host, to string) {
 		if f := l.follow; f != nil {
 			move(f.judge)
 			move(f.followed)
+		}
+		if i := slices.Index(l.flapHosts, from); i >= 0 {
+			l.flapHosts = slices.Delete(l.flapHosts, i, i+1)
+			if !slices.Contains(l.flapHosts, to) {
+				l.flapHosts = append(l.flapHosts, to)
+			}
 		}
 	}
 }

@@ -180,6 +180,8 @@ func (c *Core) Step(e Event) error {
 			h.obs.mediaSince = -1
 			c.updateHandoffs([]string{h.name})
 		}
+	case HandoffSync:
+		c.resyncHandoffs(e.Host)
 	case Rehome:
 		c.rehome(e)
 	case LUNDecl:

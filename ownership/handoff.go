@@ -247,6 +247,26 @@ func (c *Core) updateHandoffs(hosts []string) {
 	}
 }
 
+// resyncHandoffs says, for every node, what the host's non-owner paths
+// must report now (Ready.Handoffs), changed or not: after an operator's
+// change of the host (HostDecl, Rehome) the array may hold a hand-off
+// the core never set.
+func (c *Core) resyncHandoffs(name string) {
+	h := c.hosts[name]
+	if h == nil {
+		return
+	}
+	for _, n := range c.nodeNames {
+		on := c.handedOff(h, n)
+		if on {
+			h.handoff[n] = true
+		} else {
+			delete(h.handoff, n)
+		}
+		c.ready.Handoffs = append(c.ready.Handoffs, Handoff{Host: name, Node: n, On: on})
+	}
+}
+
 // Handoffs lists every hand-off in force, by host then node.
 func (c *Core) Handoffs() []Handoff {
 	var out []Handoff

@@ -209,6 +209,9 @@ func (c *Core) flapCause(l *lun) string {
 	var who []string
 	for _, name := range l.flapHosts {
 		h := c.hosts[name]
+		if h == nil {
+			continue
+		}
 		var ports []string
 		for _, n := range c.nodeNames {
 			for _, p := range h.lostPorts[n] {

@@ -83,6 +83,11 @@ type (
 		Initiator string
 		From, To  string
 	}
+	// HandoffSync: the array's hand-offs for Host were set outside the
+	// core (an operator's change of the host hands its paths off until
+	// the core says otherwise): the core says again, for every node, what
+	// they must be (Ready.Handoffs), changed or not.
+	HandoffSync struct{ Host string }
 	// LUNDecl declares a LUN and its current owner.
 	LUNDecl struct {
 		LUN       uint64
@@ -138,6 +143,7 @@ func (RTPG) event()         {}
 func (IO) event()           {}
 func (HostDecl) event()     {}
 func (Rehome) event()       {}
+func (HandoffSync) event()  {}
 func (LUNDecl) event()      {}
 func (NodeDecl) event()     {}
 func (OwnerChanged) event() {}

@@ -167,14 +167,16 @@ func describe(e api.Event) string {
 			state = "cleared"
 		}
 		add("%s %s", r.Condition, state)
-		if r.Host != "" {
-			add("host %s", r.Host)
-		}
-		if r.Node != "" {
-			add("node %s", r.Node)
-		}
-		if r.Cause != "" {
-			add("%s", r.Cause)
+		switch {
+		case r.Cause != "": // it names the host and node itself
+			parts[len(parts)-1] += ": " + r.Cause
+		default:
+			if r.Host != "" {
+				add("host %s", r.Host)
+			}
+			if r.Node != "" {
+				add("node %s", r.Node)
+			}
 		}
 	}
 	if ft := e.Fault; ft != nil {

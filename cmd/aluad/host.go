@@ -20,7 +20,7 @@ func (l *list) Set(v string) error { *l = append(*l, v); return nil }
 // hostCmd is "aluad host": the declared hosts, changed on the running
 // array (no restart, no session dropped).
 func hostCmd(args []string) error {
-	const use = "usage: aluad host list | types | add NAME --initiator IQN [--type T] [--group G] | set NAME [--type T] [--add-initiator IQN] [--remove-initiator IQN] [--group G|-] | remove NAME"
+	const use = "usage: aluad host list | types | add NAME --initiator IQN [--type T] [--group G] | set NAME [--type T] [--add-initiator IQN] [--remove-initiator IQN] [--group G|-] | remove NAME [--force]"
 	verb := "list"
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		verb, args = args[0], args[1:]
@@ -35,6 +35,10 @@ func hostCmd(args []string) error {
 	case "set":
 		fs.Var(&add, "add-initiator", "add an initiator (IQN); repeat for each")
 		fs.Var(&rm, "remove-initiator", "remove an initiator (IQN); repeat for each")
+	}
+	force := false
+	if verb == "remove" {
+		fs.BoolVar(&force, "force", false, "remove it even with sessions logged in (they become an undeclared initiator's)")
 	}
 	output := outputFlag(fs)
 	client := controlFlags(fs)
@@ -85,7 +89,7 @@ func hostCmd(args []string) error {
 	case "set":
 		rep, err = cl.ChangeHost(name, api.HostChange{Type: *typ, AddInitiators: add, RemoveInitiators: rm, Group: *group})
 	case "remove":
-		rep, err = cl.RemoveHost(name)
+		rep, err = cl.RemoveHost(name, force)
 	}
 	if err != nil {
 		return err

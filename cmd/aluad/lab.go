@@ -153,7 +153,7 @@ func printTransition(r lab.TransitionResult, luns, qd int, fault string) {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\n", w.name, w.s.Count, ms(w.s.P50), ms(w.s.P99), ms(w.s.Max), w.s.Errors)
 	}
 	tw.Flush()
-	fmt.Printf("\nI/O errors seen by the hosts over the whole run: %d (reference 002 reports 753 ms for its implicit failback)\n", r.Errors)
+	fmt.Printf("\nI/O errors seen by the hosts over the whole run: %d (the SNIA SDC 2017 NetApp talk reports 753 ms for its implicit failback)\n", r.Errors)
 }
 
 // runScenario runs a lab scenario, prints the comparison table and

@@ -258,10 +258,14 @@ func (c *Client) ChangeHost(name string, ch HostChange) (HostsReply, error) {
 	return out, c.Do("PATCH", "/v1/hosts/"+url.PathEscape(name), ch, &out)
 }
 
-// RemoveHost removes a declared host.
-func (c *Client) RemoveHost(name string) (HostsReply, error) {
+// RemoveHost removes a declared host (force: even with sessions logged in).
+func (c *Client) RemoveHost(name string, force bool) (HostsReply, error) {
 	var out HostsReply
-	return out, c.Do("DELETE", "/v1/hosts/"+url.PathEscape(name), nil, &out)
+	q := ""
+	if force {
+		q = "?force=1"
+	}
+	return out, c.Do("DELETE", "/v1/hosts/"+url.PathEscape(name)+q, nil, &out)
 }
 
 // Unmap removes the mapping of lun to host, group or (both empty) all hosts.

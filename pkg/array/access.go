@@ -20,11 +20,25 @@ type Secret string
 
 const redacted = "(redacted)"
 
-func (Secret) String() string               { return redacted }
-func (Secret) GoString() string             { return redacted }
-func (Secret) LogValue() slog.Value         { return slog.StringValue(redacted) }
-func (Secret) MarshalJSON() ([]byte, error) { return []byte(`"` + redacted + `"`), nil }
-func (Secret) MarshalYAML() (any, error)    { return redacted, nil }
+func (Secret) String() string       { return redacted }
+func (Secret) GoString() string     { return redacted }
+func (Secret) LogValue() slog.Value { return slog.StringValue(redacted) }
+
+// MarshalJSON and MarshalYAML write a secret as "(redacted)", and no
+// secret as empty (a dumped configuration must not invent one).
+func (s Secret) MarshalJSON() ([]byte, error) {
+	if s == "" {
+		return []byte(`""`), nil
+	}
+	return []byte(`"` + redacted + `"`), nil
+}
+
+func (s Secret) MarshalYAML() (any, error) {
+	if s == "" {
+		return "", nil
+	}
+	return redacted, nil
+}
 func (s Secret) Reveal() string             { return string(s) }
 func (s Secret) Format(f fmt.State, _ rune) { f.Write([]byte(redacted)) }
 
@@ -98,14 +112,20 @@ func loadSecret(s *Secret, file, what string) error {
 	if file == "" {
 		return nil
 	}
-	if *s != "" {
+	raw, err := os.ReadFile(file)
+	if err != nil && *s != "" {
 		return fmt.Errorf("%s: give the secret or a secret file, not both", what)
 	}
-	raw, err := os.ReadFile(file)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	*s = Secret(strings.TrimSpace(strings.SplitN(string(raw), "\n", 2)[0]))
+	read := Secret(strings.TrimSpace(strings.SplitN(string(raw), "\n", 2)[0]))
+	if *s != "" && *s != read {
+		// (the same secret is the file's, read by an earlier check: a
+		// configuration is checked again when hosts change live)
+		return fmt.Errorf("%s: give the secret or a secret file, not both", what)
+	}
+	*s = read
 	return nil
 }
 

@@ -30,12 +30,15 @@ type aluaSnap struct {
 }
 
 // HostOf returns the host an initiator name belongs to, or an undeclared
-// host of type "default".
+// host of type "default" named by the initiator (lower-cased).
 func (a *Array) HostOf(initiator string) Host {
 	if h, ok := (*a.hosts.Load())[strings.ToLower(initiator)]; ok {
 		return h
 	}
-	return Host{Name: initiator, Type: alua.HostTypes[alua.HostDefault], Initiators: []string{initiator}}
+	// An undeclared host is known by its initiator's name, lower-cased:
+	// iSCSI names compare without case (RFC 3722), and every part of the
+	// array must name the host the same way.
+	return Host{Name: strings.ToLower(initiator), Type: alua.HostTypes[alua.HostDefault], Initiators: []string{initiator}}
 }
 
 // Hosts lists the declared hosts.

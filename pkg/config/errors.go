@@ -269,22 +269,54 @@ func distance(a, b string) int {
 func validationError(path string, root *yaml.Node, err error) error {
 	msg := err.Error()
 	all := scalars(root, "", nil)
+	// A thing defined twice is wrong the second time.
+	twice := strings.Contains(msg, "twice") || strings.Contains(msg, "unique") || strings.Contains(msg, "declared by")
 	var best scalar
-	// A LUN the message names by id: the last LUN of that id (a LUN
-	// defined twice is wrong the second time).
-	if sub := reLUN.FindStringSubmatch(msg); sub != nil {
-		for _, s := range all {
-			if !s.key && s.value == sub[1] && (strings.HasSuffix(s.path, ".id") || strings.HasSuffix(s.path, ".lun")) {
-				best = s
-			}
+	pick := func(s scalar) {
+		if best.line == 0 || twice {
+			best = s
 		}
 	}
 	// A value the message quotes is the one it is about ("unknown type
-	// \"beos\"").
+	// \"beos\""); of several scalars with that value, one under a key the
+	// message names ("preferred owner \"a\"": preferred).
 	for _, q := range reQuoted.FindAllStringSubmatch(msg, -1) {
+		var keyed, any []scalar
 		for _, s := range all {
-			if best.line == 0 && !s.key && s.value == q[1] {
-				best = s
+			if s.key || s.value != q[1] {
+				continue
+			}
+			any = append(any, s)
+			if k := s.path[strings.LastIndex(s.path, ".")+1:]; names(msg, k) {
+				keyed = append(keyed, s)
+			}
+		}
+		if len(keyed) > 0 {
+			any = keyed
+		}
+		for _, s := range any {
+			pick(s)
+		}
+		if best.line != 0 {
+			break
+		}
+	}
+	// A LUN the message names by id: that LUN's entry under luns (a
+	// mapping's lun: names it too, but is not where it is defined).
+	if sub := reLUN.FindStringSubmatch(msg); best.line == 0 && sub != nil {
+		for _, s := range all {
+			if !s.key && s.value == sub[1] && strings.HasPrefix(s.path, "luns[") && strings.HasSuffix(s.path, ".id") {
+				pick(s)
+			}
+		}
+		// The key it names under that LUN, if any ("block_size").
+		if best.line != 0 {
+			entry := best.path[:strings.LastIndex(best.path, ".")]
+			for _, s := range all {
+				if s.key && strings.HasPrefix(s.path, entry+".") && names(msg, s.value) {
+					best = s
+					break
+				}
 			}
 		}
 	}

@@ -13,19 +13,17 @@ import (
 // the login ACL for initiators no host declares, and the LUN map the
 // device server consults on every command.
 
-// chapPolicy builds the target's CHAP policy from the config: a host's
-// own credentials, else the target-wide ones; discovery sessions only
-// when auth.discovery is set. nil when nothing asks for CHAP.
-func chapPolicy(cfg array.Config) iscsi.AuthPolicy {
-	byInit := map[string]*array.CHAPConfig{}
+// chapPolicy is the target's CHAP policy, read from the array's hosts at
+// each login (hosts change live): a host's own credentials, else the
+// target-wide ones; discovery sessions only when auth.discovery is set.
+// nil when the configuration asks for CHAP nowhere, nor can a live change
+// (host CHAP is set in the config file only).
+func chapPolicy(cfg array.Config, hosts func() []array.HostConfig) iscsi.AuthPolicy {
+	any := cfg.Auth.CHAP != nil
 	for _, h := range cfg.Hosts {
-		if h.CHAP != nil {
-			for _, in := range h.Initiators {
-				byInit[strings.ToLower(in)] = h.CHAP
-			}
-		}
+		any = any || h.CHAP != nil
 	}
-	if cfg.Auth.CHAP == nil && len(byInit) == 0 {
+	if !any {
 		return nil
 	}
 	creds := func(c *array.CHAPConfig) iscsi.CHAPCreds {
@@ -37,11 +35,24 @@ func chapPolicy(cfg array.Config) iscsi.AuthPolicy {
 		out.Target = iscsi.CHAPSecret{User: t.TargetUser, Secret: t.TargetSecret.Reveal()}
 		return out
 	}
+	// The credentials of the host an initiator belongs to now; a host
+	// without its own (declared live, or without chap:) has the
+	// target's, if any.
+	hostCHAP := func(initiator string) *array.CHAPConfig {
+		for _, h := range hosts() {
+			for _, in := range h.Initiators {
+				if strings.EqualFold(in, initiator) {
+					return h.CHAP
+				}
+			}
+		}
+		return nil
+	}
 	return iscsi.CHAPPolicy{Lookup: func(initiator string, discovery bool) (iscsi.CHAPCreds, bool) {
 		if discovery && !cfg.Auth.Discovery {
 			return iscsi.CHAPCreds{}, false
 		}
-		if c := byInit[strings.ToLower(initiator)]; c != nil {
+		if c := hostCHAP(initiator); c != nil {
 			return creds(c), true
 		}
 		if cfg.Auth.CHAP != nil {

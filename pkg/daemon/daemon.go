@@ -282,7 +282,7 @@ func (d *Daemon) startISCSI(cfg config.Config, opt Options) error {
 	}
 	tc := iscsi.Config{Name: cfg.Target, Alias: "aluad", Portals: portals,
 		Logger: opt.Logger, NopInterval: opt.NopInterval, NopTimeout: 2 * opt.NopInterval, Clock: d.clock, OnEvent: d.ctl.Fabric,
-		Auth: chapPolicy(cfg.Config), Authorize: func(ini string, _ bool) bool { return d.Array.LUNMap().Admit(ini) },
+		Auth: chapPolicy(cfg.Config, d.Array.HostConfigs), Authorize: func(ini string, _ bool) bool { return d.Array.LUNMap().Admit(ini) },
 		Listen: opt.Listen}
 	cfg.Limits.Apply(&tc)
 	tgt, err := iscsi.NewTarget(tc, d.SCSI)

@@ -10,6 +10,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/aluad/aluad/ownership"
+	"github.com/aluad/aluad/pkg/alua"
 	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/array"
 	"github.com/aluad/aluad/pkg/mgmt"
@@ -103,8 +104,10 @@ func (d *Daemon) ChangeHost(name string, c api.HostChange, who string) (api.Host
 }
 
 // RemoveHost removes a declared host; its initiators are undeclared from
-// then on. A host that mappings name is refused until they are removed.
-func (d *Daemon) RemoveHost(name, who string) (api.HostsReply, error) {
+// then on. A host that mappings name is refused until they are removed;
+// one with sessions logged in (it may lose its LUNs, and its type) unless
+// force.
+func (d *Daemon) RemoveHost(name string, force bool, who string) (api.HostsReply, error) {
 	return d.editHosts(who, "remove host "+name, func(hs []array.HostConfig) ([]array.HostConfig, error) {
 		i := slices.IndexFunc(hs, func(h array.HostConfig) bool { return h.Name == name })
 		if i < 0 {
@@ -119,6 +122,9 @@ func (d *Daemon) RemoveHost(name, who string) (api.HostsReply, error) {
 		if len(held) > 0 {
 			return nil, fmt.Errorf("host %s has mappings (%s): remove them first (aluad map rm)", name, strings.Join(held, "; "))
 		}
+		if n := d.hostSessions(hs[i]); n > 0 && !force {
+			return nil, fmt.Errorf("host %s has %d sessions logged in: removing it now would change what they see (its host type, and the LUNs mapped to its group); log them out first, or remove it anyway with --force", name, n)
+		}
 		return slices.Delete(hs, i, i+1), nil
 	})
 }
@@ -131,12 +137,35 @@ func (d *Daemon) editHosts(who, what string, edit func([]array.HostConfig) ([]ar
 	}
 	d.hostMu.Lock()
 	defer d.hostMu.Unlock()
-	hs, err := edit(d.Array.HostConfigs())
+	before := d.Array.HostConfigs()
+	hs, err := edit(slices.Clone(before))
 	if err != nil {
 		return api.HostsReply{}, err
 	}
+	// A host that becomes of a STANDBY type has its non-owner paths
+	// handed off (ANO) before the change shows, until the core says
+	// otherwise (HandoffSync below): a host whose only path is a
+	// non-owner's must not see STANDBY (04/0B on its I/O) in between.
+	wasStandby := map[string]bool{}
+	for _, h := range before {
+		wasStandby[h.Name] = alua.HostTypes[h.Type].Standby()
+	}
+	var forced []string
+	for _, h := range hs {
+		if d.ctl.Running() && alua.HostTypes[h.Type].Standby() && !wasStandby[h.Name] {
+			forced = append(forced, h.Name)
+		}
+	}
+	for _, name := range forced {
+		for _, n := range d.Array.Nodes {
+			d.Array.SetHandoff(name, n.Name, true)
+		}
+	}
 	ch, err := d.Array.SetHosts(hs)
 	if err != nil {
+		for _, name := range forced {
+			d.ctl.Declare(ownership.HandoffSync{Host: name})
+		}
 		return api.HostsReply{}, err
 	}
 	var evs []ownership.Event
@@ -145,6 +174,9 @@ func (d *Daemon) editHosts(who, what string, edit func([]array.HostConfig) ([]ar
 	}
 	for _, m := range ch.Moved {
 		evs = append(evs, ownership.Rehome{Initiator: m.Initiator, From: m.From, To: m.To})
+	}
+	for _, name := range forced {
+		evs = append(evs, ownership.HandoffSync{Host: name})
 	}
 	d.ctl.Declare(evs...)
 	if len(ch.Retyped) > 0 {
@@ -207,4 +239,15 @@ func (d *Daemon) RunningConfig() ([]byte, error) {
 		"# Hosts and mappings are as they run now. CHAP secrets are not written:\n"+
 		"# a secret given inline shows as (redacted) and must be put back.\n", d.now().UTC().Format(time.RFC3339))
 	return append([]byte(head), b...), nil
+}
+
+// hostSessions counts the sessions of h's initiators.
+func (d *Daemon) hostSessions(h array.HostConfig) int {
+	n := 0
+	for _, x := range d.SCSI.Nexuses() {
+		if slices.ContainsFunc(h.Initiators, func(in string) bool { return strings.EqualFold(in, x.InitiatorName) }) {
+			n++
+		}
+	}
+	return n
 }

@@ -170,7 +170,7 @@ func TestHostChangesRefused(t *testing.T) {
 			_, err := c.ChangeHost("h1", api.HostChange{RemoveInitiators: []string{hostIQN}})
 			return err
 		}, "no initiator left"},
-		{"mapped host", func() error { _, err := c.RemoveHost("h1"); return err }, "has mappings"},
+		{"mapped host", func() error { _, err := c.RemoveHost("h1", false); return err }, "has mappings"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			require.ErrorContains(t, tc.do(), tc.want)

@@ -54,7 +54,8 @@ import (
 //	POST /v1/hosts             {"name": "db1", "type": "linux-dmmp", "initiators": ["iqn..."]}: declare a host live
 //	PATCH /v1/hosts/{name}     {"type": "linux-dmmp"} (or add_initiators, remove_initiators, group): change it live;
 //	                           2A/06 where its access states change, 3F/0E where its LUN view does
-//	DELETE /v1/hosts/{name}    remove it (refused while mappings name it); its initiators are undeclared after
+//	DELETE /v1/hosts/{name}    remove it (refused while mappings name it, or while it has sessions unless
+//	                           ?force=1); its initiators are undeclared after
 //	GET  /v1/config            the running configuration as YAML that aluad serve --config accepts
 //	GET  /v1/reports/history   every report raised and cleared (kept across restarts)
 //	POST /v1/reports/clear     {"condition": "path-flapping", "lun": 0} or {"condition": "host-type-incorrect",
@@ -95,7 +96,7 @@ type Array interface {
 	HostSpecs() []api.HostSpec
 	AddHost(s api.HostSpec, who string) (api.HostsReply, error)
 	ChangeHost(name string, c api.HostChange, who string) (api.HostsReply, error)
-	RemoveHost(name, who string) (api.HostsReply, error)
+	RemoveHost(name string, force bool, who string) (api.HostsReply, error)
 	// RunningConfig is the configuration as it runs now, as YAML.
 	RunningConfig() ([]byte, error)
 	// EventsSince is the feed after sequence seq, and how many events
@@ -308,7 +309,7 @@ func Handler(a Array, audit *Audit) http.Handler {
 		hostReply(w, res, err)
 	})
 	mux.HandleFunc("DELETE /v1/hosts/{name}", func(w http.ResponseWriter, r *http.Request) {
-		res, err := a.RemoveHost(r.PathValue("name"), whoOf(r))
+		res, err := a.RemoveHost(r.PathValue("name"), r.URL.Query().Get("force") == "1", whoOf(r))
 		hostReply(w, res, err)
 	})
 	mux.HandleFunc("GET /v1/config", func(w http.ResponseWriter, r *http.Request) {

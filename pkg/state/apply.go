@@ -86,23 +86,29 @@ func Apply(arr *array.Array, srv *scsi.Server, log *slog.Logger, s State) error 
 			delete(s.Capacity, id)
 		}
 	}
-	mappings := s.Mappings
-	if !reflect.DeepEqual(normMappings(s.ConfigMappings), normMappings(cfg.Mappings)) {
-		log.Warn("the config file's mappings changed since the state was saved: using the config file's; mapping changes made through the API since are dropped")
-		mappings = cfg.Mappings
-	}
-	hosts := cfg.Hosts
+	// Hosts and mappings go together (mappings name hosts and groups):
+	// both from the state file, or, if the config file's hosts or
+	// mappings changed since it was saved, both from the config file. A
+	// saved pair that does not build a LUN map any more falls back to the
+	// config file's too: the owners, reservations and reports it keeps
+	// are not lost over it.
+	hosts, mappings := cfg.Hosts, cfg.Mappings
 	switch {
-	case s.Hosts == nil: // a file from before hosts were kept
-	case !slices.EqualFunc(s.ConfigHosts, SaveHosts(cfg.Hosts), SavedHost.equal):
-		log.Warn("the config file's hosts changed since the state was saved: using the config file's; host changes made live since are dropped")
+	case !reflect.DeepEqual(normMappings(s.ConfigMappings), normMappings(cfg.Mappings)):
+		log.Warn("the config file's mappings changed since the state was saved: using the config file's hosts and mappings; host and mapping changes made live since are dropped")
+	case s.Hosts != nil && !slices.EqualFunc(s.ConfigHosts, SaveHosts(cfg.Hosts), SavedHost.equal):
+		log.Warn("the config file's hosts changed since the state was saved: using the config file's hosts and mappings; host and mapping changes made live since are dropped")
 	default:
-		hosts = restoreHosts(s.Hosts, cfg.Hosts)
+		if s.Hosts != nil { // a file from before hosts were kept has the config's
+			hosts = restoreHosts(s.Hosts, cfg.Hosts)
+		}
+		mappings = s.Mappings
 	}
 	check := cfg
 	check.Mappings, check.Hosts = mappings, hosts
 	if _, err := array.BuildLUNMap(check); err != nil {
-		return fmt.Errorf("saved mappings: %w", err)
+		log.Warn("the saved hosts and mappings do not fit the config file's LUNs: using the config file's", "err", err)
+		hosts, mappings = cfg.Hosts, cfg.Mappings
 	}
 	for _, l := range arr.LUNs {
 		if p, ok := s.Preferred[strconv.FormatUint(l.ID, 10)]; ok && p != l.Preferred.Name {
@@ -118,6 +124,12 @@ func Apply(arr *array.Array, srv *scsi.Server, log *slog.Logger, s State) error 
 	if err != nil {
 		return err
 	}
+	if err := arr.RestoreAccess(hosts, mappings); err != nil {
+		log.Warn("the saved hosts and mappings were refused: using the config file's", "err", err)
+		if err := arr.RestoreAccess(cfg.Hosts, cfg.Mappings); err != nil {
+			return err
+		}
+	}
 	if err := arr.RestoreOwners(owners); err != nil {
 		return err
 	}
@@ -126,9 +138,6 @@ func Apply(arr *array.Array, srv *scsi.Server, log *slog.Logger, s State) error 
 	}
 	for id, pr := range prs {
 		srv.LU(id).RestorePR(pr)
-	}
-	if err := arr.RestoreAccess(hosts, mappings); err != nil {
-		return err
 	}
 	log.Info("state restored", "saved", s.Saved, "luns", len(owners), "mappings", len(mappings), "reports", len(s.Reports))
 	return nil
