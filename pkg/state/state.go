@@ -1,7 +1,9 @@
 // Package state owns what an aluad keeps across restarts in its state
 // directory: the array's identity (the id every LUN's WWID derives from),
-// and the state file (owners and their generations, the LUN map, node
-// capacities, the report history, saved mode pages and reservations),
+// the claim on its data and state directories (one array per directory,
+// claim.go), and the state file (owners and their generations, the
+// declared hosts and the LUN map as changed live, node capacities, the
+// report history, saved mode pages and reservations),
 // written whole and atomically with a checksum, and loaded with a safe
 // fallback when it is damaged. What goes into the file and how it is
 // applied is the daemon's; this package keeps it.

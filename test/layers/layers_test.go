@@ -93,8 +93,8 @@ var allowed = map[string][]string{
 	// scripted faults (the cluster seeds).
 	"pkg/clustersim": {"pkg/cluster", "pkg/cluster/kv", "pkg/config", "pkg/controller", "pkg/daemon", "pkg/fence", "pkg/initiator",
 		"pkg/lab", "pkg/memnet", "pkg/clock"},
-	"cmd/aluad": {"ownership", "pkg/api", "pkg/array", "pkg/cluster", "pkg/clustersim", "pkg/config", "pkg/controller", "pkg/daemon", "pkg/lab", "pkg/qualify", "pkg/reports", "pkg/sim",
-		"pkg/stress"},
+	"cmd/aluad": {"ownership", "pkg/alua", "pkg/api", "pkg/array", "pkg/cluster", "pkg/clustersim", "pkg/config", "pkg/controller", "pkg/daemon", "pkg/lab", "pkg/qualify", "pkg/reports", "pkg/sim",
+		"pkg/state", "pkg/stress"},
 	// The QEMU lab talks to the array through the API only (qualify is
 	// an API client).
 	"cluster-tests/agentproto":    nil,
