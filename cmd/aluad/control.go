@@ -237,11 +237,8 @@ func reportClear(args []string) error {
 	host := fs.String("host", "", "the host (host-type-incorrect)")
 	node := fs.String("node", "", "the node (node-unstable)")
 	client := controlFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	req := api.ClearRequest{Condition: *cond, Host: *host, Node: *node}
 	switch *cond {
@@ -297,11 +294,8 @@ func fault(args []string) error {
 	if !slices.Contains(api.FaultKinds, kind) {
 		return fmt.Errorf("unknown fault %q (%s)", kind, strings.Join(api.FaultKinds, ", "))
 	}
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parse(fs, args[1:]); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	cl, err := client()
 	if err != nil {

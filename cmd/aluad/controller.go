@@ -32,11 +32,8 @@ func controllerCmd(args []string) error {
 	grace := fs.Duration("grace", 10*time.Second, "how long in-flight commands may run at shutdown")
 	control := fs.String("control", "", "control socket path (default: none)")
 	verbose := fs.Bool("v", false, "debug logging")
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	if *cfgPath == "" || *node == "" {
 		return fmt.Errorf("controller: --config and --node are required")

@@ -49,11 +49,8 @@ func events(args []string) error {
 	follow := fs.Bool("follow", false, "keep printing new events")
 	output := outputFlag(fs)
 	client := controlFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	js, err := output()
 	if err != nil {

@@ -86,3 +86,14 @@ func exit(command string, err error) {
 	}
 	os.Exit(1)
 }
+
+// parse parses a subcommand's flags and refuses arguments left over.
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return nil
+}

@@ -56,11 +56,8 @@ func hostCmd(args []string) error {
 	default:
 		return fmt.Errorf("unknown verb %q\n%s", verb, use)
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	js, err := output()
 	if err != nil {
@@ -138,11 +135,8 @@ func configCmd(args []string) error {
 	fs := newFlags("config dump")
 	out := fs.String("out", "", "write to FILE (default: standard output)")
 	client := controlFlags(fs)
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parse(fs, args[1:]); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	cl, err := client()
 	if err != nil {

@@ -29,11 +29,8 @@ func labCmd(args []string) error {
 	secs := fs.Int("seconds", 4, "mirror: seconds per round; transition: seconds of steady load between events")
 	fault := fs.String("fault", "power-loss", "crash, transition: how a node fails: power-loss (silent), panic (reset) or crash (closed)")
 	verbose := fs.Bool("v", false, "print progress")
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()

@@ -28,11 +28,8 @@ func qualifyCmd(args []string) error {
 	labLUNs := fs.Int("lab-luns", 4, "with --lab: the LUNs")
 	labRate := fs.Float64("lab-rate", 100, "with --lab: commands per second per host and LUN")
 	client := controlFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	name := *sched
 	if *quick {

@@ -58,11 +58,8 @@ func startServe(args []string) (*serving, error) {
 	tokenFile := fs.String("api-token-file", "", "file holding the API's bearer token (env ALUAD_API_TOKEN holds the token itself)")
 	stateDir := fs.String("state", "", "directory for the state that survives restarts (owners, LUN map, report history) and the audit log (default: <data>/state; \"off\" for none)")
 	profiles := fs.Bool("pprof", false, "serve Go's runtime profiles (CPU, heap, allocations, goroutines) under /debug/pprof/ on the API")
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	cfg := config.Default()
 	if *cfgPath != "" {

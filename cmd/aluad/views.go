@@ -19,11 +19,8 @@ func viewCmd(name string, args []string) (*api.Client, bool, error) {
 	output := outputFlag(fs)
 	asJSON := fs.Bool("json", false, "print JSON (same as -o json)")
 	client := controlFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return nil, false, err
-	}
-	if fs.NArg() > 0 {
-		return nil, false, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	js, err := output()
 	if err != nil {

@@ -23,11 +23,8 @@ func witnessCmd(args []string) error {
 	members := fs.String("cluster", "", "every member as NAME=PEER-URL,... (default: this one alone)")
 	existing := fs.Bool("existing", false, "join a cluster that runs already (after etcdctl member add) instead of founding one")
 	wait := fs.Duration("join-timeout", time.Minute, "how long to wait for the other members to form a quorum")
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
