@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"io"
 	"log/slog"
 	"os"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/aluad/aluad/pkg/api"
 	"github.com/aluad/aluad/pkg/config"
 	"github.com/aluad/aluad/pkg/daemon"
 )
@@ -27,6 +29,18 @@ func TestClientCommands(t *testing.T) {
 	require.NoError(t, move([]string{"--control", ctl, "--lun", "0", "--to", "b"}))
 	require.Equal(t, "b", d.Array.LUN(0).Owner().Name)
 	require.NoError(t, move([]string{"--data", cfg.Data, "--lun", "0", "--to", "a"}), "--data finds <data>/aluad.sock")
+	out, err := capture(t, func() error { return move([]string{"--control", ctl, "--lun", "1", "--to", "a", "-o", "json"}) })
+	require.NoError(t, err)
+	var ch api.ChangeInfo
+	require.NoError(t, json.Unmarshal([]byte(out), &ch), "move -o json: %s", out)
+	require.Equal(t, []uint64{1}, ch.LUNs)
+	require.Equal(t, "a", ch.To)
+	out, err = capture(t, func() error { return fault([]string{"port-down", "--port", "b1", "--control", ctl, "-o", "json"}) })
+	require.NoError(t, err)
+	var fr api.FaultResult
+	require.NoError(t, json.Unmarshal([]byte(out), &fr), "fault -o json: %s", out)
+	_, err = capture(t, func() error { return fault([]string{"port-up", "--port", "b1", "--control", ctl}) })
+	require.NoError(t, err)
 	require.Equal(t, "a", d.Array.LUN(0).Owner().Name)
 	require.NoError(t, luns([]string{"--control", ctl}))
 	require.NoError(t, luns([]string{"--control", ctl, "--json"}))
