@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -109,6 +110,16 @@ func startServe(args []string) (*serving, error) {
 		st = filepath.Join(cfg.Data, "state")
 	case "off":
 		st = ""
+	}
+	// The API's address is tried before anything else: the array listens
+	// for hosts before it binds the API, and a host could have written
+	// to a new LUN file by the time a busy API port failed the start.
+	if apiAddr != "" {
+		ln, err := net.Listen("tcp", apiAddr)
+		if err != nil {
+			return nil, fmt.Errorf("api: %w", err)
+		}
+		ln.Close()
 	}
 	claim, err := state.ClaimDirs(cfg.Data, st)
 	if err != nil {

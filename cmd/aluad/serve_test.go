@@ -151,3 +151,16 @@ func TestServeFailedStartLeavesTheDirectory(t *testing.T) {
 		})
 	}
 }
+
+// A busy API address fails the start before the data directory is
+// claimed, let alone before hosts can reach the portals.
+func TestServeBusyAPIFailsFirst(t *testing.T) {
+	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer busy.Close()
+	data := filepath.Join(t.TempDir(), "data")
+	_, err = startServe([]string{"--config", serveConfig(t, data, 0), "--api", busy.Addr().String()})
+	require.ErrorContains(t, err, "api: ")
+	require.Equal(t, map[string]string{data: "absent"}, dirState(t, data))
+}
