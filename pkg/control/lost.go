@@ -55,3 +55,14 @@ func (p *Path) LostPaths() []LostPath {
 	defer p.lost.mu.Unlock()
 	return slices.Clone(p.lost.list)
 }
+
+// ForgetLostPaths drops the failed paths of an initiator: its host was
+// removed, or it was taken off its host (it will not come back as that
+// host's path).
+func (p *Path) ForgetLostPaths(initiator string) {
+	p.lost.mu.Lock()
+	defer p.lost.mu.Unlock()
+	p.lost.list = slices.DeleteFunc(p.lost.list, func(l LostPath) bool {
+		return strings.EqualFold(l.Nexus.InitiatorName, initiator)
+	})
+}

@@ -161,6 +161,9 @@ func (d *Daemon) editHosts(who, what string, edit func([]array.HostConfig) ([]ar
 			d.Array.SetHandoff(name, n.Name, true)
 		}
 	}
+	if err := d.keepsCHAP(before, hs); err != nil {
+		return api.HostsReply{}, err
+	}
 	ch, err := d.Array.SetHosts(hs)
 	if err != nil {
 		for _, name := range forced {
@@ -179,6 +182,11 @@ func (d *Daemon) editHosts(who, what string, edit func([]array.HostConfig) ([]ar
 		evs = append(evs, ownership.HandoffSync{Host: name})
 	}
 	d.ctl.Declare(evs...)
+	for _, m := range ch.Moved {
+		if m.To == m.Initiator { // undeclared now: its failed paths were its host's
+			d.ctl.ForgetLostPaths(m.Initiator)
+		}
+	}
 	if len(ch.Retyped) > 0 {
 		var luns []uint64
 		for _, l := range d.Array.LUNs {
@@ -250,4 +258,33 @@ func (d *Daemon) hostSessions(h array.HostConfig) int {
 		}
 	}
 	return n
+}
+
+// keepsCHAP refuses a change that would let an initiator that logs in
+// with its host's CHAP log in with no secret at all (its host removed, or
+// it taken off its host) where no target-wide CHAP covers it: that is the
+// config file's to change, on purpose.
+func (d *Daemon) keepsCHAP(before, after []array.HostConfig) error {
+	if d.cfg.Auth.CHAP != nil {
+		return nil
+	}
+	chapOf := func(hs []array.HostConfig, in string) (string, bool) {
+		for _, h := range hs {
+			if slices.ContainsFunc(h.Initiators, func(o string) bool { return strings.EqualFold(o, in) }) {
+				return h.Name, h.CHAP != nil
+			}
+		}
+		return "", false
+	}
+	for _, h := range before {
+		if h.CHAP == nil {
+			continue
+		}
+		for _, in := range h.Initiators {
+			if _, ok := chapOf(after, in); !ok {
+				return fmt.Errorf("host %s authenticates with CHAP: without it, initiator %s would log in with no secret (no target-wide auth.chap covers it); remove the host or its initiator in the config file instead", h.Name, in)
+			}
+		}
+	}
+	return nil
 }

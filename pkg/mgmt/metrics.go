@@ -188,8 +188,8 @@ var (
 	descReports     = desc("aluad_reports_active", "Report conditions raised now, by condition and severity.", "condition", "severity")
 	descReport      = desc("aluad_report_active", "1 for each report raised now, with what it is about (route alerts on host, node, luns, ports).",
 		"condition", "code", "severity", "host", "node", "luns", "ports")
-	descPathUp = desc("aluad_path_up", "1 for a host's logged-in path, 0 for one that ended by a fault and has not come back.",
-		"host", "initiator", "node", "port")
+	descPathUp = desc("aluad_path_up", "1 for a host's logged-in path (one per session: isid), 0 for one that ended by a fault and has not come back.",
+		"host", "initiator", "isid", "node", "port")
 	descLUNSize     = desc("aluad_lun_size_bytes", "The LUN's capacity.", "lun", "wwid")
 	descLUNCommands = desc("aluad_lun_commands_total", "SCSI commands to the LUN, by the node they arrived at.", "lun", "node")
 	descLUNBytes    = desc("aluad_lun_bytes_total", "Bytes read and written to the LUN, by the node they arrived at.", "lun", "node")
@@ -252,8 +252,13 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, pt := range arr.Ports {
 		gauge(descSessions, float64(perPort[pt.RelativeID]), pt.Node.Name, pt.Name)
 	}
+	seen := map[[5]string]bool{} // one sample per label set, whatever the views list
 	for _, p := range v.Paths() {
-		gauge(descPathUp, b2f(p.State == "up"), p.Host, p.Initiator, p.Node, p.Port)
+		k := [5]string{p.Host, p.Initiator, p.ISID, p.Node, p.Port}
+		if !seen[k] {
+			seen[k] = true
+			gauge(descPathUp, b2f(p.State == "up"), k[:]...)
+		}
 	}
 	counter := func(desc *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, v, labels...)

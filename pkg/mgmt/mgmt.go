@@ -199,7 +199,9 @@ func Handler(a Array, audit *Audit) http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"cleared": req.Condition})
 	})
 	mux.HandleFunc("GET /v1/events/stream", func(w http.ResponseWriter, r *http.Request) { handleEventStream(a, w, r) })
-	mux.Handle("GET /metrics", promhttp.HandlerFor(a.Gatherer(), promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(a.Gatherer(), promhttp.HandlerOpts{
+		// One family that cannot be gathered does not blank the others.
+		ErrorHandling: promhttp.ContinueOnError}))
 	mux.Handle("GET /", dashboard())
 	mux.HandleFunc("GET /v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such API call: %s %s", r.Method, r.URL.Path))

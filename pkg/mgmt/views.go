@@ -5,6 +5,8 @@ package mgmt
 // reports), built from the array, the front end and the ownership core.
 
 import (
+	"strings"
+	"strconv"
 	"cmp"
 	"encoding/hex"
 	"fmt"
@@ -383,8 +385,15 @@ func (vw *View) Paths() []api.PathInfo {
 		}
 		out = append(out, pi)
 	}
+	live := map[string]bool{} // initiator|port with a session now
+	for _, s := range sess {
+		live[strings.ToLower(s.Nexus.InitiatorName)+"|"+strconv.Itoa(int(s.Nexus.TargetPort))] = true
+	}
 	for _, lp := range vw.Control.LostPaths() {
 		n := lp.Nexus
+		if live[strings.ToLower(n.InitiatorName)+"|"+strconv.Itoa(int(n.TargetPort))] {
+			continue // back already (a new session, perhaps a new ISID, before the old one's end was noticed)
+		}
 		e := vw.Control.Event("", n)
 		pi := api.PathInfo{State: "failed", Reason: lp.Reason, Host: e.Host, Initiator: n.InitiatorName, ISID: e.ISID,
 			Node: e.Node, RelativeID: n.TargetPort, Since: lp.At}
