@@ -5,13 +5,13 @@ package mgmt
 // reports), built from the array, the front end and the ownership core.
 
 import (
-	"strings"
-	"strconv"
 	"cmp"
 	"encoding/hex"
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
