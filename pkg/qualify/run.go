@@ -520,7 +520,9 @@ func (r *runner) portSessions(port string) (map[string]int, error) {
 	}
 	out := map[string]int{}
 	for _, p := range ps {
-		if p.Port == port {
+		// A path that ended by a fault is listed too ("failed"); an
+		// array from before had no state: every row was a session.
+		if p.Port == port && (p.State == "up" || p.State == "") {
 			out[p.Host]++
 		}
 	}
