@@ -272,15 +272,16 @@ func Start(cfg config.Config, opt Options) (*Daemon, error) {
 
 // startISCSI serves the array on the pure-Go iSCSI target.
 func (d *Daemon) startISCSI(cfg config.Config, opt Options) error {
-	var portals []fabric.Portal
+	var portals, listed []fabric.Portal
 	for _, p := range d.Array.Ports {
+		fp := fabric.Portal{Addr: p.Addr, TPGT: p.RelativeID, RelativeID: p.RelativeID, Node: p.Node.Name, Name: p.Name}
 		if p.Node.Remote() {
-			continue // another controller process serves it
+			listed = append(listed, fp) // another controller process serves it
+			continue
 		}
-		portals = append(portals, fabric.Portal{Addr: p.Addr, TPGT: p.RelativeID, RelativeID: p.RelativeID,
-			Node: p.Node.Name, Name: p.Name})
+		portals = append(portals, fp)
 	}
-	tc := iscsi.Config{Name: cfg.Target, Alias: "aluad", Portals: portals,
+	tc := iscsi.Config{Name: cfg.Target, Alias: "aluad", Portals: portals, Listed: listed,
 		Logger: opt.Logger, NopInterval: opt.NopInterval, NopTimeout: 2 * opt.NopInterval, Clock: d.clock, OnEvent: d.ctl.Fabric,
 		Auth: chapPolicy(cfg.Config, d.Array.HostConfigs), Authorize: func(ini string, _ bool) bool { return d.Array.LUNMap().Admit(ini) },
 		Listen: opt.Listen}

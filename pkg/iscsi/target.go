@@ -21,7 +21,13 @@ type Config struct {
 	Name    string
 	Alias   string
 	Portals []fabric.Portal
-	Limits  Limits
+	// Listed are the target's portals that another process serves (the
+	// other controllers' in cluster mode): SendTargets names them after
+	// this process's own, as one array's discovery names every port of
+	// every controller, so a host that discovers through one controller
+	// logs in to all of them.
+	Listed []fabric.Portal
+	Limits Limits
 	// Auth, when set, decides per login whether and how an initiator
 	// authenticates (CHAPPolicy).
 	Auth AuthPolicy
@@ -289,12 +295,25 @@ func (t *Target) sendTargets(value string) []KV {
 		if as := t.Addrs(); i < len(as) {
 			addr = as[i]
 		}
-		if h, port, err := net.SplitHostPort(addr); err == nil && strings.Contains(h, ":") {
-			addr = "[" + h + "]:" + port
+		out = append(out, KV{"TargetAddress", targetAddress(addr, p.TPGT)})
+	}
+	for _, p := range t.cfg.Listed {
+		// An address a host cannot dial (any host, port 0) is not named.
+		if h, port, err := net.SplitHostPort(p.Addr); err != nil || port == "0" || h == "" || net.ParseIP(h).IsUnspecified() {
+			continue
 		}
-		out = append(out, KV{"TargetAddress", fmt.Sprintf("%s,%d", addr, p.TPGT)})
+		out = append(out, KV{"TargetAddress", targetAddress(p.Addr, p.TPGT)})
 	}
 	return out
+}
+
+// targetAddress is a TargetAddress value: the address (an IPv6 host in
+// brackets) and the portal group tag.
+func targetAddress(addr string, tpgt uint16) string {
+	if h, port, err := net.SplitHostPort(addr); err == nil && strings.Contains(h, ":") {
+		addr = "[" + h + "]:" + port
+	}
+	return fmt.Sprintf("%s,%d", addr, tpgt)
 }
 
 // bindSession attaches a logged-in connection to a session: a new one
