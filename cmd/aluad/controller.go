@@ -31,8 +31,15 @@ func controllerCmd(args []string) error {
 	nop := fs.Duration("nop-interval", 15*time.Second, "NOP-In pings to idle initiators at this interval (0: off)")
 	grace := fs.Duration("grace", 10*time.Second, "how long in-flight commands may run at shutdown")
 	control := fs.String("control", "", "control socket path (default: none)")
+	heartbeat, election := raftFlags(fs, "etcd-")
+	apiAddr := fs.String("api", "", "management API, /metrics and dashboard address (default: none; beyond loopback it needs a token)")
+	tokenFile := fs.String("api-token-file", "", "file holding the API's bearer token (env ALUAD_API_TOKEN holds the token itself)")
 	verbose := fs.Bool("v", false, "debug logging")
 	if err := parse(fs, args); err != nil {
+		return err
+	}
+	token, err := readToken(*tokenFile)
+	if err != nil {
 		return err
 	}
 	if *cfgPath == "" || *node == "" {
@@ -48,14 +55,14 @@ func controllerCmd(args []string) error {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	o := controller.Options{Config: cfg, Node: *node, JoinTimeout: *wait,
-		Daemon: daemon.Options{Logger: log, NopInterval: *nop, Control: *control}}
+		Daemon: daemon.Options{Logger: log, NopInterval: *nop, Control: *control, API: *apiAddr, APIToken: token}}
 	if *etcdData != "" {
 		name := *etcdName
 		if name == "" {
 			name = *node
 		}
 		o.Member = &cluster.MemberConfig{Name: name, Dir: *etcdData, ClientURL: *clientURL, PeerURL: *peerURL,
-			Cluster: *members, Existing: *existing}
+			Cluster: *members, Existing: *existing, Heartbeat: *heartbeat, Election: *election}
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -23,6 +24,7 @@ func witnessCmd(args []string) error {
 	members := fs.String("cluster", "", "every member as NAME=PEER-URL,... (default: this one alone)")
 	existing := fs.Bool("existing", false, "join a cluster that runs already (after etcdctl member add) instead of founding one")
 	wait := fs.Duration("join-timeout", time.Minute, "how long to wait for the other members to form a quorum")
+	heartbeat, election := raftFlags(fs, "")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -31,7 +33,7 @@ func witnessCmd(args []string) error {
 	defer stop()
 	log.Info("witness starting: waiting for a quorum", "name", *name, "cluster", *members)
 	m, err := cluster.StartMember(cluster.MemberConfig{Name: *name, Dir: *data, ClientURL: *clientURL, PeerURL: *peerURL,
-		Cluster: *members, Existing: *existing}, *wait)
+		Cluster: *members, Existing: *existing, Heartbeat: *heartbeat, Election: *election}, *wait)
 	if err != nil {
 		return err
 	}
@@ -44,4 +46,14 @@ func witnessCmd(args []string) error {
 		return fmt.Errorf("etcd member %s: %w", *name, err)
 	}
 	return nil
+}
+
+// raftFlags adds etcd's Raft timings (its --heartbeat-interval and
+// --election-timeout; give every member the same): slow or loaded
+// machines, such as VMs under emulation, need longer ones than etcd's
+// defaults, and the cluster's lease_ttl at least 1.5 election timeouts.
+func raftFlags(fs *flag.FlagSet, prefix string) (heartbeat, election *time.Duration) {
+	heartbeat = fs.Duration(prefix+"heartbeat", 0, "the etcd member's Raft heartbeat interval (default: etcd's, 100ms)")
+	election = fs.Duration(prefix+"election", 0, "the etcd member's election timeout (default: etcd's, 1s)")
+	return heartbeat, election
 }
