@@ -1,4 +1,4 @@
-.PHONY: build build-static test lab lab-qemu lab-qemu-smoke lab-qemu-tcmu bench serve
+.PHONY: build build-static test lab lab-qemu lab-qemu-smoke lab-qemu-tcmu bench serve vagrant-box vagrant-smoke
 build:
 	go build -o bin/aluad ./cmd/aluad
 build-static:
@@ -19,3 +19,11 @@ serve: build
 	bin/aluad serve
 lab: build
 	bin/aluad lab
+# The Vagrant lab (docs/vagrant.md): the box, built offline, then
+# vagrant up, then the smoke (fio on every client, a move and back, a
+# controller VM's power loss and start).
+vagrant-box: build-static
+	cluster-tests/vagrant/host-setup.sh
+	cluster-tests/vagrant/build-box.sh
+vagrant-smoke:
+	go run ./cluster-tests/cmd/vagrant-smoke $(SMOKE_FLAGS)

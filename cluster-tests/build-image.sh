@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build (or reuse) the Debian bookworm guest image for the QEMU lab.
 #
-#   cluster-tests/build-image.sh [client|storage]   -> prints the image dir
+#   cluster-tests/build-image.sh [client|storage|vagrant]   -> prints the image dir
 #
 # Offline from Debian packages only: debootstrap from the mirror this
 # machine's apt is configured with (no other network). The result, cached
@@ -11,6 +11,9 @@
 #   modules.tar  the kernel modules the small initrd needs
 # The small initrd itself (busybox + a few modules + the Go guest agent)
 # is rebuilt per run by the lab in seconds (cluster-tests/qemulab/initrd.go).
+# The vagrant variant is a whole Debian system instead (systemd, sshd, a
+# vagrant user, Debian's own initrd.img beside vmlinuz) that
+# cluster-tests/vagrant/build-box.sh packages as a libvirt box.
 set -euo pipefail
 variant=${1:-client}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -18,7 +21,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 case $variant in
 client)  pkgs="linux-image-amd64,open-iscsi,multipath-tools,sg3-utils,fio,kmod,iproute2,procps,udev" ;;
 storage) pkgs="linux-image-amd64,open-iscsi,multipath-tools,sg3-utils,fio,kmod,iproute2,procps,udev,targetcli-fb,python3-rtslib-fb,dbus" ;;
-*) echo "build-image.sh: unknown variant \"$variant\" (client or storage)" >&2; exit 2 ;;
+vagrant) pkgs="linux-image-amd64,initramfs-tools,systemd-sysv,dbus,openssh-server,sudo,rsync,open-iscsi,multipath-tools,sg3-utils,fio,kmod,iproute2,procps,udev,nfs-common,nfs-kernel-server,nftables,ca-certificates,less" ;;
+*) echo "build-image.sh: unknown variant \"$variant\" (client, storage or vagrant)" >&2; exit 2 ;;
 esac
 
 # The cache key covers everything that shapes the image (comments aside).
@@ -65,6 +69,59 @@ for d in drivers/gpu drivers/net/wireless drivers/media drivers/infiniband drive
 done
 chroot "$root" depmod "$kver"
 
+if [ "$variant" = vagrant ]; then
+	# What a Vagrant box promises: the vagrant user with Vagrant's
+	# well-known insecure key (replaced by vagrant up) and passwordless
+	# sudo, sshd, DHCP on the first (management) interface; vagrant up
+	# writes 50-vagrant-*.network for the private networks, which match
+	# first.
+	chroot "$root" useradd -m -s /bin/bash -G sudo vagrant
+	echo 'vagrant:vagrant' | chroot "$root" chpasswd
+	echo 'root:vagrant' | chroot "$root" chpasswd
+	echo 'vagrant ALL=(ALL) NOPASSWD: ALL' >"$root/etc/sudoers.d/vagrant"
+	chmod 0440 "$root/etc/sudoers.d/vagrant"
+	install -d -m 0700 -o 1000 -g 1000 "$root/home/vagrant/.ssh"
+	install -m 0600 -o 1000 -g 1000 "$here/vagrant/insecure.pub" "$root/home/vagrant/.ssh/authorized_keys"
+	printf '[Match]\nName=eth0\n[Network]\nDHCP=ipv4\n' >"$root/etc/systemd/network/99-mgmt.network"
+	chroot "$root" systemctl enable systemd-networkd >/dev/null 2>&1
+	printf '/dev/vda / ext4 defaults,errors=remount-ro 0 1\n' >"$root/etc/fstab"
+	# sshd's host keys: made at first boot, so no two machines share them.
+	rm -f "$root"/etc/ssh/ssh_host_*
+	# Ed25519 only: an RSA key takes most of a minute under TCG.
+	cat >"$root/etc/systemd/system/ssh-hostkeys.service" <<'UNIT'
+[Unit]
+Description=Make sshd's host key
+Before=ssh.service
+ConditionPathExists=!/etc/ssh/ssh_host_ed25519_key
+[Service]
+Type=oneshot
+ExecStart=/usr/bin/ssh-keygen -q -t ed25519 -N "" -f /etc/ssh/ssh_host_ed25519_key
+[Install]
+WantedBy=multi-user.target
+UNIT
+	echo 'HostKey /etc/ssh/ssh_host_ed25519_key' >"$root/etc/ssh/sshd_config.d/aluad.conf"
+	# What slows a boot under TCG and a lab machine does not need: the
+	# e2scrub runs, logind (no one logs in at a console), NFSv4's
+	# Kerberos and id mapping (the lab's NFS is v3), and an initrd with
+	# most of the kernel's drivers. multipathd runs where a client's
+	# provisioning enables it (cluster-tests/guest/setup-client.sh).
+	for u in e2scrub_reap.service e2scrub_all.timer fstrim.timer systemd-logind.service \
+		run-rpc_pipefs.mount rpc-gssd.service rpc-svcgssd.service nfs-idmapd.service nfs-blkmap.service; do
+		chroot "$root" systemctl mask "$u" >/dev/null 2>&1 || true
+	done
+	chroot "$root" systemctl disable multipathd.service multipathd.socket >/dev/null 2>&1 || true
+	printf 'MODULES=list\n' >"$root/etc/initramfs-tools/conf.d/aluad"
+	printf '%s\n' virtio_pci virtio_blk virtio_net virtio_console ext4 >>"$root/etc/initramfs-tools/modules"
+	chroot "$root" update-initramfs -u -k "$kver" >"$work/initramfs.log" 2>&1 || { tail "$work/initramfs.log" >&2; exit 1; }
+	cp "$root/boot/initrd.img-$kver" "$work/initrd.img"
+	chroot "$root" systemctl enable ssh-hostkeys.service >/dev/null 2>&1
+	# A machine id of its own per machine, made at first boot.
+	: >"$root/etc/machine-id"
+	rm -f "$root/var/lib/dbus/machine-id"
+	# The NFS server runs only where the Vagrantfile starts it.
+	chroot "$root" systemctl disable nfs-server.service >/dev/null 2>&1 || true
+fi
+
 # Guest configuration that the image carries. Each guest still gets its
 # own initiator name and addresses from the kernel command line at boot.
 cat >"$root/etc/multipath.conf" <<'CONF'
@@ -83,6 +140,7 @@ echo "aluad-guest" >"$root/etc/hostname"
 
 # One ext4 image, written without a loop mount.
 size_mb=$(( $(du -sm "$root" | cut -f1) + 384 ))
+[ "$variant" = vagrant ] && size_mb=$(( size_mb + 3712 ))   # room for packages and logs
 mkfs.ext4 -q -F -L aluadroot -d "$root" "$work/root.img" "${size_mb}M" >&2
 rm -rf "$root"
 echo "$kver" >"$work/kernel-version"

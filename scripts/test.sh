@@ -55,5 +55,24 @@ else
   echo "== QEMU lab smoke, TCMU fabric (cluster-tests)"
   go run ./cluster-tests/cmd/qemulab --scenario smoke --fabric tcmu --out results/qemu-lab-smoke-tcmu
 fi
+# The Vagrant lab (docs/vagrant.md): the box built offline, two
+# controller VMs, the witness and one client, the smoke, then vagrant
+# destroy. Opt-in for now: on this 2-core machine under TCG its cluster
+# does not yet ride through the smoke (docs/vagrant.md says what fails).
+echo "== Vagrant lab smoke"
+if [ "${ALUAD_VAGRANT:-0}" != 1 ]; then
+  echo "SKIPPED: the Vagrant lab's smoke does not pass on a 2-core TCG machine yet (docs/vagrant.md); ALUAD_VAGRANT=1 runs it"
+elif [ "$(id -u)" != 0 ]; then
+  echo "SKIPPED: the Vagrant lab needs root (libvirt's system daemon)"
+elif ! why=$(cluster-tests/vagrant/host-setup.sh 2>&1); then
+  echo "SKIPPED: this machine cannot host the Vagrant lab: $why"
+else
+  make build-static
+  cluster-tests/vagrant/build-box.sh
+  trap 'vagrant destroy -f >/dev/null 2>&1 || true' EXIT
+  ALUAD_CLIENTS=${ALUAD_VAGRANT_CLIENTS:-c3} vagrant up --provider libvirt
+  ALUAD_CLIENTS=${ALUAD_VAGRANT_CLIENTS:-c3} go run ./cluster-tests/cmd/vagrant-smoke --destroy --out results/vagrant-smoke
+  trap - EXIT
+fi
 # Closing line: aluad's libiscsi conformance result.
 sed -E 's/^aluad: ([0-9]+) real passes, ([0-9]+) skips, ([0-9]+) failures/iscsi-test-cu: \1 passed, \3 failed, \2 skipped/' results/aluad-conformance.txt

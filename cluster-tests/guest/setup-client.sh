@@ -46,6 +46,7 @@ fi
 
 if [ -n "$portal" ]; then
 	iscsiadm -m discovery -t sendtargets -p "$portal"
-	iscsiadm -m node -L all
+	# 15: every session exists already (provisioned again)
+	iscsiadm -m node -L all || [ $? = 15 ]
 fi
 udevadm settle --timeout=60 || true

@@ -120,9 +120,9 @@ type DiskPath struct {
 	LUN    uint64
 }
 
-// diskScript prints "dev portal lun" for each iSCSI disk of an open-iscsi
+// DiskScript prints "dev portal lun" for each iSCSI disk of an open-iscsi
 // guest, from sysfs.
-const diskScript = `for d in /sys/block/sd*; do
+const DiskScript = `for d in /sys/block/sd*; do
   [ -e "$d" ] || continue
   s=$(readlink -f $d/device); sess=$(echo "$s" | grep -o 'session[0-9]*' | head -1)
   [ -n "$sess" ] || continue
@@ -134,7 +134,7 @@ done`
 // guests, whose target id is the drive's index).
 const scsiBlockScript = `for d in /sys/block/sd*; do [ -e "$d" ] && echo "$(basename $d) $(basename $(readlink -f $d/device))"; done`
 
-// ParseDisks parses diskScript's output.
+// ParseDisks parses DiskScript's output.
 func ParseDisks(out string) ([]DiskPath, error) {
 	var ds []DiskPath
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {

@@ -68,9 +68,9 @@ func (l *lab) readFioDone(ctx context.Context, c *ClientResult) error {
 	return nil
 }
 
-// longestGap is the longest time in [from, to] without a completion in
+// LongestGap is the longest time in [from, to] without a completion in
 // ts (sorted), and the last completion before to.
-func longestGap(ts []time.Time, from, to time.Time) (time.Duration, time.Time) {
+func LongestGap(ts []time.Time, from, to time.Time) (time.Duration, time.Time) {
 	prev, last := from, time.Time{}
 	var gap time.Duration
 	for _, t := range ts {
@@ -219,7 +219,7 @@ func (l *lab) judgePortal(st *StepResult) {
 			l.res.check(c.Spec.Name+": "+st.Name+": LUN 0's I/O continues", false, "no fio completion log for LUN 0")
 			continue
 		}
-		gap, last := longestGap(ts, st.Start, st.End)
+		gap, last := LongestGap(ts, st.Start, st.End)
 		lastS := "none in the step"
 		if !last.IsZero() {
 			lastS = st.End.Sub(last).Round(time.Millisecond).String() + " before the step's end"

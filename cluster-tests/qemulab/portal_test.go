@@ -9,16 +9,16 @@ func TestLongestGap(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	ts := []time.Time{at(-50), at(10), at(20), at(900), at(910)}
-	gap, last := longestGap(ts, at(0), at(1000))
+	gap, last := LongestGap(ts, at(0), at(1000))
 	if gap != 880*time.Millisecond || !last.Equal(at(910)) {
 		t.Fatalf("gap %v last %v", gap, last)
 	}
 	// Nothing after 20 ms: the gap runs to the end.
-	gap, last = longestGap(ts[:3], at(0), at(1000))
+	gap, last = LongestGap(ts[:3], at(0), at(1000))
 	if gap != 980*time.Millisecond || !last.Equal(at(20)) {
 		t.Fatalf("gap %v last %v", gap, last)
 	}
-	gap, last = longestGap(nil, at(0), at(1000))
+	gap, last = LongestGap(nil, at(0), at(1000))
 	if gap != time.Second || !last.IsZero() {
 		t.Fatalf("gap %v last %v", gap, last)
 	}

@@ -240,10 +240,10 @@ func TestFollow(t *testing.T) {
 	require.True(t, f.UA.IsZero())
 }
 
-// The Vagrant storage VM's configuration is the QEMU lab's topology, and
+// The Vagrant lab's array (two controller VMs) has the QEMU lab's ports, and
 // declares the client host types the scenarios use.
 func TestVagrantConfig(t *testing.T) {
-	cfg, err := config.Load("../vagrant/aluad.yaml")
+	cfg, err := config.Load("../vagrant/cluster.yaml")
 	require.NoError(t, err)
 	require.Equal(t, Target, cfg.Target)
 	for node := range cfg.Nodes {
@@ -256,6 +256,9 @@ func TestVagrantConfig(t *testing.T) {
 		types[h.Name] = h.Type
 	}
 	require.Equal(t, map[string]string{"c1": cDefaultsDMMP.HostType, "c3": cALUA.HostType, "c4": cFollowover.HostType}, types)
+	// Fenced between machines, by the witness's NFS fence.
+	require.Equal(t, "command", cfg.Cluster.Fencing)
+	require.Equal(t, "/usr/local/sbin/aluad-fence", cfg.Cluster.FenceCommand[0])
 	b, err := os.ReadFile("../../Vagrantfile")
 	require.NoError(t, err)
 	for _, c := range []ClientSpec{cDefaultsDMMP, cALUA, cFollowover} {

@@ -654,7 +654,7 @@ func (l *lab) mapDisks(ctx context.Context, c *ClientResult, urls []string) erro
 	c.disks = map[string]DiskPath{}
 	if !c.Spec.LibISCSI {
 		// Many processes per disk: seconds in a loaded TCG guest.
-		out, err := c.vm.Sh(ctx, scaleDur(30*time.Second, c.bootPace), diskScript)
+		out, err := c.vm.Sh(ctx, scaleDur(30*time.Second, c.bootPace), DiskScript)
 		if err != nil {
 			return err
 		}
@@ -754,21 +754,44 @@ func (l *lab) startFio(ctx context.Context, c *ClientResult) error {
 			}
 		}
 	}
-	cmd := "fio --output-format=json --output=/tmp/fio.json --ioengine=libaio --direct=1 --rw=randrw --rwmixread=70 " +
+	_, err := c.vm.Sh(ctx, l.scaled(30*time.Second), FioCommand(jobs))
+	return err
+}
+
+// FioCommand starts the lab's client I/O in the background, one job per
+// device ("--name=lun0 --filename=/dev/dm-0 ..."): 4 KiB random I/O, 70%
+// reads, QD 2, 100 IOPS, until FioStop.
+func FioCommand(jobs []string) string {
+	return "fio --output-format=json --output=/tmp/fio.json --ioengine=libaio --direct=1 --rw=randrw --rwmixread=70 " +
 		"--bs=4k --iodepth=2 --rate_iops=70,30 --time_based --runtime=3600 " + strings.Join(jobs, " ") +
 		" >/tmp/fio.log 2>&1 & echo $! >/tmp/fio.pid"
-	_, err := c.vm.Sh(ctx, l.scaled(30*time.Second), cmd)
-	return err
+}
+
+// FioStop stops FioCommand's fio (SIGINT: it writes its results) and
+// prints its JSON results.
+const FioStop = `p=$(cat /tmp/fio.pid); kill -INT $p; while kill -0 $p 2>/dev/null; do sleep 0.2; done; cat /tmp/fio.json`
+
+// ParseFio reads FioStop's output.
+func ParseFio(out string) (FioResult, error) {
+	var fr FioResult
+	i := strings.Index(out, "{")
+	if i < 0 {
+		return fr, fmt.Errorf("fio printed no JSON results")
+	}
+	if err := json.Unmarshal([]byte(out[i:]), &fr); err != nil {
+		return fr, fmt.Errorf("fio's JSON results: %w", err)
+	}
+	return fr, nil
 }
 
 // finish stops fio and collects errors and the final multipath view.
 func (l *lab) finish(ctx context.Context, c *ClientResult) error {
-	out, err := c.vm.Sh(ctx, l.scaled(2*time.Minute), `p=$(cat /tmp/fio.pid); kill -INT $p; while kill -0 $p 2>/dev/null; do sleep 0.2; done; cat /tmp/fio.json`)
+	out, err := c.vm.Sh(ctx, l.scaled(2*time.Minute), FioStop)
 	if err != nil {
 		return err
 	}
-	var fr FioResult
-	if i := strings.Index(out, "{"); i < 0 || json.Unmarshal([]byte(out[i:]), &fr) != nil {
+	fr, err := ParseFio(out)
+	if err != nil {
 		log, _ := c.vm.Sh(ctx, 10*time.Second, "tail -20 /tmp/fio.log")
 		return fmt.Errorf("%s: fio printed no JSON results: %s", c.Spec.Name, log)
 	}

@@ -97,11 +97,13 @@ var allowed = map[string][]string{
 		"pkg/state", "pkg/stress"},
 	// The QEMU lab talks to the array through the API only (qualify is
 	// an API client).
-	"cluster-tests/agentproto":    nil,
-	"cluster-tests/agent":         {"cluster-tests/agentproto"},
-	"cluster-tests/qemulab":       {"cluster-tests/agentproto", "pkg/api", "pkg/qualify"},
-	"cluster-tests/cmd/qemulab":   {"cluster-tests/qemulab"},
-	"cluster-tests/cmd/qemu-boot": {"cluster-tests/qemulab"},
+	"cluster-tests/agentproto":        nil,
+	"cluster-tests/agent":             {"cluster-tests/agentproto"},
+	"cluster-tests/qemulab":           {"cluster-tests/agentproto", "pkg/api", "pkg/qualify"},
+	"cluster-tests/cmd/qemulab":       {"cluster-tests/qemulab"},
+	"cluster-tests/cmd/qemu-boot":     {"cluster-tests/qemulab"},
+	"cluster-tests/vagrantlab":        {"cluster-tests/qemulab", "pkg/api"},
+	"cluster-tests/cmd/vagrant-smoke": {"cluster-tests/vagrantlab"},
 	// Independent checks and benchmarks.
 	"test/conformance":     nil,
 	"test/bench/writeload": {"pkg/initiator"},

@@ -1,0 +1,82 @@
+#!/bin/sh
+# Provision a controller VM of the Vagrant lab: aluad controller for one
+# node, with its etcd member, the LUN files on the witness's NFS export,
+# and the fence agent's key.
+#
+#   controller.sh NODE FENCE_PRIVATE_KEY_FILE API_TOKEN_FILE
+#
+# At every boot, before the export is mounted, the controller asks the
+# witness to unfence it; the witness refuses the boot it fenced, so a
+# kernel that may still hold the files' dirty pages never reaches them.
+set -eu
+node=$1
+case $node in
+a) me=10.77.3.10 ;;
+b) me=10.77.3.20 ;;
+*) echo "controller.sh: node a or b" >&2; exit 2 ;;
+esac
+bin=/vagrant/bin/aluad-linux-amd64
+[ -x "$bin" ] || { echo "controller.sh: $bin missing: run 'make build-static' on the host, then 'vagrant provision'" >&2; exit 1; }
+install -m 0755 "$bin" /usr/local/bin/aluad
+install -m 0755 /vagrant/cluster-tests/vagrant/fence.sh /usr/local/sbin/aluad-fence
+install -d /etc/aluad /var/lib/aluad
+# Not through a mount: a fenced boot's NFS mount does not answer.
+grep -q " /srv/aluad " /proc/mounts || install -d /srv/aluad
+install -m 0600 "$2" /etc/aluad/fence-key
+install -m 0600 "$3" /etc/aluad/api-token
+install -m 0644 /vagrant/cluster-tests/vagrant/cluster.yaml /etc/aluad/cluster.yaml
+echo "$node" >/etc/aluad/node
+
+cat >/etc/systemd/system/aluad-unfence.service <<'UNIT'
+[Unit]
+Description=aluad lab: ask the witness to let this boot reach the LUN files
+After=network-online.target
+Wants=network-online.target
+Before=srv-aluad.mount
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/sh -c 'until /usr/local/sbin/aluad-fence unfence $(cat /etc/aluad/node) $(cat /proc/sys/kernel/random/boot_id); do sleep 2; done'
+TimeoutStartSec=infinity
+[Install]
+WantedBy=multi-user.target
+UNIT
+cat >/etc/systemd/system/srv-aluad.mount <<'UNIT'
+[Unit]
+Description=aluad lab: the LUN files on the witness
+After=aluad-unfence.service network-online.target
+Requires=aluad-unfence.service
+[Mount]
+What=10.77.3.30:/srv/aluad
+Where=/srv/aluad
+Type=nfs
+Options=vers=3,proto=tcp,hard,nolock
+[Install]
+WantedBy=multi-user.target
+UNIT
+cat >/etc/systemd/system/aluad-controller.service <<UNIT
+[Unit]
+Description=aluad lab: controller $node
+After=srv-aluad.mount network-online.target
+Requires=srv-aluad.mount
+[Service]
+# A controller the other fenced (cut from the export) can never write
+# again in this boot: it reboots at once, as a power fence would have
+# reset it, and rejoins with a new boot.
+ExecStartPre=/usr/local/sbin/aluad-fence rejoin
+ExecStart=/usr/local/bin/aluad controller --config /etc/aluad/cluster.yaml --node $node \\
+	--etcd-data /var/lib/aluad/etcd --etcd-client-url http://$me:2379 --etcd-peer-url http://$me:2380 \\
+	--etcd-heartbeat 250ms --etcd-election 2500ms \\
+	--etcd-cluster a=http://10.77.3.10:2380,b=http://10.77.3.20:2380,w=http://10.77.3.30:2380 \\
+	--control /run/aluad/aluad.sock --api 0.0.0.0:8080 --api-token-file /etc/aluad/api-token
+RuntimeDirectory=aluad
+RuntimeDirectoryPreserve=yes
+Restart=always
+RestartSec=2
+[Install]
+WantedBy=multi-user.target
+UNIT
+systemctl daemon-reload
+systemctl enable --now aluad-unfence.service srv-aluad.mount
+systemctl enable aluad-controller.service
+systemctl restart aluad-controller.service

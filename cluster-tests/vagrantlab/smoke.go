@@ -1,0 +1,495 @@
+package vagrantlab
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aluad/aluad/cluster-tests/qemulab"
+)
+
+// Options configure a smoke run.
+type Options struct {
+	Dir     string // the Vagrantfile's directory
+	Out     string // where results.json and results.md go
+	Ready   time.Duration
+	Follow  time.Duration // how long a step may take to be followed
+	Restart time.Duration // how long a controller VM may take to boot and get its LUNs back
+	Settle  time.Duration
+	Destroy bool // vagrant destroy -f at the end, and check nothing is left
+	Log     func(format string, args ...any)
+}
+
+// Client is one client VM of the smoke.
+type Client struct {
+	Name, Initiator string
+	Offset          time.Duration     // its clock minus the host's
+	Maps            []string          // multipath -ll of each map, for the record
+	Devs            map[uint64]string // LUN -> dm device
+	FioErrors       int
+	FioIOs          uint64
+	done            map[uint64][]time.Time
+}
+
+// StepResult is one step's figures for one client and LUN.
+type StepResult struct {
+	Step     string  `json:"step"`
+	Client   string  `json:"client"`
+	LUN      uint64  `json:"lun"`
+	From     string  `json:"from,omitempty"`
+	To       string  `json:"to,omitempty"`
+	FollowMS float64 `json:"follow_ms,omitempty"` // -1: never
+	StallMS  float64 `json:"stall_ms"`
+}
+
+// Result is a whole smoke run.
+type Result struct {
+	Start      time.Time           `json:"start"`
+	Steps      []StepResult        `json:"steps"`
+	FioErrors  map[string]int      `json:"fio_errors"`
+	FioIOs     map[string]uint64   `json:"fio_ios"`
+	Multipath  map[string][]string `json:"multipath"`
+	Resolution time.Duration       `json:"poll_resolution_ns"`
+	Leftovers  []string            `json:"leftovers,omitempty"`
+	Failures   []string            `json:"failures,omitempty"`
+	DurationS  float64             `json:"duration_s"`
+}
+
+type step struct {
+	name       string
+	lun        uint64
+	from, to   string
+	start, end time.Time
+	followed   map[string]Follow
+}
+
+// Run runs the smoke.
+func Run(ctx context.Context, o Options) (*Result, error) {
+	logf := o.Log
+	res := &Result{Start: time.Now(), FioErrors: map[string]int{}, FioIOs: map[string]uint64{}, Multipath: map[string][]string{}}
+	m, err := OpenMachines(ctx, o.Dir)
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	tok, err := os.ReadFile(filepath.Join(o.Dir, ".vagrant", "aluad", "api-token"))
+	if err != nil {
+		return nil, fmt.Errorf("the controllers' API token (made by the Vagrantfile): %w", err)
+	}
+	var ctrls []Controller
+	var clients []*Client
+	for _, n := range m.Names {
+		switch {
+		case strings.HasPrefix(n, "ctrl-"):
+			ctrls = append(ctrls, Controller{Machine: n, Node: strings.TrimPrefix(n, "ctrl-"),
+				Base: "http://" + m.Hosts[n] + ":8080", Token: strings.TrimSpace(string(tok))})
+		case len(n) > 1 && n[0] == 'c' && n[1] >= '0' && n[1] <= '9':
+			clients = append(clients, &Client{Name: n, Initiator: "iqn.2026-11.org.example:" + n, Devs: map[uint64]string{}})
+		}
+	}
+	if len(ctrls) != 2 || len(clients) == 0 {
+		return nil, fmt.Errorf("want ctrl-a, ctrl-b and clients in vagrant ssh-config, have %v", m.Names)
+	}
+	byNode := map[string]Controller{}
+	for _, c := range ctrls {
+		byNode[c.Node] = c
+	}
+
+	logf("waiting for every client's multipath maps (one per LUN, paths to both controllers)")
+	if err := waitMaps(ctx, m, clients, o.Ready, logf); err != nil {
+		return nil, err
+	}
+	for _, c := range clients {
+		res.Multipath[c.Name] = c.Maps
+		if c.Offset, err = m.Clock(ctx, c.Name); err != nil {
+			return nil, err
+		}
+	}
+	owner := func(lun uint64) (string, error) {
+		var last error
+		for _, c := range ctrls {
+			ls, err := c.Client().LUNs()
+			if err != nil {
+				last = err
+				continue
+			}
+			for _, l := range ls {
+				if l.ID == lun && !l.Moving {
+					return l.Owner, nil
+				}
+			}
+		}
+		return "", fmt.Errorf("LUN %d's owner: %v", lun, last)
+	}
+	first, err := owner(0)
+	if err != nil {
+		return nil, err
+	}
+	if first != "a" {
+		return nil, fmt.Errorf("LUN 0 is on node %s, want its preferred owner a", first)
+	}
+
+	logf("fio on %d clients", len(clients))
+	for _, c := range clients {
+		var jobs []string
+		for lun, dev := range c.Devs {
+			jobs = append(jobs, fmt.Sprintf("--name=lun%d --filename=/dev/%s --write_lat_log=/tmp/fio-lun%d --log_unix_epoch=1", lun, dev, lun))
+		}
+		sort.Strings(jobs)
+		if _, err := m.Sh(ctx, time.Minute, c.Name, "rm -f /tmp/fio-lun*; "+qemulab.FioCommand(jobs)); err != nil {
+			return nil, err
+		}
+	}
+	w := Watch(ctrls, 20*time.Millisecond)
+	defer w.Close()
+	sleep(ctx, o.Settle)
+
+	var steps []*step
+	luns := sortedLUNs(clients)
+	wait := func(st *step, limit time.Duration, cond func() bool) {
+		deadline := st.start.Add(limit)
+		for time.Now().Before(deadline) && ctx.Err() == nil {
+			now := time.Now()
+			all := cond == nil || cond()
+			for _, c := range clients {
+				f := w.Follow(c.Initiator, st.lun, st.from, st.to, st.start, now, 2*time.Second)
+				if f.Switched.IsZero() {
+					all = false
+				}
+				st.followed[c.Name] = f
+			}
+			if all {
+				break
+			}
+			sleep(ctx, 500*time.Millisecond)
+		}
+		sleep(ctx, o.Settle)
+		st.end = time.Now()
+		for _, c := range clients {
+			st.followed[c.Name] = w.Follow(c.Initiator, st.lun, st.from, st.to, st.start, st.end, 2*time.Second)
+		}
+	}
+	ownerIs := func(lun uint64, node string) func() bool {
+		return func() bool { o, err := owner(lun); return err == nil && o == node }
+	}
+	move := func(lun uint64, from, to string) error {
+		st := &step{name: fmt.Sprintf("move LUN %d to %s", lun, to), lun: lun, from: from, to: to, start: time.Now(), followed: map[string]Follow{}}
+		logf("%s", st.name)
+		if _, err := byNode["a"].Client().Move(lun, to); err != nil {
+			if _, err2 := byNode["b"].Client().Move(lun, to); err2 != nil {
+				return fmt.Errorf("%s: %v; %v", st.name, err, err2)
+			}
+		}
+		wait(st, o.Follow, ownerIs(lun, to))
+		steps = append(steps, st)
+		return nil
+	}
+	if err := move(0, "a", "b"); err != nil {
+		return nil, err
+	}
+	if err := move(0, "b", "a"); err != nil {
+		return nil, err
+	}
+	dom, err := m.Domain("ctrl-a")
+	if err != nil {
+		return nil, err
+	}
+	st := &step{name: "ctrl-a power loss", lun: 0, from: "a", to: "b", start: time.Now(), followed: map[string]Follow{}}
+	logf("%s (virsh destroy)", st.name)
+	if _, err := Virsh(ctx, "destroy", dom); err != nil {
+		return nil, err
+	}
+	wait(st, o.Follow, ownerIs(0, "b"))
+	steps = append(steps, st)
+	st = &step{name: "ctrl-a starts", lun: 0, from: "b", to: "a", start: time.Now(), followed: map[string]Follow{}}
+	logf("%s (virsh start; it fails LUN 0 back once its hosts reach it again)", st.name)
+	if _, err := Virsh(ctx, "start", dom); err != nil {
+		return nil, err
+	}
+	wait(st, o.Restart, ownerIs(0, "a"))
+	steps = append(steps, st)
+	res.Resolution = w.Resolution()
+
+	logf("stopping fio")
+	for _, c := range clients {
+		out, err := m.Sh(ctx, 2*time.Minute, c.Name, qemulab.FioStop)
+		if err != nil {
+			return nil, err
+		}
+		fr, err := qemulab.ParseFio(out)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", c.Name, err)
+		}
+		for _, j := range fr.Jobs {
+			c.FioIOs += j.Read.IOs + j.Write.IOs
+			if j.Error != 0 {
+				c.FioErrors++
+			}
+		}
+		res.FioErrors[c.Name], res.FioIOs[c.Name] = c.FioErrors, c.FioIOs
+		c.done = map[uint64][]time.Time{}
+		for lun := range c.Devs {
+			out, err := m.Sh(ctx, 2*time.Minute, c.Name, fmt.Sprintf("cat /tmp/fio-lun%d_clat.*.log | cut -d, -f1", lun))
+			if err != nil {
+				return nil, err
+			}
+			c.done[lun] = parseTimes(out, c.Offset)
+		}
+		if c.FioErrors > 0 {
+			res.Failures = append(res.Failures, fmt.Sprintf("%s: fio stopped %d jobs on an I/O error", c.Name, c.FioErrors))
+		}
+	}
+	for _, st := range steps {
+		for _, c := range clients {
+			for _, lun := range luns {
+				gap, _ := qemulab.LongestGap(c.done[lun], st.start, st.end)
+				r := StepResult{Step: st.name, Client: c.Name, LUN: lun, StallMS: ms(gap)}
+				if lun == st.lun {
+					r.From, r.To = st.from, st.to
+					if f := st.followed[c.Name]; f.Switched.IsZero() {
+						r.FollowMS = -1
+						res.Failures = append(res.Failures, fmt.Sprintf("%s: %s: its I/O to LUN %d never ran on node %s alone", c.Name, st.name, lun, st.to))
+					} else {
+						r.FollowMS = ms(f.Switched.Sub(st.start))
+					}
+				}
+				res.Steps = append(res.Steps, r)
+			}
+		}
+	}
+	if o.Destroy {
+		left, err := destroy(ctx, m, logf)
+		if err != nil {
+			return nil, err
+		}
+		res.Leftovers = left
+		for _, l := range left {
+			res.Failures = append(res.Failures, "left behind after vagrant destroy: "+l)
+		}
+	}
+	res.DurationS = time.Since(res.Start).Seconds()
+	return res, res.write(o.Out)
+}
+
+func waitMaps(ctx context.Context, m *Machines, clients []*Client, limit time.Duration, logf func(string, ...any)) error {
+	deadline := time.Now().Add(limit)
+	for _, c := range clients {
+		for {
+			why, err := c.readMaps(ctx, m)
+			if err == nil && why == "" {
+				break
+			}
+			if err != nil {
+				why = err.Error()
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s: not ready after %v: %s", c.Name, limit, why)
+			}
+			logf("  %s: %s", c.Name, why)
+			sleep(ctx, 5*time.Second)
+		}
+	}
+	return nil
+}
+
+// readMaps reads a client's multipath maps and its disks' portals; why
+// says what is missing ("" when every LUN has one map with two paths to
+// each controller).
+func (c *Client) readMaps(ctx context.Context, m *Machines) (string, error) {
+	out, err := m.Sh(ctx, time.Minute, c.Name, "multipath -ll; echo ==; "+qemulab.DiskScript)
+	if err != nil {
+		return "", err
+	}
+	ll, disks, _ := strings.Cut(out, "==\n")
+	maps, err := qemulab.ParseMultipathLL(ll)
+	if err != nil {
+		return "", err
+	}
+	ds, err := qemulab.ParseDisks(disks)
+	if err != nil {
+		return "", err
+	}
+	byDev := map[string]qemulab.DiskPath{}
+	for _, d := range ds {
+		byDev[d.Dev] = d
+	}
+	c.Devs, c.Maps = map[uint64]string{}, nil
+	for _, mp := range maps {
+		if !strings.Contains(mp.Vendor, "ALUAD") {
+			continue
+		}
+		nodes := map[string]int{}
+		var lun uint64
+		for _, p := range mp.Paths() {
+			d, ok := byDev[p.Dev]
+			if !ok {
+				continue
+			}
+			lun = d.LUN
+			nodes[nodeOf(d.Portal)]++
+		}
+		if nodes["a"] < 2 || nodes["b"] < 2 {
+			return fmt.Sprintf("map %s has paths %v by node, want 2 to each", mp.Name, nodes), nil
+		}
+		if _, dup := c.Devs[lun]; dup {
+			return fmt.Sprintf("two maps for LUN %d", lun), nil
+		}
+		c.Devs[lun] = mp.DM
+	}
+	if len(c.Devs) < 2 {
+		return fmt.Sprintf("%d ALUAD maps, want 2", len(c.Devs)), nil
+	}
+	c.Maps = strings.Split(strings.TrimSpace(ll), "\n")
+	return "", nil
+}
+
+// nodeOf names the node of a lab portal: 10.77.F.10 is a's, .20 b's.
+func nodeOf(portal string) string {
+	host, _, _ := strings.Cut(portal, ":")
+	switch {
+	case strings.HasSuffix(host, ".10"):
+		return "a"
+	case strings.HasSuffix(host, ".20"):
+		return "b"
+	}
+	return "?"
+}
+
+func parseTimes(out string, offset time.Duration) []time.Time {
+	var ts []time.Time
+	for _, f := range strings.Fields(out) {
+		if v, err := strconv.ParseInt(f, 10, 64); err == nil {
+			ts = append(ts, time.UnixMilli(v).Add(-offset))
+		}
+	}
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+	return ts
+}
+
+func sortedLUNs(cs []*Client) []uint64 {
+	set := map[uint64]bool{}
+	for _, c := range cs {
+		for l := range c.Devs {
+			set[l] = true
+		}
+	}
+	var out []uint64
+	for l := range set {
+		out = append(out, l)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+func destroy(ctx context.Context, m *Machines, logf func(string, ...any)) ([]string, error) {
+	var prefix string
+	if dom, err := m.Domain("ctrl-a"); err == nil {
+		if name, err := Virsh(ctx, "domname", dom); err == nil {
+			prefix = strings.TrimSuffix(strings.TrimSpace(name), "ctrl-a")
+		}
+	}
+	if prefix == "" {
+		return nil, fmt.Errorf("cannot tell the lab's domain names")
+	}
+	logf("vagrant destroy -f")
+	t0 := time.Now()
+	if out, err := runIn(ctx, m.Dir, 10*time.Minute, "vagrant", "destroy", "-f"); err != nil {
+		return nil, fmt.Errorf("vagrant destroy: %w: %s", err, lastLines(out, 10))
+	}
+	logf("  destroyed in %v", time.Since(t0).Round(time.Second))
+	list := func(args ...string) ([]string, error) {
+		out, err := Virsh(ctx, args...)
+		return strings.Fields(out), err
+	}
+	doms, err := list("list", "--all", "--name")
+	if err != nil {
+		return nil, err
+	}
+	nets, err := list("net-list", "--all", "--name")
+	if err != nil {
+		return nil, err
+	}
+	var vols []string
+	pools, err := list("pool-list", "--all", "--name")
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range pools {
+		out, err := Virsh(ctx, "vol-list", p)
+		if err != nil {
+			return nil, err
+		}
+		for _, line := range strings.Split(out, "\n")[2:] {
+			if f := strings.Fields(line); len(f) > 0 {
+				vols = append(vols, f[0])
+			}
+		}
+	}
+	return Leftovers(doms, nets, vols, prefix), nil
+}
+
+func (r *Result) write(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), b, 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "results.md"), []byte(r.Markdown()), 0o644)
+}
+
+// Markdown is the smoke's table.
+func (r *Result) Markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "| step | client | LUN | follow | stall |\n|---|---|---|---|---|\n")
+	for _, s := range r.Steps {
+		f := "-"
+		switch {
+		case s.FollowMS < 0:
+			f = "never"
+		case s.From != "":
+			f = fmt.Sprintf("%.0f ms", s.FollowMS)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %d | %s | %.0f ms |\n", s.Step, s.Client, s.LUN, f, s.StallMS)
+	}
+	var names []string
+	for n := range r.FioErrors {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(&b, "\n%s: fio %d I/Os, %d errors", n, r.FioIOs[n], r.FioErrors[n])
+	}
+	fmt.Fprintf(&b, "\n\npoll resolution: %v; %.0f s in all\n", r.Resolution.Round(time.Millisecond), r.DurationS)
+	if len(r.Failures) == 0 {
+		b.WriteString("\nPASS\n")
+	} else {
+		b.WriteString("\nFAIL\n")
+		for _, f := range r.Failures {
+			b.WriteString("- " + f + "\n")
+		}
+	}
+	return b.String()
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}

@@ -1,0 +1,173 @@
+package vagrantlab
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/aluad/aluad/pkg/api"
+)
+
+// Controller is one controller VM's API on the management network.
+type Controller struct {
+	Machine, Node, Base, Token string
+}
+
+func (c Controller) get(ctx context.Context, hc *http.Client, path string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Base+path, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s%s: %s", c.Base, path, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+// Client is the API client of the full API (moves, LUNs).
+func (c Controller) Client() *api.Client { return api.NewHTTPClient(c.Base, c.Token) }
+
+type ioKey struct {
+	Initiator, Node string
+	LUN             uint64
+}
+
+type sample struct {
+	t    time.Time
+	good uint64 // READs and WRITEs completed GOOD
+}
+
+// Watcher polls every controller's GET /v1/io and keeps, per initiator,
+// node and LUN, the host-clock times its GOOD READ and WRITE count rose.
+type Watcher struct {
+	mu     sync.Mutex
+	last   map[ioKey]sample
+	rises  map[ioKey][]time.Time
+	gap    time.Duration // the longest time between two answered polls of a controller
+	polls  int
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// Watch starts polling each controller every interval.
+func Watch(cs []Controller, interval time.Duration) *Watcher {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &Watcher{last: map[ioKey]sample{}, rises: map[ioKey][]time.Time{}, cancel: cancel}
+	for _, c := range cs {
+		w.wg.Add(1)
+		go w.poll(ctx, c, interval)
+	}
+	return w
+}
+
+func (w *Watcher) poll(ctx context.Context, c Controller, interval time.Duration) {
+	defer w.wg.Done()
+	hc := &http.Client{Timeout: time.Second}
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	var prev time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		var ios []api.PathIO
+		if err := c.get(ctx, hc, "/v1/io", &ios); err != nil {
+			continue
+		}
+		now := time.Now()
+		w.Add(now, c.Node, ios)
+		w.mu.Lock()
+		if !prev.IsZero() {
+			w.gap = max(w.gap, now.Sub(prev))
+		}
+		w.polls++
+		w.mu.Unlock()
+		prev = now
+	}
+}
+
+// Add takes one poll of a controller's per-path I/O at time t: a count
+// above the previous one is a rise. A count below it is a new baseline,
+// not I/O: a session that ended took its counters with it, or the
+// controller restarted (its new process's first I/O is then seen one
+// poll later, at the next rise).
+func (w *Watcher) Add(t time.Time, node string, ios []api.PathIO) {
+	sum := map[ioKey]uint64{}
+	for _, p := range ios {
+		n := p.Node
+		if n == "" {
+			n = node
+		}
+		sum[ioKey{p.Initiator, n, p.LUN}] += p.Reads + p.Writes
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for k, v := range sum {
+		prev, seen := w.last[k]
+		if seen && v > prev.good {
+			w.rises[k] = append(w.rises[k], t)
+		}
+		w.last[k] = sample{t, v}
+	}
+}
+
+// Close stops polling.
+func (w *Watcher) Close() {
+	w.cancel()
+	w.wg.Wait()
+}
+
+// Resolution is the longest time between two answered polls of one
+// controller (while it answered).
+func (w *Watcher) Resolution() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.gap
+}
+
+// Follow is how a client followed a LUN from node from to node to after
+// an action at t0.
+type Follow struct {
+	FirstNew, LastOld time.Time
+	// Switched: from then on all of the client's I/O completed at the new
+	// owner; zero if not (yet): no completion there, or one at the old
+	// owner in the quiet window before now.
+	Switched time.Time
+}
+
+// Follow computes the follow of initiator's I/O to lun from node from to
+// node to after t0, as seen at now: a completion at the old owner within
+// quiet before now means the host has not switched.
+func (w *Watcher) Follow(initiator string, lun uint64, from, to string, t0, now time.Time, quiet time.Duration) Follow {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var f Follow
+	news := w.rises[ioKey{initiator, to, lun}]
+	if i := sort.Search(len(news), func(i int) bool { return !news[i].Before(t0) }); i < len(news) {
+		f.FirstNew = news[i]
+	}
+	olds := w.rises[ioKey{initiator, from, lun}]
+	if n := len(olds); n > 0 && olds[n-1].After(t0) {
+		f.LastOld = olds[n-1]
+	}
+	if f.FirstNew.IsZero() || f.LastOld.After(now.Add(-quiet)) {
+		return f
+	}
+	f.Switched = f.FirstNew
+	if f.LastOld.After(f.Switched) {
+		f.Switched = f.LastOld
+	}
+	return f
+}
