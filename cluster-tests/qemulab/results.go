@@ -10,15 +10,22 @@ import (
 )
 
 // Write writes results.json and results.md to dir.
-func (r *Results) Write(dir string) error {
-	b, err := json.MarshalIndent(r, "", "  ")
+func (r *Results) Write(dir string) error { return WriteResults(dir, r, r.Markdown()) }
+
+// WriteResults writes a lab run's results to dir (made if missing): v as
+// results.json, md as results.md.
+func WriteResults(dir string, v any, md string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(dir, "results.json"), b, 0o644); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, "results.md"), []byte(r.Markdown()), 0o644)
+	return os.WriteFile(filepath.Join(dir, "results.md"), []byte(md), 0o644)
 }
 
 func ms(d time.Duration) string {

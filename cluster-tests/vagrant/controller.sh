@@ -3,7 +3,10 @@
 # node, with its etcd member, the LUN files on the witness's NFS export,
 # and the fence agent's key.
 #
-#   controller.sh NODE FENCE_PRIVATE_KEY_FILE API_TOKEN_FILE
+#   ALUAD_FENCE_KEY=... ALUAD_API_TOKEN=... controller.sh NODE
+#
+# (the fence agent's private key and the API's token, made by the
+# Vagrantfile on the host).
 #
 # At every boot, before the export is mounted, the controller asks the
 # witness to unfence it; the witness refuses the boot it fenced, so a
@@ -22,8 +25,8 @@ install -m 0755 /vagrant/cluster-tests/vagrant/fence.sh /usr/local/sbin/aluad-fe
 install -d /etc/aluad /var/lib/aluad
 # Not through a mount: a fenced boot's NFS mount does not answer.
 grep -q " /srv/aluad " /proc/mounts || install -d /srv/aluad
-install -m 0600 "$2" /etc/aluad/fence-key
-install -m 0600 "$3" /etc/aluad/api-token
+[ -n "${ALUAD_FENCE_KEY:-}" ] && [ -n "${ALUAD_API_TOKEN:-}" ] || { echo "controller.sh: ALUAD_FENCE_KEY and ALUAD_API_TOKEN are required" >&2; exit 2; }
+(umask 077; printf '%s\n' "$ALUAD_FENCE_KEY" | sed '/^$/d' >/etc/aluad/fence-key; printf '%s\n' "$ALUAD_API_TOKEN" | sed '/^$/d' >/etc/aluad/api-token)
 install -m 0644 /vagrant/cluster-tests/vagrant/cluster.yaml /etc/aluad/cluster.yaml
 echo "$node" >/etc/aluad/node
 
@@ -54,6 +57,25 @@ Options=vers=3,proto=tcp,hard,nolock
 [Install]
 WantedBy=multi-user.target
 UNIT
+# A fenced controller whose process does not exit (it waits for etcd
+# without serving) is found by the same check every 10 s.
+cat >/etc/systemd/system/aluad-rejoin.service <<'UNIT'
+[Unit]
+Description=aluad lab: reboot this controller if the witness fenced this boot
+[Service]
+Type=oneshot
+ExecStart=/usr/local/sbin/aluad-fence rejoin
+UNIT
+cat >/etc/systemd/system/aluad-rejoin.timer <<'UNIT'
+[Unit]
+Description=aluad lab: check every 10 s whether this boot is fenced
+[Timer]
+OnBootSec=30s
+OnUnitActiveSec=10s
+AccuracySec=1s
+[Install]
+WantedBy=timers.target
+UNIT
 cat >/etc/systemd/system/aluad-controller.service <<UNIT
 [Unit]
 Description=aluad lab: controller $node
@@ -78,5 +100,6 @@ WantedBy=multi-user.target
 UNIT
 systemctl daemon-reload
 systemctl enable --now aluad-unfence.service srv-aluad.mount
+systemctl enable --now aluad-rejoin.timer
 systemctl enable aluad-controller.service
 systemctl restart aluad-controller.service
