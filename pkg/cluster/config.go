@@ -43,6 +43,12 @@ type Config struct {
 	// exit, or a fence agent's run (default 60s; a power fence may take
 	// tens of seconds). Until a fence succeeds, the node's LUNs wait.
 	FenceTimeout time.Duration `yaml:"fence_timeout"`
+	// InterlinkTimeout is how long a controller's interlink peer may send
+	// nothing (no frame, no heartbeat) before its connection is ended as
+	// silent and redialled (default lease_ttl/4; heartbeats go every
+	// quarter of it). A machine that pauses its controllers for seconds
+	// (VMs under emulation) needs it longer; at most lease_ttl.
+	InterlinkTimeout time.Duration `yaml:"interlink_timeout"`
 }
 
 // The fencing methods.
@@ -82,6 +88,12 @@ func (c *Config) Validate(nodes []string) error {
 	}
 	if c.FenceTimeout < time.Second {
 		return fmt.Errorf("cluster.fence_timeout: %v is under 1s", c.FenceTimeout)
+	}
+	if c.InterlinkTimeout == 0 {
+		c.InterlinkTimeout = c.LeaseTTL / 4
+	}
+	if c.InterlinkTimeout < 100*time.Millisecond || c.InterlinkTimeout > c.LeaseTTL {
+		return fmt.Errorf("cluster.interlink_timeout: %v is outside 100ms..lease_ttl (%v)", c.InterlinkTimeout, c.LeaseTTL)
 	}
 	if c.FailbackAfter < 0 {
 		return fmt.Errorf("cluster.failback_after: %v is negative", c.FailbackAfter)

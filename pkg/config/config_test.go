@@ -96,6 +96,10 @@ func TestConfigErrors(t *testing.T) {
 			"want command"},
 		{"cluster fence timeout", "array_id: x1\ncluster: {etcd: [http://h:1], interlink: {a: 127.0.0.1:1, b: 127.0.0.1:2}, fence_timeout: 10ms}\n",
 			"under 1s"},
+		{"cluster interlink timeout short", "array_id: x1\ncluster: {etcd: [http://h:1], interlink: {a: 127.0.0.1:1, b: 127.0.0.1:2}, interlink_timeout: 50ms}\n",
+			"outside 100ms..lease_ttl"},
+		{"cluster interlink timeout past the lease", "array_id: x1\ncluster: {etcd: [http://h:1], interlink: {a: 127.0.0.1:1, b: 127.0.0.1:2}, lease_ttl: 2s, interlink_timeout: 3s}\n",
+			"outside 100ms..lease_ttl"},
 		{"cluster on tcmu", "array_id: x1\nfabric: {kind: tcmu}\n" + clusterYAML(""), "fabric kind iscsi"},
 	}
 	for _, tc := range tests {
@@ -118,25 +122,27 @@ func TestConfigErrors(t *testing.T) {
 
 // lines: the line each multi-line case's error is on (2 otherwise).
 var lines = map[string]int{
-	"chap on tcmu":                     2,
-	"host type deep in a block":        7,
-	"misspelt key in a block":          4,
-	"bad size in a block":              4,
-	"mappings on tcmu":                 3,
-	"cluster of one":                   5,
-	"cluster on tcmu":                  4,
-	"cluster without array id":         2,
-	"cluster node without interlink":   3,
-	"cluster interlink of no node":     3,
-	"cluster bad interlink":            3,
-	"cluster no etcd":                  3,
-	"cluster bad etcd":                 3,
-	"cluster lease fraction":           3,
-	"cluster on two machines unfenced": 3,
-	"cluster fencing unknown":          3,
-	"cluster fence command missing":    3,
-	"cluster fence command unused":     3,
-	"cluster fence timeout":            3,
+	"chap on tcmu":                             2,
+	"host type deep in a block":                7,
+	"misspelt key in a block":                  4,
+	"bad size in a block":                      4,
+	"mappings on tcmu":                         3,
+	"cluster of one":                           5,
+	"cluster on tcmu":                          4,
+	"cluster without array id":                 2,
+	"cluster node without interlink":           3,
+	"cluster interlink of no node":             3,
+	"cluster bad interlink":                    3,
+	"cluster no etcd":                          3,
+	"cluster interlink timeout short":          3,
+	"cluster interlink timeout past the lease": 3,
+	"cluster bad etcd":                         3,
+	"cluster lease fraction":                   3,
+	"cluster on two machines unfenced":         3,
+	"cluster fencing unknown":                  3,
+	"cluster fence command missing":            3,
+	"cluster fence command unused":             3,
+	"cluster fence timeout":                    3,
 }
 
 func TestConfigKeepsExplicitZeroDurations(t *testing.T) {
@@ -258,6 +264,10 @@ func TestClusterSection(t *testing.T) {
 	require.Equal(t, 2*time.Second, c.Cluster.FailbackAfter)
 	require.Equal(t, "process", c.Cluster.Fencing, "controllers on loopback: one machine, fenced by process")
 	require.Equal(t, time.Minute, c.Cluster.FenceTimeout)
+	require.Equal(t, 500*time.Millisecond, c.Cluster.InterlinkTimeout, "a quarter of the lease")
+	slow, err := Parse([]byte("array_id: x1\ncluster: {etcd: [http://h:1], interlink: {a: 127.0.0.1:1, b: 127.0.0.1:2}, lease_ttl: 6s, interlink_timeout: 4s}\n"), "c.yaml")
+	require.NoError(t, err)
+	require.Equal(t, 4*time.Second, slow.Cluster.InterlinkTimeout)
 	for yaml, want := range map[string]string{
 		"interlink: {a: 10.0.0.1:7101, b: 10.0.0.2:7101}, fence_command: [fence_virsh, -n, '{node}']": "command",
 		"interlink: {a: 10.0.0.1:7101, b: 10.0.0.2:7101}, fencing: none":                              "none",

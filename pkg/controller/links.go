@@ -17,14 +17,19 @@ import (
 // node whose name sorts first, accepted by the other, redialled while the
 // peer is a member.
 
-// A silent link ends after a quarter of the lease TTL (0.5 s at 2 s),
-// pinged every sixteenth: until then a write of this controller's own
+// A silent link ends after cluster.interlink_timeout (by default a
+// quarter of the lease TTL: 0.5 s at 2 s), pinged every quarter of that:
+// until then a write of this controller's own
 // LUNs waits for its mirror copy, so a partner that freezes (SIGSTOP, a
 // frozen VM) stalls them that long, and then they go on with the
 // partner's copies voided.
 func (c *Controller) linkOptions() interlink.Options {
+	silent := c.cc.InterlinkTimeout
+	if silent <= 0 { // a section built without Validate
+		silent = c.cc.LeaseTTL / 4
+	}
 	return interlink.Options{Self: interlink.Hello{Array: c.o.Config.ArrayID, Node: c.node}, Handler: handler{c},
-		Heartbeat: c.cc.LeaseTTL / 16, Timeout: c.cc.LeaseTTL / 4}
+		Heartbeat: silent / 4, Timeout: silent}
 }
 
 func (c *Controller) acceptLoop() {
