@@ -17,9 +17,14 @@
 # NFS server's threads are stopped (each finishes the request it runs)
 # and started again. With NFSv3 there is no grace period, and the other
 # controller's client resends what was in flight.
+#
+# ALUAD_FENCE_ROOT prefixes its files (a test runs it in a directory, with
+# nft, rpc.nfsd and logger stubbed: cluster-tests/vagrantlab); sshd passes
+# no such variable to the forced command.
 set -euf
-state=/var/lib/aluad-fence
-nodes=/etc/aluad/fence-nodes     # NODE ADDRESS, one per line
+root=${ALUAD_FENCE_ROOT:-}
+state=$root/var/lib/aluad-fence
+nodes=$root/etc/aluad/fence-nodes     # NODE ADDRESS, one per line
 log() { logger -t aluad-fence "$*"; echo "aluad-fence: $*" >&2; }
 set -- ${SSH_ORIGINAL_COMMAND:-$*}
 [ $# -ge 1 ] || { echo "usage: fence|unfence|check NODE BOOT_ID | status" >&2; exit 2; }
@@ -60,7 +65,7 @@ fence)
 	rm -f "$state/$node.up"
 	sync "$state"
 	nft add element inet aluad_fence fenced "{ $addr }"
-	threads=$(cat /proc/fs/nfsd/threads)
+	threads=$(cat "$root/proc/fs/nfsd/threads")
 	[ "${threads:-0}" -gt 0 ] 2>/dev/null || threads=8
 	rpc.nfsd 0
 	rpc.nfsd "$threads"

@@ -1,6 +1,6 @@
 #!/bin/sh
-# Provision the witness VM of the Vagrant lab: the third etcd member
-# (aluad witness), the NFS export that holds the LUN files, and the fence
+# Provision the witness VM of the Vagrant lab: the array's etcd, one
+# member (aluad witness), the NFS export that holds the LUN files, and the fence
 # agent the controllers reach over SSH (nfs-fence.sh).
 #
 #   witness.sh FENCE_PUBLIC_KEY
@@ -61,13 +61,15 @@ chmod 0600 /root/.ssh/authorized_keys
 
 cat >/etc/systemd/system/aluad-witness.service <<'UNIT'
 [Unit]
-Description=aluad lab: the witness etcd member
+Description=aluad lab: the array's etcd (one member)
 After=network-online.target
 Wants=network-online.target
 [Service]
+# The lab's only etcd member (docs/vagrant.md, why one): the controllers
+# use it as an existing etcd (cluster.yaml) and run none of their own.
 ExecStart=/usr/local/bin/aluad witness --name w --data /var/lib/aluad/w \
-	--client-url http://10.77.3.30:2379 --peer-url http://10.77.3.30:2380 --heartbeat 250ms --election 2500ms \
-	--cluster a=http://10.77.3.10:2380,b=http://10.77.3.20:2380,w=http://10.77.3.30:2380
+	--client-url http://10.77.3.30:2379 --peer-url http://10.77.3.30:2380 \
+	--cluster w=http://10.77.3.30:2380
 Restart=always
 RestartSec=2
 [Install]
