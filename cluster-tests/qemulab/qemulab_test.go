@@ -263,7 +263,12 @@ func TestVagrantConfig(t *testing.T) {
 	require.NoError(t, err)
 	for _, c := range []ClientSpec{cDefaultsDMMP, cALUA, cFollowover} {
 		require.Contains(t, string(b), `["`+c.Name+`", "`+c.Conf+`", "`+c.HostType+`"]`)
+		byName, ok := ClientByName(c.Name)
+		require.True(t, ok, c.Name)
+		require.Equal(t, c, byName)
 	}
+	_, ok := ClientByName("c9")
+	require.False(t, ok)
 }
 
 // The results page names every client, every follow (switched, already

@@ -111,6 +111,17 @@ var cNoMP = ClientSpec{Name: "c6", Conf: "multipath-none.conf", HostType: "linux
 // modules-load.d (multipath-tools) loads at boot; multipathd is not run.
 var noMPModules = []string{"virtio_net", "virtio_scsi", "sd_mod", "sg", "scsi_dh_alua", "iscsi_tcp", "dm_multipath"}
 
+// ClientByName is the lab's client configuration of that name (c1..c7):
+// the Vagrant lab's clients are the same configurations.
+func ClientByName(name string) (ClientSpec, bool) {
+	for _, c := range []ClientSpec{cDefaultsDMMP, cDefaultsANO, cALUA, cFollowover, cLibISCSI, cNoMP, cALUADMMP} {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return ClientSpec{}, false
+}
+
 // cLibISCSIShared is c5 in a crowded run: measured, not judged.
 var cLibISCSIShared = func() ClientSpec {
 	c := cLibISCSI

@@ -28,12 +28,17 @@ type Options struct {
 // Client is one client VM of the smoke.
 type Client struct {
 	Name, Initiator string
-	Offset          time.Duration     // its clock minus the host's
-	Maps            []string          // multipath -ll of each map, for the record
-	Devs            map[uint64]string // LUN -> dm device
-	FioErrors       int
-	FioIOs          uint64
-	done            map[uint64][]time.Time
+	// Follows: its configuration is expected to run its I/O on a LUN's
+	// owner after a move (qemulab's client of the same name); the others
+	// are measured and reported, not judged.
+	Follows   bool
+	Offset    time.Duration     // its clock minus the host's
+	Maps      []string          // multipath -ll of each map, for the record
+	Devs      map[uint64]string // LUN -> dm device
+	ready     map[string]int    // node -> active ready paths (the fewest of any map)
+	FioErrors int
+	FioIOs    uint64
+	done      map[uint64][]time.Time
 }
 
 // StepResult is one step's figures for one client and LUN.
@@ -44,6 +49,7 @@ type StepResult struct {
 	From     string  `json:"from,omitempty"`
 	To       string  `json:"to,omitempty"`
 	FollowMS float64 `json:"follow_ms,omitempty"` // -1: never
+	Judged   bool    `json:"judged,omitempty"`    // a follow required of this client
 	StallMS  float64 `json:"stall_ms"`
 }
 
@@ -55,6 +61,8 @@ type Result struct {
 	FioIOs     map[string]uint64   `json:"fio_ios"`
 	Multipath  map[string][]string `json:"multipath"`
 	Resolution time.Duration       `json:"poll_resolution_ns"`
+	Fence      []string            `json:"fence"` // what the witness's fence agent logged, as checked
+	Notes      []string            `json:"notes,omitempty"`
 	Leftovers  []string            `json:"leftovers,omitempty"`
 	Failures   []string            `json:"failures,omitempty"`
 	DurationS  float64             `json:"duration_s"`
@@ -66,6 +74,9 @@ type step struct {
 	from, to   string
 	start, end time.Time
 	followed   map[string]Follow
+	// unjudged: no client is expected to follow (the array withholds the
+	// move by its own rule); the follows are measured, not judged.
+	unjudged bool
 }
 
 // Run runs the smoke.
@@ -89,7 +100,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			ctrls = append(ctrls, Controller{Machine: n, Node: strings.TrimPrefix(n, "ctrl-"),
 				Base: "http://" + m.Hosts[n] + ":8080", Token: strings.TrimSpace(string(tok))})
 		case len(n) > 1 && n[0] == 'c' && n[1] >= '0' && n[1] <= '9':
-			clients = append(clients, &Client{Name: n, Initiator: "iqn.2026-11.org.example:" + n, Devs: map[uint64]string{}})
+			spec, ok := qemulab.ClientByName(n)
+			if !ok {
+				return nil, fmt.Errorf("client %s: no such client configuration (c1..c7, cluster-tests/qemulab)", n)
+			}
+			clients = append(clients, &Client{Name: n, Initiator: "iqn.2026-11.org.example:" + n, Devs: map[uint64]string{}, Follows: spec.Follows})
 		}
 	}
 	if len(ctrls) != 2 || len(clients) == 0 {
@@ -130,10 +145,6 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if first != "a" {
-		return nil, fmt.Errorf("LUN 0 is on node %s, want its preferred owner a", first)
-	}
-
 	logf("fio on %d clients", len(clients))
 	for _, c := range clients {
 		var jobs []string
@@ -145,7 +156,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			return nil, err
 		}
 	}
-	w := Watch(ctrls, 20*time.Millisecond)
+	w := Watch(ctrls, 100*time.Millisecond)
 	defer w.Close()
 	sleep(ctx, o.Settle)
 
@@ -158,8 +169,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			all := cond == nil || cond()
 			for _, c := range clients {
 				f := w.Follow(c.Initiator, st.lun, st.from, st.to, st.start, now, 2*time.Second)
-				if f.Switched.IsZero() {
-					all = false
+				if f.Switched.IsZero() && c.Follows && !st.unjudged {
+					all = false // a client not judged is measured while the judged ones are waited for
 				}
 				st.followed[c.Name] = f
 			}
@@ -177,42 +188,107 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	ownerIs := func(lun uint64, node string) func() bool {
 		return func() bool { o, err := owner(lun); return err == nil && o == node }
 	}
-	move := func(lun uint64, from, to string) error {
+	move := func(lun uint64, from, to string) (*step, error) {
 		st := &step{name: fmt.Sprintf("move LUN %d to %s", lun, to), lun: lun, from: from, to: to, start: time.Now(), followed: map[string]Follow{}}
 		logf("%s", st.name)
 		if _, err := byNode["a"].Client().Move(lun, to); err != nil {
 			if _, err2 := byNode["b"].Client().Move(lun, to); err2 != nil {
-				return fmt.Errorf("%s: %v; %v", st.name, err, err2)
+				return nil, fmt.Errorf("%s: %v; %v", st.name, err, err2)
 			}
 		}
 		wait(st, o.Follow, ownerIs(lun, to))
-		steps = append(steps, st)
-		return nil
+		return st, nil
 	}
-	if err := move(0, "a", "b"); err != nil {
-		return nil, err
+	if first != "a" {
+		// An earlier run's end (a failback withheld): the run starts from
+		// the preferred layout, set by the operator's move and followed
+		// before the first step (not a step of the run).
+		logf("LUN 0 is on node %s: it goes to its preferred owner a before the run", first)
+		if _, err := move(0, first, "a"); err != nil {
+			return nil, err
+		}
+		if ow, err := owner(0); err != nil || ow != "a" {
+			return nil, fmt.Errorf("LUN 0 is not on a %v after its move there (%s %v)", o.Follow, ow, errOrNil(err))
+		}
 	}
-	if err := move(0, "b", "a"); err != nil {
-		return nil, err
+	from := "a"
+	for _, to := range []string{"b", "a"} {
+		st, err := move(0, from, to)
+		if err != nil {
+			return nil, err
+		}
+		steps, from = append(steps, st), to
 	}
 	dom, err := m.Domain("ctrl-a")
 	if err != nil {
 		return nil, err
 	}
+	lost, err := bootID(ctx, m, "ctrl-a")
+	if err != nil {
+		return nil, err
+	}
 	st := &step{name: "ctrl-a power loss", lun: 0, from: "a", to: "b", start: time.Now(), followed: map[string]Follow{}}
-	logf("%s (virsh destroy)", st.name)
+	logf("%s (virsh destroy; boot %s)", st.name, lost)
 	if _, err := Virsh(ctx, "destroy", dom); err != nil {
 		return nil, err
 	}
 	wait(st, o.Follow, ownerIs(0, "b"))
 	steps = append(steps, st)
+	// The survivor took LUN 0 only after the witness cut the lost boot
+	// from the LUN files (the witness's own log, not the controllers').
+	fenced := fmt.Sprintf("fenced node a (10.77.3.10, boot %s)", lost)
+	if err := witnessSaid(ctx, m, fenced); err != nil {
+		res.Failures = append(res.Failures, err.Error())
+	} else {
+		res.Fence = append(res.Fence, fenced)
+	}
 	st = &step{name: "ctrl-a starts", lun: 0, from: "b", to: "a", start: time.Now(), followed: map[string]Follow{}}
-	logf("%s (virsh start; it fails LUN 0 back once its hosts reach it again)", st.name)
+	// The array fails a LUN back only where every user's I/O would
+	// follow (docs/ownership.md): with a client whose configuration does
+	// not follow (c4: failback followover), LUN 0 stays on b, and the step
+	// ends once every client reaches ctrl-a again.
+	var stays []string
+	for _, c := range clients {
+		if !c.Follows {
+			stays = append(stays, c.Name)
+		}
+	}
+	st.unjudged = len(stays) > 0
+	if st.unjudged {
+		logf("%s (virsh start; LUN 0 stays on b: %s does not follow a failback)", st.name, strings.Join(stays, ", "))
+	} else {
+		logf("%s (virsh start; it fails LUN 0 back once its hosts reach it again)", st.name)
+	}
 	if _, err := Virsh(ctx, "start", dom); err != nil {
 		return nil, err
 	}
-	wait(st, o.Restart, ownerIs(0, "a"))
+	if st.unjudged {
+		wait(st, o.Restart, func() bool { return reachAgain(ctx, m, clients, "a") })
+		if !reachAgain(ctx, m, clients, "a") {
+			res.Failures = append(res.Failures, fmt.Sprintf("ctrl-a starts: not every client had two ready paths to it again within %v", o.Restart))
+		}
+		ow, err := owner(0)
+		res.Notes = append(res.Notes, fmt.Sprintf("ctrl-a starts: LUN 0's owner at the step's end: %s %v (no failback is made while %s, which does not follow, uses it)",
+			ow, errOrNil(err), strings.Join(stays, ", ")))
+	} else {
+		wait(st, o.Restart, ownerIs(0, "a"))
+	}
 	steps = append(steps, st)
+	// Its new boot was let in again; the fenced one stays out.
+	boot, err := bootID(ctx, m, "ctrl-a")
+	switch {
+	case err != nil:
+		res.Failures = append(res.Failures, "ctrl-a after its start: "+err.Error())
+	case boot == lost:
+		res.Failures = append(res.Failures, "ctrl-a runs the boot that was fenced: virsh start did not boot it")
+	default:
+		unfenced := fmt.Sprintf("unfenced node a (10.77.3.10, boot %s)", boot)
+		if err := witnessSaid(ctx, m, unfenced); err != nil {
+			res.Failures = append(res.Failures, err.Error())
+		} else {
+			res.Fence = append(res.Fence, unfenced)
+		}
+	}
 	res.Resolution = w.Resolution()
 
 	logf("stopping fio")
@@ -250,10 +326,12 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 				gap, _ := qemulab.LongestGap(c.done[lun], st.start, st.end)
 				r := StepResult{Step: st.name, Client: c.Name, LUN: lun, StallMS: ms(gap)}
 				if lun == st.lun {
-					r.From, r.To = st.from, st.to
+					r.From, r.To, r.Judged = st.from, st.to, c.Follows && !st.unjudged
 					if f := st.followed[c.Name]; f.Switched.IsZero() {
 						r.FollowMS = -1
-						res.Failures = append(res.Failures, fmt.Sprintf("%s: %s: its I/O to LUN %d never ran on node %s alone", c.Name, st.name, lun, st.to))
+						if r.Judged {
+							res.Failures = append(res.Failures, fmt.Sprintf("%s: %s: its I/O to LUN %d never ran on node %s alone", c.Name, st.name, lun, st.to))
+						}
 					} else {
 						r.FollowMS = ms(f.Switched.Sub(st.start))
 					}
@@ -274,6 +352,41 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	res.DurationS = time.Since(res.Start).Seconds()
 	return res, res.write(o.Out)
+}
+
+// reachAgain: every client has two ready paths to node in every map.
+func reachAgain(ctx context.Context, m *Machines, clients []*Client, node string) bool {
+	for _, c := range clients {
+		if why, err := c.readMaps(ctx, m); err != nil || why != "" || c.ready[node] < 2 {
+			return false
+		}
+	}
+	return true
+}
+
+func errOrNil(err error) string {
+	if err != nil {
+		return "(" + err.Error() + ")"
+	}
+	return ""
+}
+
+// bootID is a machine's kernel boot id: what the fence agent fences.
+func bootID(ctx context.Context, m *Machines, name string) (string, error) {
+	out, err := m.Sh(ctx, time.Minute, name, "cat /proc/sys/kernel/random/boot_id")
+	return strings.TrimSpace(out), err
+}
+
+// witnessSaid checks that the fence agent on the witness logged line.
+func witnessSaid(ctx context.Context, m *Machines, line string) error {
+	out, err := m.Sh(ctx, time.Minute, "witness", "journalctl -t aluad-fence -o cat --no-pager")
+	if err != nil {
+		return fmt.Errorf("the witness's fence log: %w", err)
+	}
+	if !strings.Contains(out, line) {
+		return fmt.Errorf("the witness's fence agent never logged %q; it logged: %s", line, lastLines(out, 5))
+	}
+	return nil
 }
 
 func waitMaps(ctx context.Context, m *Machines, clients []*Client, limit time.Duration, logf func(string, ...any)) error {
@@ -318,12 +431,13 @@ func (c *Client) readMaps(ctx context.Context, m *Machines) (string, error) {
 	for _, d := range ds {
 		byDev[d.Dev] = d
 	}
-	c.Devs, c.Maps = map[uint64]string{}, nil
+	c.Devs, c.Maps, c.ready = map[uint64]string{}, nil, map[string]int{}
+	first := true
 	for _, mp := range maps {
 		if !strings.Contains(mp.Vendor, "ALUAD") {
 			continue
 		}
-		nodes := map[string]int{}
+		nodes, ready := map[string]int{}, map[string]int{}
 		var lun uint64
 		for _, p := range mp.Paths() {
 			d, ok := byDev[p.Dev]
@@ -332,7 +446,16 @@ func (c *Client) readMaps(ctx context.Context, m *Machines) (string, error) {
 			}
 			lun = d.LUN
 			nodes[nodeOf(d.Portal)]++
+			if p.DMState == "active" && p.Check == "ready" {
+				ready[nodeOf(d.Portal)]++
+			}
 		}
+		for _, n := range []string{"a", "b"} {
+			if first || ready[n] < c.ready[n] {
+				c.ready[n] = ready[n]
+			}
+		}
+		first = false
 		if nodes["a"] < 2 || nodes["b"] < 2 {
 			return fmt.Sprintf("map %s has paths %v by node, want 2 to each", mp.Name, nodes), nil
 		}
@@ -447,8 +570,10 @@ func (r *Result) Markdown() string {
 	for _, s := range r.Steps {
 		f := "-"
 		switch {
-		case s.FollowMS < 0:
+		case s.FollowMS < 0 && s.Judged:
 			f = "never"
+		case s.FollowMS < 0:
+			f = "never (not judged)"
 		case s.From != "":
 			f = fmt.Sprintf("%.0f ms", s.FollowMS)
 		}
@@ -461,6 +586,12 @@ func (r *Result) Markdown() string {
 	sort.Strings(names)
 	for _, n := range names {
 		fmt.Fprintf(&b, "\n%s: fio %d I/Os, %d errors", n, r.FioIOs[n], r.FioErrors[n])
+	}
+	for _, f := range r.Fence {
+		fmt.Fprintf(&b, "\nwitness: %s", f)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "\n%s", n)
 	}
 	fmt.Fprintf(&b, "\n\npoll resolution: %v; %.0f s in all\n", r.Resolution.Round(time.Millisecond), r.DurationS)
 	if len(r.Failures) == 0 {

@@ -143,3 +143,31 @@ func TestLeftovers(t *testing.T) {
 	assert.Equal(t, []string{"domain main_ctrl-a", "network aluad-fabric-a", "network vagrant-libvirt", "volume main_c1.img"}, left)
 	assert.Empty(t, Leftovers([]string{"x"}, []string{"default"}, []string{"aluad-VAGRANTSLASH-debian12_vagrant_box_image_0_1_box.img"}, "main_"))
 }
+
+// The smoke's page: a judged client that never followed is "never", one
+// whose configuration does not follow is measured and said not judged,
+// the witness's fence lines are there, and any failure makes it FAIL.
+func TestSmokeMarkdown(t *testing.T) {
+	r := &Result{
+		Steps: []StepResult{
+			{Step: "move LUN 0 to b", Client: "c3", LUN: 0, From: "a", To: "b", FollowMS: 6287, Judged: true, StallMS: 2460},
+			{Step: "move LUN 0 to b", Client: "c4", LUN: 0, From: "a", To: "b", FollowMS: -1, StallMS: 2400},
+			{Step: "move LUN 0 to b", Client: "c4", LUN: 1, StallMS: 500},
+		},
+		FioErrors: map[string]int{"c3": 0, "c4": 0}, FioIOs: map[string]uint64{"c3": 10, "c4": 20},
+		Fence:      []string{"fenced node a (10.77.3.10, boot x)"},
+		Resolution: 40 * time.Millisecond, DurationS: 600,
+	}
+	md := r.Markdown()
+	assert.Contains(t, md, "| move LUN 0 to b | c3 | 0 | 6287 ms | 2460 ms |")
+	assert.Contains(t, md, "| move LUN 0 to b | c4 | 0 | never (not judged) | 2400 ms |")
+	assert.Contains(t, md, "| move LUN 0 to b | c4 | 1 | - | 500 ms |")
+	assert.Contains(t, md, "witness: fenced node a (10.77.3.10, boot x)")
+	assert.Contains(t, md, "c4: fio 20 I/Os, 0 errors")
+	assert.Contains(t, md, "\nPASS\n")
+	r.Steps[0].FollowMS = -1
+	r.Failures = []string{"c3: move LUN 0 to b: its I/O to LUN 0 never ran on node b alone"}
+	md = r.Markdown()
+	assert.Contains(t, md, "| move LUN 0 to b | c3 | 0 | never | 2460 ms |")
+	assert.Contains(t, md, "\nFAIL\n- c3: move LUN 0 to b")
+}

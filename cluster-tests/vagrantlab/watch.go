@@ -89,7 +89,7 @@ func (w *Watcher) poll(ctx context.Context, c Controller, interval time.Duration
 		now := time.Now()
 		w.Add(now, c.Node, ios)
 		w.mu.Lock()
-		if !prev.IsZero() {
+		if !prev.IsZero() && now.Sub(prev) < outage {
 			w.gap = max(w.gap, now.Sub(prev))
 		}
 		w.polls++
@@ -129,8 +129,12 @@ func (w *Watcher) Close() {
 	w.wg.Wait()
 }
 
+// outage: a controller unanswered this long was down (powered off,
+// rebooting), not slow to poll: the gap is not the polling's resolution.
+const outage = 10 * time.Second
+
 // Resolution is the longest time between two answered polls of one
-// controller (while it answered).
+// controller, but for its outages.
 func (w *Watcher) Resolution() time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
