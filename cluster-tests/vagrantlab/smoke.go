@@ -50,6 +50,7 @@ type StepResult struct {
 	To       string  `json:"to,omitempty"`
 	FollowMS float64 `json:"follow_ms,omitempty"` // -1: never
 	Judged   bool    `json:"judged,omitempty"`    // a follow required of this client
+	Already  bool    `json:"already,omitempty"`   // its I/O was at the new owner before the step
 	StallMS  float64 `json:"stall_ms"`
 }
 
@@ -332,6 +333,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 						if r.Judged {
 							res.Failures = append(res.Failures, fmt.Sprintf("%s: %s: its I/O to LUN %d never ran on node %s alone", c.Name, st.name, lun, st.to))
 						}
+					} else if f.Already {
+						r.Already = true
 					} else {
 						r.FollowMS = ms(f.Switched.Sub(st.start))
 					}
@@ -574,6 +577,8 @@ func (r *Result) Markdown() string {
 			f = "never"
 		case s.FollowMS < 0:
 			f = "never (not judged)"
+		case s.Already:
+			f = "already there"
 		case s.From != "":
 			f = fmt.Sprintf("%.0f ms", s.FollowMS)
 		}

@@ -55,6 +55,7 @@ func TestFollow(t *testing.T) {
 		polls      []poll
 		now        int
 		switchedMS int // -1: not switched
+		already    bool
 	}{
 		{
 			name: "moved: last at a 300 ms, first at b 450 ms",
@@ -100,6 +101,24 @@ func TestFollow(t *testing.T) {
 			now: 5000, switchedMS: 450,
 		},
 		{
+			name: "already at the new owner: I/O there and none at the old one before",
+			polls: []poll{
+				{-1900, "a", []api.PathIO{io(c, "a", 0, 10, 5)}}, {-1900, "b", []api.PathIO{io(c, "b", 0, 1, 0)}},
+				{-500, "a", []api.PathIO{io(c, "a", 0, 10, 5)}}, {-500, "b", []api.PathIO{io(c, "b", 0, 8, 0)}},
+				{300, "b", []api.PathIO{io(c, "b", 0, 10, 0)}},
+			},
+			now: 5000, switchedMS: 300, already: true,
+		},
+		{
+			name: "at both before: not already there",
+			polls: []poll{
+				{-1900, "a", []api.PathIO{io(c, "a", 0, 10, 5)}}, {-1900, "b", []api.PathIO{io(c, "b", 0, 1, 0)}},
+				{-500, "a", []api.PathIO{io(c, "a", 0, 11, 5)}}, {-500, "b", []api.PathIO{io(c, "b", 0, 8, 0)}},
+				{300, "b", []api.PathIO{io(c, "b", 0, 10, 0)}},
+			},
+			now: 5000, switchedMS: 300,
+		},
+		{
 			name:       "no I/O at the new owner",
 			polls:      []poll{{-100, "a", []api.PathIO{io(c, "a", 0, 10, 5)}}, {300, "a", []api.PathIO{io(c, "a", 0, 10, 5)}}},
 			now:        5000,
@@ -125,6 +144,7 @@ func TestFollow(t *testing.T) {
 				from, to = "b", "a"
 			}
 			f := w.Follow(c, 0, from, to, t0, at(tc.now), 2*time.Second)
+			assert.Equal(t, tc.already, f.Already)
 			if tc.switchedMS < 0 {
 				assert.True(t, f.Switched.IsZero(), "switched at %v", f.Switched.Sub(t0))
 			} else {
@@ -162,6 +182,8 @@ func TestSmokeMarkdown(t *testing.T) {
 	assert.Contains(t, md, "| move LUN 0 to b | c3 | 0 | 6287 ms | 2460 ms |")
 	assert.Contains(t, md, "| move LUN 0 to b | c4 | 0 | never (not judged) | 2400 ms |")
 	assert.Contains(t, md, "| move LUN 0 to b | c4 | 1 | - | 500 ms |")
+	r.Steps = append(r.Steps, StepResult{Step: "move LUN 0 to a", Client: "c4", LUN: 0, From: "b", To: "a", Already: true, StallMS: 300})
+	assert.Contains(t, r.Markdown(), "| move LUN 0 to a | c4 | 0 | already there | 300 ms |")
 	assert.Contains(t, md, "witness: fenced node a (10.77.3.10, boot x)")
 	assert.Contains(t, md, "c4: fio 20 I/Os, 0 errors")
 	assert.Contains(t, md, "\nPASS\n")

@@ -149,6 +149,9 @@ type Follow struct {
 	// owner; zero if not (yet): no completion there, or one at the old
 	// owner in the quiet window before now.
 	Switched time.Time
+	// Already: in the quiet window before t0 the client's I/O completed
+	// at the new owner and not at the old one: it had nothing to follow.
+	Already bool
 }
 
 // Follow computes the follow of initiator's I/O to lun from node from to
@@ -166,6 +169,11 @@ func (w *Watcher) Follow(initiator string, lun uint64, from, to string, t0, now 
 	if n := len(olds); n > 0 && olds[n-1].After(t0) {
 		f.LastOld = olds[n-1]
 	}
+	within := func(ts []time.Time, from, to time.Time) bool {
+		i := sort.Search(len(ts), func(i int) bool { return !ts[i].Before(from) })
+		return i < len(ts) && ts[i].Before(to)
+	}
+	f.Already = within(news, t0.Add(-quiet), t0) && !within(olds, t0.Add(-quiet), t0)
 	if f.FirstNew.IsZero() || f.LastOld.After(now.Add(-quiet)) {
 		return f
 	}
