@@ -47,7 +47,9 @@ type Config struct {
 	// nothing (no frame, no heartbeat) before its connection is ended as
 	// silent and redialled (default lease_ttl/4; heartbeats go every
 	// quarter of it). A machine that pauses its controllers for seconds
-	// (VMs under emulation) needs it longer; at most lease_ttl.
+	// (VMs under emulation) needs it longer; at most half the lease (a
+	// silent link must end before a write's wait for its mirror copy,
+	// one lease, gives up).
 	InterlinkTimeout time.Duration `yaml:"interlink_timeout"`
 }
 
@@ -92,8 +94,8 @@ func (c *Config) Validate(nodes []string) error {
 	if c.InterlinkTimeout == 0 {
 		c.InterlinkTimeout = c.LeaseTTL / 4
 	}
-	if c.InterlinkTimeout < 100*time.Millisecond || c.InterlinkTimeout > c.LeaseTTL {
-		return fmt.Errorf("cluster.interlink_timeout: %v is outside 100ms..lease_ttl (%v)", c.InterlinkTimeout, c.LeaseTTL)
+	if c.InterlinkTimeout < 100*time.Millisecond || c.InterlinkTimeout > c.LeaseTTL/2 {
+		return fmt.Errorf("cluster.interlink_timeout: %v is outside 100ms..lease_ttl/2 (%v)", c.InterlinkTimeout, c.LeaseTTL/2)
 	}
 	if c.FailbackAfter < 0 {
 		return fmt.Errorf("cluster.failback_after: %v is negative", c.FailbackAfter)

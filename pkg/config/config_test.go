@@ -97,9 +97,9 @@ func TestConfigErrors(t *testing.T) {
 		{"cluster fence timeout", "array_id: x1\ncluster: {etcd: [http://h:1], interlink: {a: 127.0.0.1:1, b: 127.0.0.1:2}, fence_timeout: 10ms}\n",
 			"under 1s"},
 		{"cluster interlink timeout short", "array_id: x1\ncluster: {etcd: [http://h:1], interlink: {a: 127.0.0.1:1, b: 127.0.0.1:2}, interlink_timeout: 50ms}\n",
-			"outside 100ms..lease_ttl"},
-		{"cluster interlink timeout past the lease", "array_id: x1\ncluster: {etcd: [http://h:1], interlink: {a: 127.0.0.1:1, b: 127.0.0.1:2}, lease_ttl: 2s, interlink_timeout: 3s}\n",
-			"outside 100ms..lease_ttl"},
+			"outside 100ms..lease_ttl/2"},
+		{"cluster interlink timeout past the lease", "array_id: x1\ncluster: {etcd: [http://h:1], interlink: {a: 127.0.0.1:1, b: 127.0.0.1:2}, lease_ttl: 2s, interlink_timeout: 1500ms}\n",
+			"outside 100ms..lease_ttl/2"},
 		{"cluster on tcmu", "array_id: x1\nfabric: {kind: tcmu}\n" + clusterYAML(""), "fabric kind iscsi"},
 	}
 	for _, tc := range tests {
@@ -265,9 +265,9 @@ func TestClusterSection(t *testing.T) {
 	require.Equal(t, "process", c.Cluster.Fencing, "controllers on loopback: one machine, fenced by process")
 	require.Equal(t, time.Minute, c.Cluster.FenceTimeout)
 	require.Equal(t, 500*time.Millisecond, c.Cluster.InterlinkTimeout, "a quarter of the lease")
-	slow, err := Parse([]byte("array_id: x1\ncluster: {etcd: [http://h:1], interlink: {a: 127.0.0.1:1, b: 127.0.0.1:2}, lease_ttl: 6s, interlink_timeout: 4s}\n"), "c.yaml")
+	slow, err := Parse([]byte("array_id: x1\ncluster: {etcd: [http://h:1], interlink: {a: 127.0.0.1:1, b: 127.0.0.1:2}, lease_ttl: 6s, interlink_timeout: 3s}\n"), "c.yaml")
 	require.NoError(t, err)
-	require.Equal(t, 4*time.Second, slow.Cluster.InterlinkTimeout)
+	require.Equal(t, 3*time.Second, slow.Cluster.InterlinkTimeout)
 	for yaml, want := range map[string]string{
 		"interlink: {a: 10.0.0.1:7101, b: 10.0.0.2:7101}, fence_command: [fence_virsh, -n, '{node}']": "command",
 		"interlink: {a: 10.0.0.1:7101, b: 10.0.0.2:7101}, fencing: none":                              "none",

@@ -231,8 +231,9 @@ func (c *Controller) partnerName() string {
 // (the link died, or the owner is that slow) answers the host only once
 // it has passed, so the host never retries, then writes the block again,
 // while the first write can still land. It is the longest a host waits
-// for its answer then (the heartbeat ends a dead link in a quarter of
-// the TTL, sooner), and a command that reaches the owner's cache later
+// for its answer then (the heartbeat ends a dead link after
+// cluster.interlink_timeout, by default a quarter of the TTL: sooner),
+// and a command that reaches the owner's cache later
 // than that (a link delayed as long, an owner stalled) is refused, and
 // retried by the host.
 func (c *Controller) forwardLifetime() time.Duration { return c.cc.LeaseTTL / 2 }
