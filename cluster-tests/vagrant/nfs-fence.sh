@@ -19,10 +19,11 @@
 # controller's client resends what was in flight.
 #
 # ALUAD_FENCE_ROOT prefixes its files (a test runs it in a directory, with
-# nft, rpc.nfsd and logger stubbed: cluster-tests/vagrantlab); sshd passes
-# no such variable to the forced command.
+# nft, rpc.nfsd and logger stubbed: cluster-tests/vagrantlab); run by sshd
+# (SSH_CONNECTION set) it is ignored, whatever sshd lets a client send.
 set -euf
-root=${ALUAD_FENCE_ROOT:-}
+root=
+[ -n "${SSH_CONNECTION:-}" ] || root=${ALUAD_FENCE_ROOT:-}
 state=$root/var/lib/aluad-fence
 nodes=$root/etc/aluad/fence-nodes     # NODE ADDRESS, one per line
 log() { logger -t aluad-fence "$*"; echo "aluad-fence: $*" >&2; }

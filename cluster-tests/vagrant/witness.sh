@@ -67,7 +67,10 @@ Wants=network-online.target
 [Service]
 # The lab's only etcd member (docs/vagrant.md, why one): the controllers
 # use it as an existing etcd (cluster.yaml) and run none of their own.
-ExecStart=/usr/local/bin/aluad witness --name w --data /var/lib/aluad/w \
+# Its data directory is not the earlier three-member layout's
+# (/var/lib/aluad/w): a member restarted on that one would wait for the
+# other two for good.
+ExecStart=/usr/local/bin/aluad witness --name w --data /var/lib/aluad/etcd1 \
 	--client-url http://10.77.3.30:2379 --peer-url http://10.77.3.30:2380 \
 	--cluster w=http://10.77.3.30:2380
 Restart=always

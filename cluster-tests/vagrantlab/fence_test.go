@@ -17,6 +17,7 @@ import (
 type fenceAgent struct {
 	t           *testing.T
 	root, calls string
+	env         []string // more of the agent's environment
 }
 
 func newFenceAgent(t *testing.T) *fenceAgent {
@@ -42,6 +43,7 @@ func (f *fenceAgent) run(request string) (int, string, []string) {
 	cmd := exec.Command("sh", "../vagrant/nfs-fence.sh")
 	cmd.Env = []string{"PATH=" + filepath.Join(f.root, "bin") + ":" + os.Getenv("PATH"), "ALUAD_FENCE_ROOT=" + f.root,
 		"SSH_ORIGINAL_COMMAND=" + request}
+	cmd.Env = append(cmd.Env, f.env...)
 	out, err := cmd.CombinedOutput()
 	code := 0
 	var ee *exec.ExitError
@@ -103,4 +105,14 @@ func TestFenceAgent(t *testing.T) {
 	rec, err := os.ReadFile(filepath.Join(f.root, "var/lib/aluad-fence/a.up"))
 	require.NoError(t, err)
 	require.Equal(t, reboot+"\n", string(rec))
+
+	// Run by sshd, the agent takes no root from the environment: here it
+	// then finds no node list of its own (/etc/aluad/fence-nodes is the
+	// witness's) and refuses, having cut nothing.
+	_, err = os.Stat("/etc/aluad/fence-nodes")
+	require.True(t, os.IsNotExist(err), "this test assumes a machine that is not the lab's witness")
+	f.env = []string{"SSH_CONNECTION=10.77.3.10 40000 10.77.3.30 22"}
+	code, out, calls := f.run("fence a " + old)
+	require.NotEqual(t, 0, code, out)
+	require.Empty(t, calls)
 }
