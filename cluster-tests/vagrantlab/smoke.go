@@ -20,9 +20,13 @@ type Options struct {
 	Ready   time.Duration
 	Follow  time.Duration // how long a step may take to be followed
 	Restart time.Duration // how long a controller VM may take to boot and get its LUNs back
-	Settle  time.Duration
-	Destroy bool // vagrant destroy -f at the end, and check nothing is left
-	Log     func(format string, args ...any)
+	// Failback: with a client that does not follow, how long after every
+	// client reaches the restarted controller again its LUN's owner is
+	// watched (past the core's failback window) before it is read.
+	Failback time.Duration
+	Settle   time.Duration
+	Destroy  bool // vagrant destroy -f at the end, and check nothing is left
+	Log      func(format string, args ...any)
 }
 
 // Client is one client VM of the smoke.
@@ -35,7 +39,7 @@ type Client struct {
 	Offset    time.Duration     // its clock minus the host's
 	Maps      []string          // multipath -ll of each map, for the record
 	Devs      map[uint64]string // LUN -> dm device
-	ready     map[string]int    // node -> active ready paths (the fewest of any map)
+	ready     map[string]int    // node -> active paths up (ready or ghost), the fewest of any map
 	FioErrors int
 	FioIOs    uint64
 	done      map[uint64][]time.Time
@@ -126,9 +130,14 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			return nil, err
 		}
 	}
+	down := "" // the controller powered off: not asked (a call to it waits out its timeout)
 	owner := func(lun uint64) (string, error) {
 		var last error
-		for _, c := range ctrls {
+		for i := range ctrls { // b first: a is the one power-cycled
+			c := ctrls[len(ctrls)-1-i]
+			if c.Node == down {
+				continue
+			}
 			ls, err := c.Client().LUNs()
 			if err != nil {
 				last = err
@@ -205,11 +214,18 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		// the preferred layout, set by the operator's move and followed
 		// before the first step (not a step of the run).
 		logf("LUN 0 is on node %s: it goes to its preferred owner a before the run", first)
-		if _, err := move(0, first, "a"); err != nil {
+		st, err := move(0, first, "a")
+		if err != nil {
 			return nil, err
 		}
 		if ow, err := owner(0); err != nil || ow != "a" {
 			return nil, fmt.Errorf("LUN 0 is not on a %v after its move there (%s %v)", o.Follow, ow, errOrNil(err))
+		}
+		for _, c := range clients {
+			if c.Follows && st.followed[c.Name].Switched.IsZero() {
+				// Its first step would find it "already there".
+				res.Failures = append(res.Failures, fmt.Sprintf("%s: the move of LUN 0 back to a before the run: its I/O never ran on a alone", c.Name))
+			}
 		}
 	}
 	from := "a"
@@ -233,6 +249,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if _, err := Virsh(ctx, "destroy", dom); err != nil {
 		return nil, err
 	}
+	down = "a"
+	w.Down("a")
 	wait(st, o.Follow, ownerIs(0, "b"))
 	steps = append(steps, st)
 	// The survivor took LUN 0 only after the witness cut the lost boot
@@ -256,21 +274,37 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	st.unjudged = len(stays) > 0
 	if st.unjudged {
-		logf("%s (virsh start; LUN 0 stays on b: %s does not follow a failback)", st.name, strings.Join(stays, ", "))
+		logf("%s (virsh start; %s does not follow: the array is expected to keep LUN 0 on b)", st.name, strings.Join(stays, ", "))
 	} else {
 		logf("%s (virsh start; it fails LUN 0 back once its hosts reach it again)", st.name)
 	}
 	if _, err := Virsh(ctx, "start", dom); err != nil {
 		return nil, err
 	}
+	down = ""
 	if st.unjudged {
 		wait(st, o.Restart, func() bool { return reachAgain(ctx, m, clients, "a") })
 		if !reachAgain(ctx, m, clients, "a") {
 			res.Failures = append(res.Failures, fmt.Sprintf("ctrl-a starts: not every client had two ready paths to it again within %v", o.Restart))
 		}
+		// The core's failback window runs from when the hosts reach a
+		// again: past it (and failback_after), LUN 0's owner says what
+		// the array decided. Failed back after all, the clients that
+		// follow are judged as for any failback.
+		for deadline := time.Now().Add(o.Failback); time.Now().Before(deadline) && !ownerIs(0, "a")(); {
+			sleep(ctx, 2*time.Second)
+		}
 		ow, err := owner(0)
-		res.Notes = append(res.Notes, fmt.Sprintf("ctrl-a starts: LUN 0's owner at the step's end: %s %v (no failback is made while %s, which does not follow, uses it)",
-			ow, errOrNil(err), strings.Join(stays, ", ")))
+		if ow == "a" {
+			st.unjudged = false
+			wait(st, time.Since(st.start)+o.Follow, nil)
+		}
+		why := fmt.Sprintf("kept on b: the array makes no failback that would leave the I/O of %s forwarded, once it has seen it not follow", strings.Join(stays, ", "))
+		if ow == "a" {
+			why = fmt.Sprintf("failed back: the array had not seen %s not follow yet; the clients that follow were judged", strings.Join(stays, ", "))
+		}
+		res.Notes = append(res.Notes, fmt.Sprintf("ctrl-a starts: LUN 0's owner %v after every client reached a again: %s %s(%s)",
+			o.Failback, ow, errOrNil(err), why))
 	} else {
 		wait(st, o.Restart, ownerIs(0, "a"))
 	}
@@ -369,7 +403,7 @@ func reachAgain(ctx context.Context, m *Machines, clients []*Client, node string
 
 func errOrNil(err error) string {
 	if err != nil {
-		return "(" + err.Error() + ")"
+		return "(" + err.Error() + ") "
 	}
 	return ""
 }
@@ -434,7 +468,7 @@ func (c *Client) readMaps(ctx context.Context, m *Machines) (string, error) {
 	for _, d := range ds {
 		byDev[d.Dev] = d
 	}
-	c.Devs, c.Maps, c.ready = map[uint64]string{}, nil, map[string]int{}
+	devs, minReady := map[uint64]string{}, map[string]int{}
 	first := true
 	for _, mp := range maps {
 		if !strings.Contains(mp.Vendor, "ALUAD") {
@@ -449,27 +483,28 @@ func (c *Client) readMaps(ctx context.Context, m *Machines) (string, error) {
 			}
 			lun = d.LUN
 			nodes[nodeOf(d.Portal)]++
-			if p.DMState == "active" && p.Check == "ready" {
+			if p.DMState == "active" && (p.Check == "ready" || p.Check == "ghost") { // ghost: STANDBY, up
 				ready[nodeOf(d.Portal)]++
 			}
 		}
 		for _, n := range []string{"a", "b"} {
-			if first || ready[n] < c.ready[n] {
-				c.ready[n] = ready[n]
+			if first || ready[n] < minReady[n] {
+				minReady[n] = ready[n]
 			}
 		}
 		first = false
 		if nodes["a"] < 2 || nodes["b"] < 2 {
 			return fmt.Sprintf("map %s has paths %v by node, want 2 to each", mp.Name, nodes), nil
 		}
-		if _, dup := c.Devs[lun]; dup {
+		if _, dup := devs[lun]; dup {
 			return fmt.Sprintf("two maps for LUN %d", lun), nil
 		}
-		c.Devs[lun] = mp.DM
+		devs[lun] = mp.DM
 	}
-	if len(c.Devs) < 2 {
-		return fmt.Sprintf("%d ALUAD maps, want 2", len(c.Devs)), nil
+	if len(devs) < 2 {
+		return fmt.Sprintf("%d ALUAD maps, want 2", len(devs)), nil
 	}
+	c.Devs, c.ready = devs, minReady
 	c.Maps = strings.Split(strings.TrimSpace(ll), "\n")
 	return "", nil
 }

@@ -20,6 +20,7 @@ func main() {
 	flag.DurationVar(&o.Ready, "ready", 10*time.Minute, "how long the clients may take to show their multipath maps")
 	flag.DurationVar(&o.Follow, "follow", 90*time.Second, "how long a move or a failover may take to be followed by every client")
 	flag.DurationVar(&o.Restart, "restart", 6*time.Minute, "how long a controller VM may take to boot and get its LUNs back")
+	flag.DurationVar(&o.Failback, "failback", 75*time.Second, "with a client that does not follow, how long LUN 0's owner is watched after every client reaches the restarted controller (past the failback window, 30 s, and failback_after, 10 s)")
 	flag.DurationVar(&o.Settle, "settle", 5*time.Second, "quiet time after each step")
 	flag.BoolVar(&o.Destroy, "destroy", false, "vagrant destroy -f at the end, and check that no domain, network or volume of the lab is left")
 	flag.Parse()
