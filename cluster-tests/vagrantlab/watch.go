@@ -53,7 +53,8 @@ type Watcher struct {
 	mu     sync.Mutex
 	last   map[ioKey]sample
 	rises  map[ioKey][]time.Time
-	gap    time.Duration // the longest time between two answered polls of a controller
+	gap    time.Duration        // the longest time between two answered polls of a controller
+	down   map[string]time.Time // controllers powered off, and when: their next answer to a later call starts afresh
 	polls  int
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -62,7 +63,7 @@ type Watcher struct {
 // Watch starts polling each controller every interval.
 func Watch(cs []Controller, interval time.Duration) *Watcher {
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &Watcher{last: map[ioKey]sample{}, rises: map[ioKey][]time.Time{}, cancel: cancel}
+	w := &Watcher{last: map[ioKey]sample{}, rises: map[ioKey][]time.Time{}, down: map[string]time.Time{}, cancel: cancel}
 	for _, c := range cs {
 		w.wg.Add(1)
 		go w.poll(ctx, c, interval)
@@ -83,13 +84,20 @@ func (w *Watcher) poll(ctx context.Context, c Controller, interval time.Duration
 		case <-tick.C:
 		}
 		var ios []api.PathIO
+		asked := time.Now()
 		if err := c.get(ctx, hc, "/v1/io", &ios); err != nil {
 			continue
 		}
 		now := time.Now()
 		w.Add(now, c.Node, ios)
 		w.mu.Lock()
-		if !prev.IsZero() && now.Sub(prev) < outage {
+		if off, ok := w.down[c.Node]; ok && asked.After(off) {
+			// Its first answer since it was powered off: the time it was
+			// off is not a gap of the polling.
+			delete(w.down, c.Node)
+			prev = time.Time{}
+		}
+		if !prev.IsZero() {
 			w.gap = max(w.gap, now.Sub(prev))
 		}
 		w.polls++
@@ -129,12 +137,16 @@ func (w *Watcher) Close() {
 	w.wg.Wait()
 }
 
-// outage: a controller unanswered this long was down (powered off,
-// rebooting), not slow to poll: the gap is not the polling's resolution.
-const outage = 10 * time.Second
+// Down says the controller of node was powered off: the time until it
+// answers again is not counted as a gap of the polling.
+func (w *Watcher) Down(node string) {
+	w.mu.Lock()
+	w.down[node] = time.Now()
+	w.mu.Unlock()
+}
 
 // Resolution is the longest time between two answered polls of one
-// controller, but for its outages.
+// controller (but for the time one was powered off: Down).
 func (w *Watcher) Resolution() time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
