@@ -97,7 +97,18 @@ RestartSec=2
 WantedBy=multi-user.target
 UNIT
 systemctl daemon-reload
-systemctl enable --now aluad-unfence.service srv-aluad.mount
+systemctl enable --now aluad-unfence.service
+systemctl enable srv-aluad.mount
+# The machines come up in parallel: the witness may still be making its
+# export (on a loaded host, longer than mount.nfs's own 2 min of
+# retries). Wait for it, within a bound.
+tries=0
+until systemctl start srv-aluad.mount; do
+	tries=$((tries + 1))
+	[ $tries -lt 40 ] || { echo "controller.sh: the witness's export /srv/aluad never mounted" >&2; exit 1; }
+	echo "controller.sh: the witness's export is not there yet; again in 10 s" >&2
+	sleep 10
+done
 systemctl enable --now aluad-rejoin.timer
 systemctl enable aluad-controller.service
 systemctl restart aluad-controller.service
