@@ -79,6 +79,7 @@ type step struct {
 	from, to   string
 	start, end time.Time
 	followed   map[string]Follow
+	endOwner   string // the LUN's owner at the step's end, as the controllers said
 	// unjudged: no client is expected to follow (the array withholds the
 	// move by its own rule); the follows are measured, not judged.
 	unjudged bool
@@ -191,6 +192,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 		sleep(ctx, o.Settle)
 		st.end = time.Now()
+		if ow, err := owner(st.lun); err != nil {
+			st.endOwner = err.Error()
+		} else {
+			st.endOwner = ow
+		}
 		for _, c := range clients {
 			st.followed[c.Name] = w.Follow(c.Initiator, st.lun, st.from, st.to, st.start, st.end, 2*time.Second)
 		}
@@ -365,7 +371,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 					if f := st.followed[c.Name]; f.Switched.IsZero() {
 						r.FollowMS = -1
 						if r.Judged {
-							res.Failures = append(res.Failures, fmt.Sprintf("%s: %s: its I/O to LUN %d never ran on node %s alone", c.Name, st.name, lun, st.to))
+							res.Failures = append(res.Failures, fmt.Sprintf("%s: %s: its I/O to LUN %d never ran on node %s alone (%s; owner at the end %s)", c.Name, st.name, lun, st.to, f.Evidence(st.from, st.to, st.start, st.end), st.endOwner))
 						}
 					} else if f.Already {
 						r.Already = true

@@ -53,6 +53,7 @@ func TestFollow(t *testing.T) {
 	cases := []struct {
 		name       string
 		polls      []poll
+		down       string // a node powered off after the polls
 		now        int
 		switchedMS int // -1: not switched
 		already    bool
@@ -63,8 +64,35 @@ func TestFollow(t *testing.T) {
 				{-100, "a", []api.PathIO{io(c, "a", 0, 10, 5)}}, {-100, "b", []api.PathIO{io(c, "b", 0, 0, 0)}},
 				{300, "a", []api.PathIO{io(c, "a", 0, 12, 5)}}, {450, "b", []api.PathIO{io(c, "b", 0, 1, 0)}},
 				{900, "a", []api.PathIO{io(c, "a", 0, 12, 5)}}, {900, "b", []api.PathIO{io(c, "b", 0, 3, 2)}},
+				{4900, "a", []api.PathIO{io(c, "a", 0, 12, 5)}},
 			},
 			now: 5000, switchedMS: 450,
+		},
+		{
+			name: "old owner not polled since its last I/O: not switched yet",
+			polls: []poll{
+				{-100, "a", []api.PathIO{io(c, "a", 0, 10, 5)}}, {-100, "b", []api.PathIO{io(c, "b", 0, 0, 0)}},
+				{300, "a", []api.PathIO{io(c, "a", 0, 12, 5)}}, {450, "b", []api.PathIO{io(c, "b", 0, 1, 0)}},
+				{900, "b", []api.PathIO{io(c, "b", 0, 3, 2)}}, {4900, "b", []api.PathIO{io(c, "b", 0, 9, 2)}},
+			},
+			now: 5000, switchedMS: -1,
+		},
+		{
+			name: "old owner's slow answer holds I/O done before it: switched when it ran there last",
+			polls: []poll{
+				{-100, "a", []api.PathIO{io(c, "a", 0, 10, 5)}}, {-100, "b", []api.PathIO{io(c, "b", 0, 0, 0)}},
+				{300, "a", []api.PathIO{io(c, "a", 0, 12, 5)}}, {450, "b", []api.PathIO{io(c, "b", 0, 1, 0)}},
+				{3500, "a", []api.PathIO{io(c, "a", 0, 13, 5)}}, {5600, "a", []api.PathIO{io(c, "a", 0, 13, 5)}},
+			},
+			now: 6000, switchedMS: 3500,
+		},
+		{
+			name: "old owner powered off: nothing completes there",
+			polls: []poll{
+				{-100, "a", []api.PathIO{io(c, "a", 0, 10, 5)}}, {-100, "b", []api.PathIO{io(c, "b", 0, 0, 0)}},
+				{300, "a", []api.PathIO{io(c, "a", 0, 12, 5)}}, {2450, "b", []api.PathIO{io(c, "b", 0, 1, 0)}},
+			},
+			down: "a", now: 5000, switchedMS: 2450,
 		},
 		{
 			name: "old owner still served within the quiet window",
@@ -79,15 +107,16 @@ func TestFollow(t *testing.T) {
 			polls: []poll{
 				{-100, "a", []api.PathIO{io(c, "a", 0, 10, 5)}}, {-100, "b", []api.PathIO{io(c, "b", 0, 0, 0)}},
 				{450, "b", []api.PathIO{io(c, "b", 0, 1, 0)}}, {700, "a", []api.PathIO{io(c, "a", 0, 11, 5)}},
+				{4800, "a", []api.PathIO{io(c, "a", 0, 11, 5)}},
 			},
 			now: 5000, switchedMS: 700,
 		},
 		{
 			name: "restarted controller: its counters start again from zero",
 			polls: []poll{
-				{-100, "a", []api.PathIO{io(c, "a", 0, 900, 100)}},
+				{-100, "a", []api.PathIO{io(c, "a", 0, 900, 100)}}, {-100, "b", []api.PathIO{io(c, "b", 0, 7, 0)}},
 				{2000, "a", []api.PathIO{io(c, "a", 0, 0, 0)}},
-				{2500, "a", []api.PathIO{io(c, "a", 0, 2, 1)}},
+				{2500, "a", []api.PathIO{io(c, "a", 0, 2, 1)}}, {5900, "b", []api.PathIO{io(c, "b", 0, 7, 0)}},
 			},
 			now: 6000, switchedMS: 2500,
 		},
@@ -135,9 +164,12 @@ func TestFollow(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			w := &Watcher{last: map[ioKey]sample{}, rises: map[ioKey][]time.Time{}}
+			w := newWatcher()
 			for _, p := range tc.polls {
 				w.Add(at(p.ms), p.node, p.ios)
+			}
+			if tc.down != "" {
+				w.Down(tc.down)
 			}
 			from, to := "a", "b"
 			if tc.name == "restarted controller: its counters start again from zero" { // b -> a

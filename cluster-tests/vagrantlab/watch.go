@@ -50,20 +50,28 @@ type sample struct {
 // Watcher polls every controller's GET /v1/io and keeps, per initiator,
 // node and LUN, the host-clock times its GOOD READ and WRITE count rose.
 type Watcher struct {
-	mu     sync.Mutex
-	last   map[ioKey]sample
-	rises  map[ioKey][]time.Time
-	gap    time.Duration        // the longest time between two answered polls of a controller
-	down   map[string]time.Time // controllers powered off, and when: their next answer to a later call starts afresh
-	polls  int
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	mu    sync.Mutex
+	last  map[ioKey]sample
+	rises map[ioKey][]time.Time
+	gap   time.Duration        // the longest time between two answered polls of a controller
+	down  map[string]time.Time // controllers powered off, and when: their next answer to a later call starts afresh
+	// answered: each node's latest answered poll. What a node did after
+	// it is not known yet: a slow answer's rise lands later.
+	answered map[string]time.Time
+	polls    int
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+}
+
+func newWatcher() *Watcher {
+	return &Watcher{last: map[ioKey]sample{}, rises: map[ioKey][]time.Time{}, down: map[string]time.Time{}, answered: map[string]time.Time{}}
 }
 
 // Watch starts polling each controller every interval.
 func Watch(cs []Controller, interval time.Duration) *Watcher {
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &Watcher{last: map[ioKey]sample{}, rises: map[ioKey][]time.Time{}, down: map[string]time.Time{}, cancel: cancel}
+	w := newWatcher()
+	w.cancel = cancel
 	for _, c := range cs {
 		w.wg.Add(1)
 		go w.poll(ctx, c, interval)
@@ -122,6 +130,9 @@ func (w *Watcher) Add(t time.Time, node string, ios []api.PathIO) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if t.After(w.answered[node]) {
+		w.answered[node] = t
+	}
 	for k, v := range sum {
 		prev, seen := w.last[k]
 		if seen && v > prev.good {
@@ -168,10 +179,17 @@ type Follow struct {
 
 // Follow computes the follow of initiator's I/O to lun from node from to
 // node to after t0, as seen at now: a completion at the old owner within
-// quiet before now means the host has not switched.
+// quiet before now means the host has not switched. What the old owner
+// did is known up to its latest answered poll, not up to now: a slow
+// answer still to come may hold a completion there. A powered-off old
+// owner (Down, not answered since) completes nothing.
 func (w *Watcher) Follow(initiator string, lun uint64, from, to string, t0, now time.Time, quiet time.Duration) Follow {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	known := now
+	if _, off := w.down[from]; !off && w.answered[from].Before(now) {
+		known = w.answered[from]
+	}
 	var f Follow
 	news := w.rises[ioKey{initiator, to, lun}]
 	if i := sort.Search(len(news), func(i int) bool { return !news[i].Before(t0) }); i < len(news) {
@@ -186,7 +204,7 @@ func (w *Watcher) Follow(initiator string, lun uint64, from, to string, t0, now 
 		return i < len(ts) && ts[i].Before(to)
 	}
 	f.Already = within(news, t0.Add(-quiet), t0) && !within(olds, t0.Add(-quiet), t0)
-	if f.FirstNew.IsZero() || f.LastOld.After(now.Add(-quiet)) {
+	if f.FirstNew.IsZero() || f.LastOld.After(known.Add(-quiet)) {
 		return f
 	}
 	f.Switched = f.FirstNew
@@ -194,4 +212,17 @@ func (w *Watcher) Follow(initiator string, lun uint64, from, to string, t0, now 
 		f.Switched = f.LastOld
 	}
 	return f
+}
+
+// Evidence says what the watcher saw of a follow that did not happen:
+// the first completion at the new owner and the last at the old one,
+// from t0, and when the step ended.
+func (f Follow) Evidence(from, to string, t0, end time.Time) string {
+	at := func(t time.Time) string {
+		if t.IsZero() {
+			return "none"
+		}
+		return fmt.Sprintf("+%.1fs", t.Sub(t0).Seconds())
+	}
+	return fmt.Sprintf("first at %s %s, last at %s %s, step ended %s", to, at(f.FirstNew), from, at(f.LastOld), at(end))
 }
