@@ -82,7 +82,8 @@ func TestFollow(t *testing.T) {
 			polls: []poll{
 				{-100, "a", []api.PathIO{io(c, "a", 0, 10, 5)}}, {-100, "b", []api.PathIO{io(c, "b", 0, 0, 0)}},
 				{300, "a", []api.PathIO{io(c, "a", 0, 12, 5)}}, {450, "b", []api.PathIO{io(c, "b", 0, 1, 0)}},
-				{3500, "a", []api.PathIO{io(c, "a", 0, 13, 5)}}, {5600, "a", []api.PathIO{io(c, "a", 0, 13, 5)}},
+				{3500, "a", []api.PathIO{io(c, "a", 0, 13, 5)}}, {3600, "b", []api.PathIO{io(c, "b", 0, 30, 0)}},
+				{5600, "a", []api.PathIO{io(c, "a", 0, 13, 5)}},
 			},
 			now: 6000, switchedMS: 3500,
 		},
@@ -107,9 +108,18 @@ func TestFollow(t *testing.T) {
 			polls: []poll{
 				{-100, "a", []api.PathIO{io(c, "a", 0, 10, 5)}}, {-100, "b", []api.PathIO{io(c, "b", 0, 0, 0)}},
 				{450, "b", []api.PathIO{io(c, "b", 0, 1, 0)}}, {700, "a", []api.PathIO{io(c, "a", 0, 11, 5)}},
-				{4800, "a", []api.PathIO{io(c, "a", 0, 11, 5)}},
+				{900, "b", []api.PathIO{io(c, "b", 0, 4, 0)}}, {4800, "a", []api.PathIO{io(c, "a", 0, 11, 5)}},
 			},
 			now: 5000, switchedMS: 700,
+		},
+		{
+			name: "a few commands at the new owner, then a stall at the move: not switched",
+			polls: []poll{
+				{-100, "a", []api.PathIO{io(c, "a", 0, 10, 5)}}, {-100, "b", []api.PathIO{io(c, "b", 0, 0, 0)}},
+				{450, "b", []api.PathIO{io(c, "b", 0, 2, 0)}}, {2000, "a", []api.PathIO{io(c, "a", 0, 40, 5)}},
+				{4900, "a", []api.PathIO{io(c, "a", 0, 40, 5)}}, {4900, "b", []api.PathIO{io(c, "b", 0, 2, 0)}},
+			},
+			now: 5000, switchedMS: -1,
 		},
 		{
 			name: "restarted controller: its counters start again from zero",

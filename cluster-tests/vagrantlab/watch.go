@@ -178,8 +178,9 @@ type Follow struct {
 }
 
 // Follow computes the follow of initiator's I/O to lun from node from to
-// node to after t0, as seen at now: a completion at the old owner within
-// quiet before now means the host has not switched. What the old owner
+// node to after t0, as seen at now: the host has switched once its I/O
+// completes at the new owner after its last completion at the old one,
+// and none at the old owner within quiet before now. What the old owner
 // did is known up to its latest answered poll, not up to now: a slow
 // answer still to come may hold a completion there. A powered-off old
 // owner (Down, not answered since) completes nothing.
@@ -205,6 +206,13 @@ func (w *Watcher) Follow(initiator string, lun uint64, from, to string, t0, now 
 	}
 	f.Already = within(news, t0.Add(-quiet), t0) && !within(olds, t0.Add(-quiet), t0)
 	if f.FirstNew.IsZero() || f.LastOld.After(known.Add(-quiet)) {
+		return f
+	}
+	// A quiet old owner is no switch by itself: I/O stalls while a LUN
+	// moves, and a host may have sent a few commands down the new owner's
+	// paths before (a path coming back). It ran at the new owner after
+	// its last completion at the old one, or it has not switched.
+	if !f.LastOld.IsZero() && !news[len(news)-1].After(f.LastOld) {
 		return f
 	}
 	f.Switched = f.FirstNew
