@@ -288,31 +288,52 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	down = ""
+	// A node that failed crash_count times within the crash window
+	// (earlier smoke runs on the same vagrant up count) is unstable: the
+	// array withholds its failback by design (docs/ownership.md). The
+	// failback is then not tested, and the step ends at once.
+	unstable := ""
+	withheld := func() bool {
+		if unstable == "" {
+			unstable = unstableReport(byNode["b"], "a")
+		}
+		if unstable != "" {
+			st.unjudged = true
+		}
+		return unstable != ""
+	}
 	if st.unjudged {
-		wait(st, o.Restart, func() bool { return reachAgain(ctx, m, clients, "a") })
-		if !reachAgain(ctx, m, clients, "a") {
+		wait(st, o.Restart, func() bool { return withheld() || reachAgain(ctx, m, clients, "a") })
+		if unstable == "" && !reachAgain(ctx, m, clients, "a") {
 			res.Failures = append(res.Failures, fmt.Sprintf("ctrl-a starts: not every client had two ready paths to it again within %v", o.Restart))
 		}
 		// The core's failback window runs from when the hosts reach a
 		// again: past it (and failback_after), LUN 0's owner says what
 		// the array decided. Failed back after all, the clients that
 		// follow are judged as for any failback.
-		for deadline := time.Now().Add(o.Failback); time.Now().Before(deadline) && !ownerIs(0, "a")(); {
+		for deadline := time.Now().Add(o.Failback); unstable == "" && time.Now().Before(deadline) && !ownerIs(0, "a")(); {
 			sleep(ctx, 2*time.Second)
 		}
-		ow, err := owner(0)
-		if ow == "a" {
-			st.unjudged = false
-			wait(st, time.Since(st.start)+o.Follow, nil)
+		if unstable == "" {
+			ow, err := owner(0)
+			if ow == "a" {
+				st.unjudged = false
+				wait(st, time.Since(st.start)+o.Follow, nil)
+			}
+			why := fmt.Sprintf("kept on b: the array makes no failback that would leave the I/O of %s forwarded, once it has seen it not follow", strings.Join(stays, ", "))
+			if ow == "a" {
+				why = fmt.Sprintf("failed back: the array had not seen %s not follow yet; the clients that follow were judged", strings.Join(stays, ", "))
+			}
+			res.Notes = append(res.Notes, fmt.Sprintf("ctrl-a starts: LUN 0's owner %v after every client reached a again: %s %s(%s)",
+				o.Failback, ow, errOrNil(err), why))
 		}
-		why := fmt.Sprintf("kept on b: the array makes no failback that would leave the I/O of %s forwarded, once it has seen it not follow", strings.Join(stays, ", "))
-		if ow == "a" {
-			why = fmt.Sprintf("failed back: the array had not seen %s not follow yet; the clients that follow were judged", strings.Join(stays, ", "))
-		}
-		res.Notes = append(res.Notes, fmt.Sprintf("ctrl-a starts: LUN 0's owner %v after every client reached a again: %s %s(%s)",
-			o.Failback, ow, errOrNil(err), why))
 	} else {
-		wait(st, o.Restart, ownerIs(0, "a"))
+		wait(st, o.Restart, func() bool { return withheld() || ownerIs(0, "a")() })
+	}
+	if unstable != "" {
+		res.Failures = append(res.Failures, fmt.Sprintf("ctrl-a starts: the failback was not tested: the array raised node-unstable for a (%s), "+
+			"and withholds its failback by design; the earlier smoke runs on this vagrant up count among its failures: run it on a fresh vagrant up, or once the crash window has passed",
+			unstable))
 	}
 	steps = append(steps, st)
 	// Its new boot was let in again; the fenced one stays out.
@@ -395,6 +416,21 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	res.DurationS = time.Since(res.Start).Seconds()
 	return res, res.write(o.Out)
+}
+
+// unstableReport is the cause of the node-unstable report for node that
+// controller c raises now ("" if none, or c does not answer).
+func unstableReport(c Controller, node string) string {
+	rs, err := c.Client().Reports()
+	if err != nil {
+		return ""
+	}
+	for _, r := range rs {
+		if r.Condition == "node-unstable" && r.Node == node {
+			return r.Cause
+		}
+	}
+	return ""
 }
 
 // reachAgain: every client has two ready paths to node in every map.
