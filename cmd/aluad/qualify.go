@@ -19,7 +19,7 @@ import (
 func qualifyCmd(args []string) error {
 	fs := newFlags("qualify")
 	quick := fs.Bool("quick", false, "the quick schedule: a planned move of one LUN per node and back, one port down and up, a controller's power loss and restart")
-	sched := fs.String("schedule", "full", "the schedule: quick, full, or a schedule file (docs/qualify.md)")
+	sched := fs.String("schedule", "full", "the schedule: quick, matrix, full, or a schedule file (docs/qualify.md)")
 	hostList := fs.String("hosts", "", "the hosts to qualify, comma-separated (default: every host declared on the array, or every logged-in host)")
 	wait := fs.Duration("wait", 5*time.Minute, "how long to wait for the hosts to be logged in and doing I/O")
 	limits := fs.String("limits", "", "a limits file by host type (default: the built-in limits, docs/qualify.md)")
@@ -42,7 +42,7 @@ func qualifyCmd(args []string) error {
 	} else {
 		f, ferr := os.Open(name)
 		if ferr != nil {
-			return fmt.Errorf("--schedule %q is not quick, full or a readable file: %v", name, ferr)
+			return fmt.Errorf("--schedule %q is not quick, matrix, full or a readable file: %v", name, ferr)
 		}
 		s, err = qualify.ParseSchedule(f)
 		f.Close()

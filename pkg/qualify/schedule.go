@@ -72,9 +72,10 @@ var eventArgs = map[string][]string{
 }
 
 // Built-in schedules: quick (a planned move of one LUN per node, one
-// port's fault, one controller's power loss and restart) and full (every
-// LUN moved, a rebalance, every port, every failure kind, a rolling
-// upgrade).
+// port's fault, one controller's power loss and restart), matrix (one
+// event of every kind: quick with a rebalance and a rolling upgrade) and
+// full (every LUN moved, a rebalance, every port, every failure kind, a
+// rolling upgrade).
 var Builtin = map[string]string{
 	"quick": `name quick
 settle 5s
@@ -82,6 +83,17 @@ follow 30s
 move luns=first
 port ports=first
 fail node=a kind=power-loss down=10s
+`,
+	// matrix: one event of every kind, what a row of the
+	// interoperability matrix is measured against.
+	"matrix": `name matrix
+settle 5s
+follow 30s
+move luns=first
+rebalance
+port ports=first
+fail node=a kind=power-loss down=10s
+upgrade down=10s
 `,
 	"full": `name full
 settle 5s
@@ -200,7 +212,7 @@ func checkArgs(ev EventSpec) error {
 func LoadBuiltin(name string) (*Schedule, error) {
 	src, ok := Builtin[name]
 	if !ok {
-		return nil, fmt.Errorf("no built-in schedule %q (quick, full)", name)
+		return nil, fmt.Errorf("no built-in schedule %q (quick, matrix, full)", name)
 	}
 	return ParseSchedule(strings.NewReader(src))
 }
