@@ -156,6 +156,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A ctrl-a the array already holds unstable (earlier runs' power
+	// losses within its crash window) gets no failback: the run would not
+	// test one, and its power loss would restart the window.
+	if why, _ := unstableReport(ctrls, "", "a"); why != "" {
+		return nil, fmt.Errorf("the array holds node a unstable (%s): its failback would not be tested. "+
+			"Clear the report (aluad report clear --condition node-unstable --node a), or run on a fresh vagrant up", why)
+	}
 	logf("fio on %d clients", len(clients))
 	for _, c := range clients {
 		var jobs []string
@@ -192,6 +199,18 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 		sleep(ctx, o.Settle)
 		st.end = time.Now()
+		// The verdict reads each controller's I/O up to the step's end: a
+		// poll asked after it, from every controller that is not off.
+		for deadline := st.end.Add(5 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; {
+			fresh := true
+			for _, c := range ctrls {
+				fresh = fresh && (c.Node == down || w.AnsweredSince(c.Node, st.end))
+			}
+			if fresh {
+				break
+			}
+			sleep(ctx, 100*time.Millisecond)
+		}
 		if ow, err := owner(st.lun); err != nil {
 			st.endOwner = err.Error()
 		} else {
@@ -291,11 +310,12 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	// A node that failed crash_count times within the crash window
 	// (earlier smoke runs on the same vagrant up count) is unstable: the
 	// array withholds its failback by design (docs/ownership.md). The
-	// failback is then not tested, and the step ends at once.
-	unstable := ""
+	// failback is then not tested: the step ends once the hosts reach a
+	// again, and says why.
+	unstable, unstableErr := "", error(nil)
 	withheld := func() bool {
 		if unstable == "" {
-			unstable = unstableReport(byNode["b"], "a")
+			unstable, unstableErr = unstableReport(ctrls, down, "a")
 		}
 		if unstable != "" {
 			st.unjudged = true
@@ -303,15 +323,15 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return unstable != ""
 	}
 	if st.unjudged {
-		wait(st, o.Restart, func() bool { return withheld() || reachAgain(ctx, m, clients, "a") })
-		if unstable == "" && !reachAgain(ctx, m, clients, "a") {
+		wait(st, o.Restart, func() bool { withheld(); return reachAgain(ctx, m, clients, "a") })
+		if !reachAgain(ctx, m, clients, "a") {
 			res.Failures = append(res.Failures, fmt.Sprintf("ctrl-a starts: not every client had two ready paths to it again within %v", o.Restart))
 		}
 		// The core's failback window runs from when the hosts reach a
 		// again: past it (and failback_after), LUN 0's owner says what
 		// the array decided. Failed back after all, the clients that
 		// follow are judged as for any failback.
-		for deadline := time.Now().Add(o.Failback); unstable == "" && time.Now().Before(deadline) && !ownerIs(0, "a")(); {
+		for deadline := time.Now().Add(o.Failback); !withheld() && time.Now().Before(deadline) && !ownerIs(0, "a")(); {
 			sleep(ctx, 2*time.Second)
 		}
 		if unstable == "" {
@@ -328,12 +348,31 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 				o.Failback, ow, errOrNil(err), why))
 		}
 	} else {
-		wait(st, o.Restart, func() bool { return withheld() || ownerIs(0, "a")() })
+		// Unstable, the array makes no failback: the step still waits for
+		// the hosts to reach a again (the boot, unfence and paths are
+		// checked), not for the failback.
+		wait(st, o.Restart, func() bool {
+			if withheld() {
+				return reachAgain(ctx, m, clients, "a")
+			}
+			return ownerIs(0, "a")()
+		})
+		if unstable != "" && !reachAgain(ctx, m, clients, "a") {
+			res.Failures = append(res.Failures, fmt.Sprintf("ctrl-a starts: not every client had two ready paths to it again within %v", o.Restart))
+		}
 	}
 	if unstable != "" {
-		res.Failures = append(res.Failures, fmt.Sprintf("ctrl-a starts: the failback was not tested: the array raised node-unstable for a (%s), "+
-			"and withholds its failback by design; the earlier smoke runs on this vagrant up count among its failures: run it on a fresh vagrant up, or once the crash window has passed",
-			unstable))
+		why := fmt.Sprintf("ctrl-a starts: the failback was not tested: the array raised node-unstable for a (%s) and withholds its failback by design; "+
+			"earlier smoke runs' power losses count (3 within 30 min): clear the report (aluad report clear --condition node-unstable --node a) or run on a fresh vagrant up", unstable)
+		if len(stays) > 0 {
+			// With a client that does not follow, LUN 0 staying on b is an
+			// outcome the step accepts anyway.
+			res.Notes = append(res.Notes, why)
+		} else {
+			res.Failures = append(res.Failures, why)
+		}
+	} else if unstableErr != nil {
+		res.Notes = append(res.Notes, "ctrl-a starts: the reports could not be read: "+unstableErr.Error())
 	}
 	steps = append(steps, st)
 	// Its new boot was let in again; the fenced one stays out.
@@ -418,19 +457,30 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	return res, res.write(o.Out)
 }
 
-// unstableReport is the cause of the node-unstable report for node that
-// controller c raises now ("" if none, or c does not answer).
-func unstableReport(c Controller, node string) string {
-	rs, err := c.Client().Reports()
-	if err != nil {
-		return ""
-	}
-	for _, r := range rs {
-		if r.Condition == "node-unstable" && r.Node == node {
-			return r.Cause
+// unstableReport is the cause of the node-unstable report for node,
+// as the first controller (but down) that answers GET /v1/reports says
+// ("" if none); the error is the last controller's if none answered (in
+// cluster mode only the leader answers).
+func unstableReport(ctrls []Controller, down, node string) (string, error) {
+	var last error = fmt.Errorf("no controller to ask")
+	for i := range ctrls {
+		c := ctrls[len(ctrls)-1-i] // b first: a is the one power-cycled
+		if c.Node == down {
+			continue
 		}
+		rs, err := c.Client().Reports()
+		if err != nil {
+			last = err
+			continue
+		}
+		for _, r := range rs {
+			if r.Condition == "node-unstable" && r.Node == node {
+				return r.Cause, nil
+			}
+		}
+		return "", nil
 	}
-	return ""
+	return "", last
 }
 
 // reachAgain: every client has two ready paths to node in every map.

@@ -13,7 +13,7 @@
 //     cut) until all of the client's I/O to the LUN completes at the new
 //     owner's ports: the later of the first GOOD READ or WRITE there and
 //     the last one at the old owner, from GET /v1/io of both controllers,
-//     polled every 20 ms;
+//     polled every 100 ms;
 //   - stall: the longest time in the step with no I/O of the client's to
 //     the LUN completing, from fio's own completion log in the client
 //     (the host's view);

@@ -1,6 +1,10 @@
 package vagrantlab
 
 import (
+	"cmp"
+	"net/http"
+	"net/http/httptest"
+	"sort"
 	"testing"
 	"time"
 
@@ -41,133 +45,134 @@ func io(ini, node string, lun uint64, reads, writes uint64) api.PathIO {
 	return api.PathIO{Initiator: ini, Node: node, LUN: lun, Reads: reads, Writes: writes}
 }
 
+// traffic is what a controller answers about one host's I/O to LUN 0
+// over time: polled every 100 ms from from to to (ms after the action),
+// the count rising in each poll inside a running interval.
+type traffic struct {
+	node     string
+	from, to int
+	running  [][2]int
+	base     uint64 // the count at from
+}
+
+func (tr traffic) polls(ini string) []poll {
+	var out []poll
+	n := tr.base
+	for ms := tr.from; ms <= tr.to; ms += 100 {
+		for _, r := range tr.running {
+			if ms > r[0] && ms <= r[1] {
+				n += 3
+			}
+		}
+		out = append(out, poll{ms, ms, tr.node, []api.PathIO{io(ini, tr.node, 0, n, 0)}})
+	}
+	return out
+}
+
+type poll struct {
+	asked, ms int
+	node      string
+	ios       []api.PathIO
+}
+
 func TestFollow(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	const c = "iqn.2026-11.org.example:c1"
-	type poll struct {
-		ms   int
-		node string
-		ios  []api.PathIO
+	join := func(ps ...[]poll) (out []poll) {
+		for _, p := range ps {
+			out = append(out, p...)
+		}
+		sort.SliceStable(out, func(i, j int) bool { return out[i].ms < out[j].ms })
+		return out
+	}
+	tr := func(node string, from, to int, running ...[2]int) []poll {
+		return traffic{node: node, from: from, to: to, running: running, base: 100}.polls(c)
 	}
 	cases := []struct {
 		name       string
 		polls      []poll
+		from, to   string
 		down       string // a node powered off after the polls
 		now        int
 		switchedMS int // -1: not switched
 		already    bool
 	}{
 		{
-			name: "moved: last at a 300 ms, first at b 450 ms",
-			polls: []poll{
-				{-100, "a", []api.PathIO{io(c, "a", 0, 10, 5)}}, {-100, "b", []api.PathIO{io(c, "b", 0, 0, 0)}},
-				{300, "a", []api.PathIO{io(c, "a", 0, 12, 5)}}, {450, "b", []api.PathIO{io(c, "b", 0, 1, 0)}},
-				{900, "a", []api.PathIO{io(c, "a", 0, 12, 5)}}, {900, "b", []api.PathIO{io(c, "b", 0, 3, 2)}},
-				{4900, "a", []api.PathIO{io(c, "a", 0, 12, 5)}},
-			},
-			now: 5000, switchedMS: 450,
+			name:  "moved: last at a 300 ms, b from 400 ms",
+			polls: join(tr("a", -1000, 5000, [2]int{-1000, 300}), tr("b", -1000, 5000, [2]int{300, 5000})),
+			now:   5000, switchedMS: 400,
 		},
 		{
-			name: "old owner not polled since its last I/O: not switched yet",
-			polls: []poll{
-				{-100, "a", []api.PathIO{io(c, "a", 0, 10, 5)}}, {-100, "b", []api.PathIO{io(c, "b", 0, 0, 0)}},
-				{300, "a", []api.PathIO{io(c, "a", 0, 12, 5)}}, {450, "b", []api.PathIO{io(c, "b", 0, 1, 0)}},
-				{900, "b", []api.PathIO{io(c, "b", 0, 3, 2)}}, {4900, "b", []api.PathIO{io(c, "b", 0, 9, 2)}},
-			},
-			now: 5000, switchedMS: -1,
+			name:  "old owner not polled since its last I/O: not switched yet",
+			polls: join(tr("a", -1000, 300, [2]int{-1000, 300}), tr("b", -1000, 5000, [2]int{300, 5000})),
+			now:   5000, switchedMS: -1,
 		},
 		{
 			name: "old owner's slow answer holds I/O done before it: switched when it ran there last",
-			polls: []poll{
-				{-100, "a", []api.PathIO{io(c, "a", 0, 10, 5)}}, {-100, "b", []api.PathIO{io(c, "b", 0, 0, 0)}},
-				{300, "a", []api.PathIO{io(c, "a", 0, 12, 5)}}, {450, "b", []api.PathIO{io(c, "b", 0, 1, 0)}},
-				{3500, "a", []api.PathIO{io(c, "a", 0, 13, 5)}}, {3600, "b", []api.PathIO{io(c, "b", 0, 30, 0)}},
-				{5600, "a", []api.PathIO{io(c, "a", 0, 13, 5)}},
-			},
+			polls: join(tr("a", -1000, 1000, [2]int{-1000, 300}), tr("b", -1000, 6000, [2]int{300, 6000}),
+				[]poll{{1100, 3500, "a", []api.PathIO{io(c, "a", 0, 200, 0)}}}, traffic{node: "a", from: 3600, to: 6000, base: 200}.polls(c)),
 			now: 6000, switchedMS: 3500,
 		},
 		{
-			name: "old owner powered off: nothing completes there",
-			polls: []poll{
-				{-100, "a", []api.PathIO{io(c, "a", 0, 10, 5)}}, {-100, "b", []api.PathIO{io(c, "b", 0, 0, 0)}},
-				{300, "a", []api.PathIO{io(c, "a", 0, 12, 5)}}, {2450, "b", []api.PathIO{io(c, "b", 0, 1, 0)}},
-			},
-			down: "a", now: 5000, switchedMS: 2450,
+			name:  "old owner powered off: nothing completes there",
+			polls: join(tr("a", -1000, 300, [2]int{-1000, 300}), tr("b", -1000, 5000, [2]int{2400, 5000})),
+			down:  "a", now: 5000, switchedMS: 2500,
 		},
 		{
-			name: "old owner still served within the quiet window",
-			polls: []poll{
-				{-100, "a", []api.PathIO{io(c, "a", 0, 10, 5)}}, {-100, "b", []api.PathIO{io(c, "b", 0, 0, 0)}},
-				{450, "b", []api.PathIO{io(c, "b", 0, 1, 0)}}, {4000, "a", []api.PathIO{io(c, "a", 0, 11, 5)}},
-			},
-			now: 5000, switchedMS: -1,
+			name:  "old owner still served within the quiet window",
+			polls: join(tr("a", -1000, 5000, [2]int{-1000, 4000}), tr("b", -1000, 5000, [2]int{400, 5000})),
+			now:   5000, switchedMS: -1,
 		},
 		{
-			name: "old owner's last I/O after the new owner's first",
-			polls: []poll{
-				{-100, "a", []api.PathIO{io(c, "a", 0, 10, 5)}}, {-100, "b", []api.PathIO{io(c, "b", 0, 0, 0)}},
-				{450, "b", []api.PathIO{io(c, "b", 0, 1, 0)}}, {700, "a", []api.PathIO{io(c, "a", 0, 11, 5)}},
-				{900, "b", []api.PathIO{io(c, "b", 0, 4, 0)}}, {4800, "a", []api.PathIO{io(c, "a", 0, 11, 5)}},
-			},
-			now: 5000, switchedMS: 700,
+			name:  "old owner's last I/O after the new owner's first",
+			polls: join(tr("a", -1000, 5000, [2]int{-1000, 700}), tr("b", -1000, 5000, [2]int{400, 5000})),
+			now:   5000, switchedMS: 700,
 		},
 		{
-			name: "a few commands at the new owner, then a stall at the move: not switched",
-			polls: []poll{
-				{-100, "a", []api.PathIO{io(c, "a", 0, 10, 5)}}, {-100, "b", []api.PathIO{io(c, "b", 0, 0, 0)}},
-				{450, "b", []api.PathIO{io(c, "b", 0, 2, 0)}}, {2000, "a", []api.PathIO{io(c, "a", 0, 40, 5)}},
-				{4900, "a", []api.PathIO{io(c, "a", 0, 40, 5)}}, {4900, "b", []api.PathIO{io(c, "b", 0, 2, 0)}},
-			},
-			now: 5000, switchedMS: -1,
+			name:  "a few commands at the new owner, then a stall at the move: not switched",
+			polls: join(tr("a", -1000, 4900, [2]int{-1000, 2000}), tr("b", -1000, 4900, [2]int{400, 600})),
+			now:   5000, switchedMS: -1,
+		},
+		{
+			name:  "a burst at the new owner after the old owner's last, then nothing: not switched",
+			polls: join(tr("a", -1000, 9000, [2]int{-1000, 1000}), tr("b", -1000, 9000, [2]int{1400, 1500})),
+			now:   9000, switchedMS: -1,
 		},
 		{
 			name: "restarted controller: its counters start again from zero",
-			polls: []poll{
-				{-100, "a", []api.PathIO{io(c, "a", 0, 900, 100)}}, {-100, "b", []api.PathIO{io(c, "b", 0, 7, 0)}},
-				{2000, "a", []api.PathIO{io(c, "a", 0, 0, 0)}},
-				{2500, "a", []api.PathIO{io(c, "a", 0, 2, 1)}}, {5900, "b", []api.PathIO{io(c, "b", 0, 7, 0)}},
-			},
-			now: 6000, switchedMS: 2500,
+			polls: join(tr("b", -1000, 6000, [2]int{-1000, 0}),
+				[]poll{{-100, -100, "a", []api.PathIO{io(c, "a", 0, 900, 100)}}, {2000, 2000, "a", []api.PathIO{io(c, "a", 0, 0, 0)}}},
+				traffic{node: "a", from: 2100, to: 6000, running: [][2]int{{2000, 6000}}}.polls(c)),
+			from: "b", to: "a", now: 6000, switchedMS: 2100,
 		},
 		{
 			name: "a session that ended lowers the sum: not I/O",
-			polls: []poll{
-				{-100, "a", []api.PathIO{io(c, "a", 0, 10, 5)}}, {-100, "b", []api.PathIO{io(c, "b", 0, 50, 0)}},
-				{300, "a", []api.PathIO{io(c, "a", 0, 12, 5)}}, {450, "b", []api.PathIO{io(c, "b", 0, 51, 0)}},
-				{4000, "a", []api.PathIO{io(c, "a", 0, 3, 0)}},
-			},
-			now: 5000, switchedMS: 450,
+			polls: join(tr("a", -1000, 3900, [2]int{-1000, 300}), tr("b", -1000, 5000, [2]int{300, 5000}),
+				traffic{node: "a", from: 4000, to: 5000, base: 3}.polls(c)),
+			now: 5000, switchedMS: 400,
 		},
 		{
-			name: "already at the new owner: I/O there and none at the old one before",
-			polls: []poll{
-				{-1900, "a", []api.PathIO{io(c, "a", 0, 10, 5)}}, {-1900, "b", []api.PathIO{io(c, "b", 0, 1, 0)}},
-				{-500, "a", []api.PathIO{io(c, "a", 0, 10, 5)}}, {-500, "b", []api.PathIO{io(c, "b", 0, 8, 0)}},
-				{300, "b", []api.PathIO{io(c, "b", 0, 10, 0)}},
-			},
-			now: 5000, switchedMS: 300, already: true,
+			name:  "already at the new owner: I/O there and none at the old one before",
+			polls: join(tr("a", -3000, 5000), tr("b", -3000, 5000, [2]int{-3000, 5000})),
+			now:   5000, switchedMS: 0, already: true,
 		},
 		{
-			name: "at both before: not already there",
-			polls: []poll{
-				{-1900, "a", []api.PathIO{io(c, "a", 0, 10, 5)}}, {-1900, "b", []api.PathIO{io(c, "b", 0, 1, 0)}},
-				{-500, "a", []api.PathIO{io(c, "a", 0, 11, 5)}}, {-500, "b", []api.PathIO{io(c, "b", 0, 8, 0)}},
-				{300, "b", []api.PathIO{io(c, "b", 0, 10, 0)}},
-			},
-			now: 5000, switchedMS: 300,
+			name:  "at both before: not already there",
+			polls: join(tr("a", -3000, 5000, [2]int{-3000, -1000}), tr("b", -3000, 5000, [2]int{-3000, 5000})),
+			now:   5000, switchedMS: 0,
 		},
 		{
-			name:       "no I/O at the new owner",
-			polls:      []poll{{-100, "a", []api.PathIO{io(c, "a", 0, 10, 5)}}, {300, "a", []api.PathIO{io(c, "a", 0, 10, 5)}}},
-			now:        5000,
-			switchedMS: -1,
+			name:  "no I/O at the new owner",
+			polls: join(tr("a", -1000, 5000, [2]int{-1000, 300}), tr("b", -1000, 5000)),
+			now:   5000, switchedMS: -1,
 		},
 		{
 			name: "another LUN's and another host's I/O do not count",
 			polls: []poll{
-				{-100, "b", []api.PathIO{io(c, "b", 1, 0, 0), io("iqn.x:other", "b", 0, 0, 0)}},
-				{400, "b", []api.PathIO{io(c, "b", 1, 5, 0), io("iqn.x:other", "b", 0, 5, 0)}},
+				{-100, -100, "b", []api.PathIO{io(c, "b", 1, 0, 0), io("iqn.x:other", "b", 0, 0, 0)}},
+				{400, 400, "b", []api.PathIO{io(c, "b", 1, 5, 0), io("iqn.x:other", "b", 0, 5, 0)}},
+				{4000, 4000, "b", []api.PathIO{io(c, "b", 1, 9, 0), io("iqn.x:other", "b", 0, 9, 0)}},
 			},
 			now: 5000, switchedMS: -1,
 		},
@@ -176,24 +181,29 @@ func TestFollow(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWatcher()
 			for _, p := range tc.polls {
-				w.Add(at(p.ms), p.node, p.ios)
+				w.AddPoll(at(p.asked), at(p.ms), p.node, p.ios)
 			}
 			if tc.down != "" {
 				w.Down(tc.down)
 			}
-			from, to := "a", "b"
-			if tc.name == "restarted controller: its counters start again from zero" { // b -> a
-				from, to = "b", "a"
-			}
+			from, to := cmp.Or(tc.from, "a"), cmp.Or(tc.to, "b")
 			f := w.Follow(c, 0, from, to, t0, at(tc.now), 2*time.Second)
 			assert.Equal(t, tc.already, f.Already)
 			if tc.switchedMS < 0 {
 				assert.True(t, f.Switched.IsZero(), "switched at %v", f.Switched.Sub(t0))
 			} else {
-				assert.Equal(t, at(tc.switchedMS), f.Switched)
+				assert.Equal(t, at(tc.switchedMS), f.Switched, "switched at %v", f.Switched.Sub(t0))
 			}
 		})
 	}
+}
+
+func TestEvidence(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	f := Follow{FirstNew: t0.Add(1500 * time.Millisecond), LastNew: t0.Add(3 * time.Second), LastOld: t0.Add(2 * time.Second), OldKnown: t0.Add(4 * time.Second)}
+	assert.Equal(t, "at a first +1.5s, last +3.0s; at b last +2.0s, polled up to +4.0s; step ended +9.0s", f.Evidence("b", "a", t0, t0.Add(9*time.Second)))
+	f.OldDown = true
+	assert.Contains(t, f.Evidence("b", "a", t0, t0.Add(9*time.Second)), "at b last +2.0s, powered off")
 }
 
 func TestLeftovers(t *testing.T) {
@@ -234,4 +244,48 @@ func TestSmokeMarkdown(t *testing.T) {
 	md = r.Markdown()
 	assert.Contains(t, md, "| move LUN 0 to b | c3 | 0 | never | 2460 ms |")
 	assert.Contains(t, md, "\nFAIL\n- c3: move LUN 0 to b")
+}
+
+func TestUnstableReport(t *testing.T) {
+	serve := func(status int, body string) Controller {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/v1/reports" {
+				http.NotFound(w, r)
+				return
+			}
+			w.WriteHeader(status)
+			_, _ = w.Write([]byte(body))
+		}))
+		t.Cleanup(srv.Close)
+		return Controller{Base: srv.URL, Token: "t"}
+	}
+	raised := `[{"condition":"node-unstable","node":"a","cause":"node a has been failing again and again"}]`
+	other := `[{"condition":"node-offline","node":"a","cause":"node a is offline"}]`
+	follower := serve(http.StatusConflict, `{"error":"the ownership core runs on the cluster's leader"}`)
+
+	a, b := serve(http.StatusOK, raised), serve(http.StatusOK, raised)
+	a.Node, b.Node = "a", "b"
+	why, err := unstableReport([]Controller{a, b}, "", "a")
+	require.NoError(t, err)
+	assert.Equal(t, "node a has been failing again and again", why)
+
+	// b does not lead (409): a answers.
+	follower.Node = "b"
+	why, err = unstableReport([]Controller{a, follower}, "", "a")
+	require.NoError(t, err)
+	assert.NotEmpty(t, why)
+
+	// Another condition, or another node's: none.
+	quiet := serve(http.StatusOK, other)
+	quiet.Node = "b"
+	why, err = unstableReport([]Controller{a, quiet}, "", "a")
+	require.NoError(t, err)
+	assert.Empty(t, why, "the first controller that answers is believed")
+	why, _ = unstableReport([]Controller{a, quiet}, "", "b")
+	assert.Empty(t, why)
+
+	// The controller that is off is not asked; nobody answers: the error.
+	why, err = unstableReport([]Controller{a, follower}, "a", "a")
+	assert.Empty(t, why)
+	assert.Error(t, err)
 }

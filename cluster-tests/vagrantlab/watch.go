@@ -55,8 +55,9 @@ type Watcher struct {
 	rises map[ioKey][]time.Time
 	gap   time.Duration        // the longest time between two answered polls of a controller
 	down  map[string]time.Time // controllers powered off, and when: their next answer to a later call starts afresh
-	// answered: each node's latest answered poll. What a node did after
-	// it is not known yet: a slow answer's rise lands later.
+	// answered: when each node's latest answered poll was asked. What a
+	// node did after it is not known yet: a slow answer's rise lands
+	// later.
 	answered map[string]time.Time
 	polls    int
 	cancel   context.CancelFunc
@@ -97,7 +98,7 @@ func (w *Watcher) poll(ctx context.Context, c Controller, interval time.Duration
 			continue
 		}
 		now := time.Now()
-		w.Add(now, c.Node, ios)
+		w.AddPoll(asked, now, c.Node, ios)
 		w.mu.Lock()
 		if off, ok := w.down[c.Node]; ok && asked.After(off) {
 			// Its first answer since it was powered off: the time it was
@@ -114,12 +115,17 @@ func (w *Watcher) poll(ctx context.Context, c Controller, interval time.Duration
 	}
 }
 
-// Add takes one poll of a controller's per-path I/O at time t: a count
-// above the previous one is a rise. A count below it is a new baseline,
-// not I/O: a session that ended took its counters with it, or the
-// controller restarted (its new process's first I/O is then seen one
-// poll later, at the next rise).
-func (w *Watcher) Add(t time.Time, node string, ios []api.PathIO) {
+// Add takes one poll of a controller's per-path I/O answered at time t,
+// asked then too (AddPoll).
+func (w *Watcher) Add(t time.Time, node string, ios []api.PathIO) { w.AddPoll(t, t, node, ios) }
+
+// AddPoll takes one poll of a controller's per-path I/O, asked at asked
+// and answered at t: a count above the previous one is a rise, stamped t.
+// A count below it is a new baseline, not I/O: a session that ended took
+// its counters with it, or the controller restarted (its new process's
+// first I/O is then seen one poll later, at the next rise). The answer
+// covers what the node did up to asked, not up to t.
+func (w *Watcher) AddPoll(asked, t time.Time, node string, ios []api.PathIO) {
 	sum := map[ioKey]uint64{}
 	for _, p := range ios {
 		n := p.Node
@@ -130,8 +136,8 @@ func (w *Watcher) Add(t time.Time, node string, ios []api.PathIO) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if t.After(w.answered[node]) {
-		w.answered[node] = t
+	if asked.After(w.answered[node]) {
+		w.answered[node] = asked
 	}
 	for k, v := range sum {
 		prev, seen := w.last[k]
@@ -156,6 +162,13 @@ func (w *Watcher) Down(node string) {
 	w.mu.Unlock()
 }
 
+// AnsweredSince says whether node answered a poll asked at or after t.
+func (w *Watcher) AnsweredSince(node string, t time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return !w.answered[node].Before(t)
+}
+
 // Resolution is the longest time between two answered polls of one
 // controller (but for the time one was powered off: Down).
 func (w *Watcher) Resolution() time.Duration {
@@ -167,10 +180,15 @@ func (w *Watcher) Resolution() time.Duration {
 // Follow is how a client followed a LUN from node from to node to after
 // an action at t0.
 type Follow struct {
-	FirstNew, LastOld time.Time
+	// FirstNew and LastNew: the first and last completions seen at the new
+	// owner after t0; LastOld: the last at the old owner.
+	FirstNew, LastNew, LastOld time.Time
+	// OldKnown: the old owner's I/O is known up to then (its latest
+	// answered poll's ask); OldDown: it is powered off.
+	OldKnown time.Time
+	OldDown  bool
 	// Switched: from then on all of the client's I/O completed at the new
-	// owner; zero if not (yet): no completion there, or one at the old
-	// owner in the quiet window before now.
+	// owner; zero if not (yet).
 	Switched time.Time
 	// Already: in the quiet window before t0 the client's I/O completed
 	// at the new owner and not at the old one: it had nothing to follow.
@@ -178,23 +196,32 @@ type Follow struct {
 }
 
 // Follow computes the follow of initiator's I/O to lun from node from to
-// node to after t0, as seen at now: the host has switched once its I/O
-// completes at the new owner after its last completion at the old one,
-// and none at the old owner within quiet before now. What the old owner
-// did is known up to its latest answered poll, not up to now: a slow
-// answer still to come may hold a completion there. A powered-off old
-// owner (Down, not answered since) completes nothing.
+// node to after t0, as seen at now. The host has switched once, after
+// its last completion at the old owner, its I/O has completed at the new
+// owner for quiet or longer while the old owner is known to have done
+// none. What the old owner did is known up to its latest answered poll
+// (asked), not up to now: a slow answer still to come may hold a
+// completion there; a powered-off old owner (Down, not answered since)
+// completes nothing. A quiet old owner alone is no switch: I/O stalls
+// while a LUN moves, and a host may send a few commands down the new
+// owner's paths before (a path coming back), so a short burst there is
+// not one either.
 func (w *Watcher) Follow(initiator string, lun uint64, from, to string, t0, now time.Time, quiet time.Duration) Follow {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	known := now
-	if _, off := w.down[from]; !off && w.answered[from].Before(now) {
-		known = w.answered[from]
-	}
 	var f Follow
+	f.OldKnown = now
+	if _, off := w.down[from]; off {
+		f.OldDown = true
+	} else if w.answered[from].Before(now) {
+		f.OldKnown = w.answered[from]
+	}
 	news := w.rises[ioKey{initiator, to, lun}]
+	after := func(ts []time.Time, t time.Time) int {
+		return sort.Search(len(ts), func(i int) bool { return ts[i].After(t) })
+	}
 	if i := sort.Search(len(news), func(i int) bool { return !news[i].Before(t0) }); i < len(news) {
-		f.FirstNew = news[i]
+		f.FirstNew, f.LastNew = news[i], news[len(news)-1]
 	}
 	olds := w.rises[ioKey{initiator, from, lun}]
 	if n := len(olds); n > 0 && olds[n-1].After(t0) {
@@ -205,26 +232,32 @@ func (w *Watcher) Follow(initiator string, lun uint64, from, to string, t0, now 
 		return i < len(ts) && ts[i].Before(to)
 	}
 	f.Already = within(news, t0.Add(-quiet), t0) && !within(olds, t0.Add(-quiet), t0)
-	if f.FirstNew.IsZero() || f.LastOld.After(known.Add(-quiet)) {
+	if f.FirstNew.IsZero() {
 		return f
 	}
-	// A quiet old owner is no switch by itself: I/O stalls while a LUN
-	// moves, and a host may have sent a few commands down the new owner's
-	// paths before (a path coming back). It ran at the new owner after
-	// its last completion at the old one, or it has not switched.
-	if !f.LastOld.IsZero() && !news[len(news)-1].After(f.LastOld) {
+	// The new owner's completions after the old owner's last, up to what
+	// is known of the old owner: they must span quiet.
+	since := maxTime(t0, f.LastOld)
+	i := after(news, since)
+	j := after(news, f.OldKnown)
+	if i >= j || news[j-1].Sub(news[i]) < quiet {
 		return f
 	}
-	f.Switched = f.FirstNew
-	if f.LastOld.After(f.Switched) {
-		f.Switched = f.LastOld
-	}
+	f.Switched = maxTime(f.FirstNew, f.LastOld)
 	return f
 }
 
-// Evidence says what the watcher saw of a follow that did not happen:
-// the first completion at the new owner and the last at the old one,
-// from t0, and when the step ended.
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// Evidence says what the watcher saw of a follow that did not happen,
+// from t0: the first and last completions at the new owner, the last at
+// the old one, how far the old owner's polls reached (or that it was
+// powered off), and when the step ended.
 func (f Follow) Evidence(from, to string, t0, end time.Time) string {
 	at := func(t time.Time) string {
 		if t.IsZero() {
@@ -232,5 +265,9 @@ func (f Follow) Evidence(from, to string, t0, end time.Time) string {
 		}
 		return fmt.Sprintf("+%.1fs", t.Sub(t0).Seconds())
 	}
-	return fmt.Sprintf("first at %s %s, last at %s %s, step ended %s", to, at(f.FirstNew), from, at(f.LastOld), at(end))
+	old := "polled up to " + at(f.OldKnown)
+	if f.OldDown {
+		old = "powered off"
+	}
+	return fmt.Sprintf("at %s first %s, last %s; at %s last %s, %s; step ended %s", to, at(f.FirstNew), at(f.LastNew), from, at(f.LastOld), old, at(end))
 }
