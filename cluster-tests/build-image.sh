@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Build (or reuse) the Debian bookworm guest image for the QEMU lab.
+# Build (or reuse) a Debian guest image for the QEMU lab.
 #
-#   cluster-tests/build-image.sh [client|storage|vagrant]   -> prints the image dir
+#   cluster-tests/build-image.sh [client|storage|vagrant] [RELEASE]   -> prints the image dir
+#
+# RELEASE is a Debian release the mirror serves: bookworm (the default),
+# bullseye, trixie or sid ($ALUAD_LAB_RELEASE when not given).
 #
 # Offline from Debian packages only: debootstrap from the mirror this
 # machine's apt is configured with (no other network). The result, cached
-# under $ALUAD_LAB_CACHE (default ~/.cache/aluad-lab/<variant>-<hash>):
-#   vmlinuz      the Debian kernel (linux-image-amd64)
+# under $ALUAD_LAB_CACHE (default ~/.cache/aluad-lab/<variant>-<release>-<hash>):
+#   vmlinuz      the release's Debian kernel (linux-image-amd64)
 #   root.img     ext4 root file system, booted read-only or snapshot=on
 #   modules.tar  the kernel modules the small initrd needs
 # The small initrd itself (busybox + a few modules + the Go guest agent)
@@ -16,6 +19,7 @@
 # cluster-tests/vagrant/build-box.sh packages as a libvirt box.
 set -euo pipefail
 variant=${1:-client}
+release=${2:-${ALUAD_LAB_RELEASE:-bookworm}}
 here=$(cd "$(dirname "$0")" && pwd)
 
 case $variant in
@@ -24,11 +28,15 @@ storage) pkgs="linux-image-amd64,open-iscsi,multipath-tools,sg3-utils,fio,kmod,i
 vagrant) pkgs="linux-image-amd64,initramfs-tools,systemd-sysv,dbus,openssh-server,sudo,rsync,open-iscsi,multipath-tools,sg3-utils,fio,kmod,iproute2,procps,udev,nfs-common,nfs-kernel-server,nftables,ca-certificates,less" ;;
 *) echo "build-image.sh: unknown variant \"$variant\" (client, storage or vagrant)" >&2; exit 2 ;;
 esac
+case $release in
+bullseye|bookworm|trixie|sid) ;;
+*) echo "build-image.sh: unknown release \"$release\" (bullseye, bookworm, trixie or sid)" >&2; exit 2 ;;
+esac
 
 # The cache key covers everything that shapes the image (comments aside).
-key=$( (echo "$pkgs"; grep -v '^[[:space:]]*#' "$0") | sha256sum | cut -c1-12)
+key=$( (echo "$pkgs $release"; grep -v '^[[:space:]]*#' "$0") | sha256sum | cut -c1-12)
 cache=${ALUAD_LAB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/aluad-lab}
-out=$cache/$variant-$key
+out=$cache/$variant-$release-$key
 if [ -s "$out/root.img" ] && [ -s "$out/vmlinuz" ]; then
 	echo "$out"
 	exit 0
@@ -50,12 +58,22 @@ fi
 
 mkdir -p "$cache"
 work=$(mktemp -d "$cache/build.XXXXXX")
-trap 'rm -rf "$work"' EXIT
 root=$work/root
-echo "build-image.sh: debootstrap bookworm ($variant) ..." >&2
+# A debootstrap that failed may leave its /proc mounted: never descend.
+trap 'umount "$root/proc" "$root/sys" 2>/dev/null; rm -rf --one-file-system "$work"' EXIT
+echo "build-image.sh: debootstrap $release ($variant) ..." >&2
 start=$(date +%s)
-debootstrap --variant=minbase --include="$pkgs" bookworm "$root" "$mirror" >"$work/debootstrap.log" 2>&1 || {
+# The kernel comes after, by apt: debootstrap takes the first of a
+# dependency's alternatives, and from forky on that gives linux-image
+# dracut while sg3-utils-udev takes initramfs-tools, which conflict.
+debootstrap --variant=minbase --include="${pkgs/linux-image-amd64,/}" "$release" "$root" "$mirror" >"$work/debootstrap.log" 2>&1 || {
 	tail -30 "$work/debootstrap.log" >&2; exit 1; }
+mount -t proc proc "$root/proc"
+cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends linux-image-amd64 \
+	>>"$work/debootstrap.log" 2>&1 || { tail -30 "$work/debootstrap.log" >&2; exit 1; }
+umount "$root/proc"
+rm -f "$root/etc/resolv.conf"
 
 kver=$(ls "$root/lib/modules" | sort -V | tail -1)
 cp "$root/boot/vmlinuz-$kver" "$work/vmlinuz"
@@ -135,8 +153,18 @@ echo "aluad-guest" >"$root/etc/hostname"
 
 # The initrd's modules: whatever the root disk, the file system, the agent
 # channel and the lab network need, with their dependencies.
-(cd "$root/lib/modules/$kver" && tar cf "$work/modules.tar" modules.dep modules.builtin \
-	$(cut -d: -f1 modules.dep | grep -E '/(virtio_blk|virtio_net|virtio_console|virtio_pci|virtio_pci_modern_dev|virtio_pci_legacy_dev|virtio_ring|virtio|net_failover|failover|ext4|jbd2|mbcache|crc16|crc32c_generic|libcrc32c)\.ko$'))
+# Kernels from trixie on ship their modules compressed (.ko.xz): the
+# initrd's busybox insmod takes them plain, so they go in decompressed,
+# and modules.dep names them so.
+mods=$work/initrd-modules
+mkdir -p "$mods"
+(cd "$root/lib/modules/$kver" && cp --parents modules.dep modules.builtin \
+	$(cut -d: -f1 modules.dep | grep -E '/(virtio_blk|virtio_net|virtio_console|virtio_pci|virtio_pci_modern_dev|virtio_pci_legacy_dev|virtio_ring|virtio|net_failover|failover|ext4|jbd2|mbcache|crc16|crc32c_generic|crc32c_cpu|libcrc32c)\.ko(\.xz|\.zst)?$') "$mods")
+find "$mods" -name '*.ko.xz' -exec xz -d {} +
+find "$mods" -name '*.ko.zst' -exec zstd -q -d --rm {} +
+sed -i -E 's/\.ko\.(xz|zst)/.ko/g' "$mods/modules.dep"
+(cd "$mods" && tar cf "$work/modules.tar" modules.dep modules.builtin $(find . -name '*.ko' | sed 's|^\./||'))
+rm -rf "$mods"
 
 # One ext4 image, written without a loop mount.
 size_mb=$(( $(du -sm "$root" | cut -f1) + 384 ))

@@ -23,6 +23,9 @@ command -v qemu-system-x86_64 >/dev/null || lean+=(qemu-system-x86)
 command -v debootstrap >/dev/null || lean+=(debootstrap)
 dpkg -s busybox-static >/dev/null 2>&1 || lean+=(busybox-static)   # the initrd needs it static
 command -v mkfs.ext4 >/dev/null || lean+=(e2fsprogs)
+# Newer releases' guest kernels ship compressed modules; the initrd's go in plain.
+command -v xz >/dev/null || lean+=(xz-utils)
+command -v zstd >/dev/null || lean+=(zstd)
 command -v ip >/dev/null || lean+=(iproute2)
 command -v vagrant >/dev/null || lean+=(vagrant)
 # The example alert rules are checked and unit-tested by Prometheus's promtool.

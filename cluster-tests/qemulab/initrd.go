@@ -15,8 +15,10 @@ import (
 
 // bootModules are what the initrd loads to mount the root disk; the rest
 // (network, agent channel, iSCSI, dm-multipath) comes from the root's
-// own /lib/modules by modprobe.
-var bootModules = []string{"virtio_pci", "virtio_blk", "virtio_console", "crc32c_generic", "ext4"}
+// own /lib/modules by modprobe. A trailing "?" marks a module some
+// kernels do without: ext4 asks the crypto API for crc32c at mount up
+// to 6.x, and uses the built-in library after.
+var bootModules = []string{"virtio_pci", "virtio_blk", "virtio_console", "crc32c_generic?", "ext4"}
 
 // initScript is the initrd's /init: load the boot modules, mount the root
 // disk, and hand over to the agent as PID 1 of the real root.
@@ -40,7 +42,15 @@ exec switch_root /newroot /run/aluad-agent
 
 // moduleOrder returns the modules to load, dependencies first, for the
 // wanted module names, from a modules.dep text ("kernel/x/a.ko: kernel/y/b.ko ...").
-func moduleOrder(dep string, want []string) ([]string, error) {
+// A wanted module that modules.builtin lists is in the kernel already; one
+// named with a trailing "?" may be missing.
+func moduleOrder(dep, builtin string, want []string) ([]string, error) {
+	inKernel := map[string]bool{}
+	for _, line := range strings.Split(builtin, "\n") {
+		if line = strings.TrimSpace(line); line != "" {
+			inKernel[strings.ReplaceAll(strings.TrimSuffix(path.Base(line), ".ko"), "-", "_")] = true
+		}
+	}
 	deps := map[string][]string{}
 	byName := map[string]string{}
 	for _, line := range strings.Split(dep, "\n") {
@@ -67,9 +77,17 @@ func moduleOrder(dep string, want []string) ([]string, error) {
 		order = append(order, m)
 	}
 	for _, w := range want {
-		m, ok := byName[strings.ReplaceAll(w, "-", "_")]
+		optional := strings.HasSuffix(w, "?")
+		w = strings.ReplaceAll(strings.TrimSuffix(w, "?"), "-", "_")
+		if inKernel[w] {
+			continue
+		}
+		m, ok := byName[w]
+		if !ok && optional {
+			continue
+		}
 		if !ok {
-			return nil, fmt.Errorf("module %s is not in modules.dep (built in, or missing from the image)", w)
+			return nil, fmt.Errorf("module %s is neither in modules.dep nor in modules.builtin (missing from the image)", w)
 		}
 		visit(m)
 	}
@@ -107,7 +125,7 @@ func BuildInitrdWith(img Image, agent, busybox, out string, extra map[string]str
 		}
 		files[strings.TrimPrefix(h.Name, "./")] = b
 	}
-	order, err := moduleOrder(string(files["modules.dep"]), bootModules)
+	order, err := moduleOrder(string(files["modules.dep"]), string(files["modules.builtin"]), bootModules)
 	if err != nil {
 		return err
 	}

@@ -90,7 +90,7 @@ func TestModuleOrder(t *testing.T) {
 		"kernel/drivers/block/virtio_blk.ko: kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko\n" +
 		"kernel/drivers/virtio/virtio_ring.ko:\nkernel/drivers/virtio/virtio.ko: kernel/drivers/virtio/virtio_ring.ko\n" +
 		"kernel/arch/x86/crypto/crc32c-intel.ko:\n"
-	order, err := moduleOrder(dep, []string{"virtio_blk", "ext4", "crc32c_intel"})
+	order, err := moduleOrder(dep, "kernel/drivers/virtio/virtio_pci.ko\n", []string{"virtio_pci", "virtio_blk", "ext4", "crc32c_intel", "crc32c_generic?"})
 	require.NoError(t, err)
 	base := func(s []string) []string {
 		var out []string
@@ -100,8 +100,12 @@ func TestModuleOrder(t *testing.T) {
 		return out
 	}
 	require.Equal(t, []string{"virtio_ring.ko", "virtio.ko", "virtio_blk.ko", "jbd2.ko", "mbcache.ko", "crc16.ko", "ext4.ko", "crc32c-intel.ko"}, base(order))
-	_, err = moduleOrder(dep, []string{"nope"})
-	require.ErrorContains(t, err, "not in modules.dep")
+	// Built in: nothing to load; optional and missing: skipped; missing:
+	// an error.
+	_, err = moduleOrder(dep, "", []string{"virtio_pci"})
+	require.ErrorContains(t, err, "neither in modules.dep nor in modules.builtin")
+	_, err = moduleOrder(dep, "", []string{"nope"})
+	require.ErrorContains(t, err, "neither in modules.dep")
 }
 
 // The initrd is a gzip'd newc archive the kernel can unpack: every entry
@@ -117,6 +121,7 @@ func TestBuildInitrd(t *testing.T) {
 	}
 	dep := ""
 	for _, m := range bootModules {
+		m = strings.TrimSuffix(m, "?")
 		dep += "kernel/" + m + ".ko:\n"
 		add("kernel/"+m+".ko", "module "+m)
 	}
@@ -291,7 +296,7 @@ func TestMarkdown(t *testing.T) {
 	md := r.Markdown()
 	for _, want := range []string{
 		"# aluad QEMU lab: full (FAIL)",
-		"| c1 | dm-multipath at its defaults; declared Linux DM-MP (non-owner paths STANDBY) | linux-dmmp |",
+		"| c1 | bookworm | dm-multipath at its defaults; declared Linux DM-MP (non-owner paths STANDBY) | linux-dmmp |",
 		"| c1 | 0 | a -> b | manual | 0s | 20 ms | 380 ms | 400 ms |",
 		"| c2 | 0 | a -> b | manual | 0s | no UA | - | already there |",
 		"| c4 | 1 | b -> a | balance | 0s | no UA | - | not within the window |",

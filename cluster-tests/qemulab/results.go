@@ -1,6 +1,7 @@
 package qemulab
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -40,7 +41,7 @@ func (r *Results) Markdown() string {
 		verdict = "FAIL"
 	}
 	fmt.Fprintf(&b, "# aluad QEMU lab: %s (%s)\n\n", r.Scenario, verdict)
-	fmt.Fprintf(&b, "Run %s, %v in all (image %v). Real Linux guests (Debian bookworm, QEMU TCG) on a lab network; "+
+	fmt.Fprintf(&b, "Run %s, %v in all (image %v). Real Linux guests (Debian, QEMU TCG; each client's release below) on a lab network; "+
 		"aluad on the host. Times are taken at the array: the move's commit (UA queued), the host's first 2A/06, "+
 		"and when its READs/WRITEs left the old owner and ran only on the new one (10 ms polling).\n\n",
 		r.Started.Format(time.RFC3339), r.Elapsed.Round(time.Second), (time.Duration(r.ImageMS) * time.Millisecond).Round(time.Second))
@@ -52,9 +53,9 @@ func (r *Results) Markdown() string {
 			"the resolution of the first-I/O-at-the-new-owner times.\n\n", p.Polls, p.Mean.Round(time.Millisecond),
 			p.Longest.Round(time.Millisecond), p.Errors)
 	}
-	b.WriteString("## Clients\n\n| client | stack and configuration | declared as | boot | set-up | maps x paths | AO group on owner | fio I/Os | fio errors | dm errors | path errors retried |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("## Clients\n\n| client | release | stack and configuration | declared as | boot | set-up | maps x paths | AO group on owner | fio I/Os | fio errors | dm errors | path errors retried |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range r.Clients {
-		fmt.Fprintf(&b, "| %s | %s | %s | %.1f s | %.1f s | %d x %d | %v | %d | %d | %d | %d |\n", c.Spec.Name, c.Spec.Desc, c.Spec.HostType,
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %.1f s | %.1f s | %d x %d | %v | %d | %d | %d | %d |\n", c.Spec.Name, cmp.Or(c.Stack, c.Spec.release()), c.Spec.Desc, c.Spec.HostType,
 			c.Booted.Seconds(), c.SetUp.Seconds(), c.Maps, c.Paths/max(c.Maps, 1), c.AOOnOwner, c.FioIOs, c.FioErrors, c.KernelDMErrors, c.KernelPathErrors)
 	}
 	for _, st := range r.Steps {

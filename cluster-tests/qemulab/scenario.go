@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -28,6 +29,9 @@ type ClientSpec struct {
 	// scsi-block devices (no iSCSI initiator in the guest).
 	LibISCSI bool   `json:"libiscsi"`
 	Desc     string `json:"desc"`
+	// Release is the guest's Debian release ("": DefaultRelease): its
+	// kernel, open-iscsi and multipath-tools with their defaults.
+	Release string `json:"release,omitempty"`
 	// NoMultipath: multipathd is not started; the application uses one
 	// path per LUN (node a's first portal) and nothing reads RTPG.
 	NoMultipath bool `json:"no_multipath"`
@@ -213,8 +217,11 @@ type Options struct {
 
 // ClientResult is what one client did.
 type ClientResult struct {
-	Spec      ClientSpec    `json:"spec"`
-	IQN       string        `json:"iqn"`
+	Spec ClientSpec `json:"spec"`
+	IQN  string     `json:"iqn"`
+	// Stack: the guest's release, kernel, multipath-tools and open-iscsi
+	// versions, as the guest reports them.
+	Stack     string        `json:"stack"`
 	Booted    time.Duration `json:"boot_ns"`
 	SetUp     time.Duration `json:"setup_ns"`
 	Maps      int           `json:"maps"`
@@ -323,14 +330,16 @@ func nodeOfPortal(portal string) string {
 
 // lab is a run in progress.
 type lab struct {
-	opt   Options
-	net   *Net
-	arr   *Array
-	w     *Watcher
-	res   *Results
-	dir   string
-	img   Image
-	initr string
+	opt Options
+	net *Net
+	arr *Array
+	w   *Watcher
+	res *Results
+	dir string
+	img Image // DefaultRelease's: the storage guest's
+	// imgs and initrds: each client release's image and initrd.
+	imgs    map[string]Image
+	initrds map[string]string
 	// down is the node a power-loss step took down (restart brings it back).
 	down string
 	// qrep is aluad qualify's report (qualify scenario), mpll each
@@ -401,27 +410,45 @@ func (l *lab) close() {
 	}
 }
 
-// prepare builds the image, the agent, the initrd and aluad.
+// prepare builds the images (DefaultRelease's and each client's
+// release's), the agent, an initrd per image, and aluad.
 func (l *lab) prepare(ctx context.Context) error {
 	t := time.Now()
-	img, err := BuildImage(ctx, filepath.Join(l.opt.Root, "cluster-tests"), "client", l.opt.Log)
-	if err != nil {
-		return err
-	}
-	l.img = img
-	l.res.ImageMS = time.Since(t).Milliseconds()
-	l.opt.Log("image ready in %v: %s", time.Since(t).Round(time.Second), img.Dir)
 	agent := filepath.Join(l.dir, "aluad-agent")
 	if err := goBuild(ctx, l.opt.Root, agent, "./cluster-tests/agent", "CGO_ENABLED=0"); err != nil {
 		return err
 	}
-	l.initr = filepath.Join(l.dir, "initrd.gz")
-	if err := BuildInitrd(img, agent, "/bin/busybox", l.initr); err != nil {
-		return err
+	l.imgs, l.initrds = map[string]Image{}, map[string]string{}
+	for _, r := range l.releases() {
+		img, err := BuildImage(ctx, filepath.Join(l.opt.Root, "cluster-tests"), "client", r, l.opt.Log)
+		if err != nil {
+			return err
+		}
+		l.opt.Log("%s image ready in %v: %s", r, time.Since(t).Round(time.Second), img.Dir)
+		l.imgs[r] = img
+		l.initrds[r] = filepath.Join(l.dir, "initrd-"+r+".gz")
+		if err := BuildInitrd(img, agent, "/bin/busybox", l.initrds[r]); err != nil {
+			return err
+		}
 	}
+	l.img = l.imgs[DefaultRelease]
+	l.res.ImageMS = time.Since(t).Milliseconds()
 	// Static: the TCMU lab runs it in the storage guest.
 	return goBuild(ctx, l.opt.Root, filepath.Join(l.dir, "aluad"), "./cmd/aluad", "CGO_ENABLED=0")
 }
+
+// releases: DefaultRelease (the storage guest's), then each client's.
+func (l *lab) releases() []string {
+	rs := []string{DefaultRelease}
+	for _, c := range l.opt.Scenario.Clients {
+		if r := c.release(); !slices.Contains(rs, r) {
+			rs = append(rs, r)
+		}
+	}
+	return rs
+}
+
+func (c ClientSpec) release() string { return cmp.Or(c.Release, DefaultRelease) }
 
 func goBuild(ctx context.Context, root, out, pkg string, env ...string) error {
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
@@ -591,7 +618,7 @@ func (l *lab) bringUp(ctx context.Context, i int, c *ClientResult) error {
 		}
 		spec.ISCSIDrives = urls
 	}
-	vm, err := StartVM(ctx, l.net, l.img, l.initr, l.dir, spec)
+	vm, err := StartVM(ctx, l.net, l.imgs[c.Spec.release()], l.initrds[c.Spec.release()], l.dir, spec)
 	if err != nil {
 		return err
 	}
@@ -600,6 +627,10 @@ func (l *lab) bringUp(ctx context.Context, i int, c *ClientResult) error {
 	bp := max(1, vm.Booted.Seconds()/nominalBoot(len(l.res.Clients)).Seconds())
 	c.bootPace = bp
 	l.opt.Log("%s booted in %v", c.Spec.Name, vm.Booted.Round(100*time.Millisecond))
+	if out, err := vm.Sh(ctx, scaleDur(30*time.Second, bp), stackCommand); err == nil {
+		c.Stack = strings.TrimSpace(out)
+		l.opt.Log("%s runs %s", c.Spec.Name, c.Stack)
+	}
 	t := time.Now()
 	for _, f := range []string{"setup-client.sh", c.Spec.Conf} {
 		b, err := os.ReadFile(filepath.Join(l.opt.Root, "cluster-tests", "guest", f))
@@ -659,6 +690,10 @@ func (l *lab) bringUp(ctx context.Context, i int, c *ClientResult) error {
 	l.opt.Log("%s set up in %v: %d maps, %d paths", c.Spec.Name, c.SetUp.Round(100*time.Millisecond), c.Maps, c.Paths)
 	return nil
 }
+
+// stackCommand prints the guest's release, kernel and the versions of
+// its multipath and iSCSI packages.
+const stackCommand = `echo "Debian $(cat /etc/debian_version), kernel $(uname -r), multipath-tools $(dpkg-query -W -f '${Version}' multipath-tools), open-iscsi $(dpkg-query -W -f '${Version}' open-iscsi)"`
 
 // mapDisks learns, for every SCSI disk of the guest, its portal and LUN.
 func (l *lab) mapDisks(ctx context.Context, c *ClientResult, urls []string) error {

@@ -3,6 +3,7 @@
 //
 //	go run ./cluster-tests/cmd/qemu-boot 'uname -a' 'lsmod | grep dm_'
 //	go run ./cluster-tests/cmd/qemu-boot --array --setup multipath-alua.conf 'multipath -ll'
+//	go run ./cluster-tests/cmd/qemu-boot --release bullseye 'multipath -t | grep find_multipaths'
 //
 // --array runs aluad (2 nodes, 2 LUNs) in the lab namespace; --setup runs
 // cluster-tests/guest/setup-client.sh with that multipath.conf, logging in.
@@ -25,6 +26,7 @@ var (
 	setup     = flag.String("setup", "", "multipath conf (cluster-tests/guest/) to set the guest up with and log in")
 	hostType  = flag.String("type", "linux", "host type the array is told for the guest")
 	put       = flag.String("put", "", "a file (of cluster-tests/guest/) to copy to the guest's /run/lab/ before the commands")
+	release   = flag.String("release", qemulab.DefaultRelease, "the guest's Debian release")
 	arrays    = flag.Int("arrays", 1, "with --array: how many arrays, each at its default configuration (the second listens on port 3270 of the same addresses)")
 )
 
@@ -39,7 +41,7 @@ func main() {
 func run(cmds []string) error {
 	ctx := context.Background()
 	logf := func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }
-	img, err := qemulab.BuildImage(ctx, "cluster-tests", "client", logf)
+	img, err := qemulab.BuildImage(ctx, "cluster-tests", "client", *release, logf)
 	if err != nil {
 		return err
 	}
