@@ -50,3 +50,12 @@ if [ -n "$portal" ]; then
 	iscsiadm -m node -L all || [ $? = 15 ]
 fi
 udevadm settle --timeout=60 || true
+if [ "$(basename "$conf")" = multipath-pure.conf ]; then
+	# The admin's part where find_multipaths is strict (a no-op where it
+	# is not): each path's WWID added, then the maps made.
+	for d in /sys/block/sd*; do
+		[ -e "$d" ] && multipath -a "/dev/$(basename "$d")" >/dev/null 2>&1 || true
+	done
+	multipathd reconfigure >/dev/null 2>&1 || multipath >/dev/null 2>&1 || true
+	udevadm settle --timeout=60 || true
+fi

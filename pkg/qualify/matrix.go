@@ -339,11 +339,13 @@ func (c Cell) cellText() string {
 		}
 		s = fmt.Sprintf("mixed %d/%d", pass, pass+c.failedRuns())
 	}
-	if c.Follow.N > 0 || c.Never > 0 {
+	switch {
+	case c.Follow.N > 0 && c.Never > 0:
+		s += fmt.Sprintf(", follow %s (never in %d)", c.Follow, c.Never)
+	case c.Follow.N > 0:
 		s += ", follow " + c.Follow.String()
-		if c.Never > 0 {
-			s += fmt.Sprintf(" (never in %d)", c.Never)
-		}
+	case c.Never > 0:
+		s += fmt.Sprintf(", follow never (%d of %d runs)", c.Never, c.Stall.N)
 	}
 	return s + ", stall " + c.Stall.String()
 }
@@ -507,4 +509,51 @@ th{background:#f4f4f4} td.pass{background:#e8f5e9} td.fail{background:#fdecea} t
 	b.WriteString("</body></html>\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// Recommendation is the configuration to use on one release: the row
+// declared with its right type that passed every cell with the least
+// stall, or, when none did, the one with the fewest failing cells.
+type Recommendation struct {
+	Release string    `json:"release"`
+	Row     MatrixRow `json:"row"`
+	Green   bool      `json:"green"` // every cell with its event passed in every run
+	// Failing lists the cells that did not pass (when not Green).
+	Failing []string `json:"failing,omitempty"`
+	// StallMs is the sum of the row's median stalls, the tie-breaker.
+	StallMs float64 `json:"stall_ms"`
+}
+
+// Recommend picks a configuration per release from the matrix, in the
+// matrix's release order.
+func Recommend(m Matrix) []Recommendation {
+	var out []Recommendation
+	best := map[string]int{}
+	for _, r := range m.Rows {
+		if !r.Row.Right {
+			continue
+		}
+		rec := Recommendation{Release: r.Row.Release, Row: r.Row}
+		rec.Green, _ = r.Green()
+		for _, c := range r.Cells {
+			rec.StallMs += c.Stall.Median
+			if c.Verdict == "fail" || c.Verdict == "mixed" {
+				rec.Failing = append(rec.Failing, c.Column+" ("+c.cellText()+")")
+			}
+		}
+		i, seen := best[rec.Release]
+		if !seen {
+			best[rec.Release] = len(out)
+			out = append(out, rec)
+			continue
+		}
+		cur := out[i]
+		better := rec.Green && !cur.Green ||
+			rec.Green == cur.Green && (len(rec.Failing) < len(cur.Failing) ||
+				len(rec.Failing) == len(cur.Failing) && rec.StallMs < cur.StallMs)
+		if better {
+			out[i] = rec
+		}
+	}
+	return out
 }

@@ -151,3 +151,34 @@ func TestMatrixOutputs(t *testing.T) {
 	assert.Contains(t, h.String(), `<td class="mixed"`)
 	assert.Contains(t, h.String(), `<td class="na"`)
 }
+
+func TestRecommend(t *testing.T) {
+	cell := func(col, verdict string, stall float64) Cell {
+		return Cell{Column: col, Verdict: verdict, Stall: Spread{Median: stall, Min: stall, Max: stall, N: 3}}
+	}
+	row := func(rel, cfg, typ string, right bool, cells ...Cell) MatrixRowResult {
+		return MatrixRowResult{Row: MatrixRow{Release: rel, Config: cfg, Type: typ, Right: right}, Cells: cells}
+	}
+	m := Matrix{Columns: []string{"planned move", "failback"}, Rows: []MatrixRowResult{
+		// bookworm: two green rows, the one with less stall wins; the
+		// wrong-type row never counts, however good.
+		row("bookworm", "alua", "linux", true, cell("planned move", "pass", 800), cell("failback", "pass", 900)),
+		row("bookworm", "alua", "linux-dmmp", false, cell("planned move", "pass", 10), cell("failback", "pass", 10)),
+		row("bookworm", "defaults", "linux-dmmp", true, cell("planned move", "pass", 300), cell("failback", "pass", 400)),
+		// sid: nothing green; the fewest failing cells.
+		row("sid", "defaults", "linux-dmmp", true, cell("planned move", "fail", 300), cell("failback", "mixed", 400)),
+		row("sid", "followover", "linux-dmmp", true, cell("planned move", "fail", 900), cell("failback", "pass", 400)),
+		// trixie: an n/a row is not green.
+		row("trixie", "none", "linux", true, cell("planned move", "n/a", 0), cell("failback", "n/a", 0)),
+	}}
+	recs := Recommend(m)
+	require.Len(t, recs, 3)
+	assert.Equal(t, "defaults", recs[0].Row.Config)
+	assert.True(t, recs[0].Green)
+	assert.Equal(t, 700.0, recs[0].StallMs)
+	assert.Equal(t, "followover", recs[1].Row.Config)
+	assert.False(t, recs[1].Green)
+	assert.Len(t, recs[1].Failing, 1)
+	assert.Contains(t, recs[1].Failing[0], "planned move (fail")
+	assert.False(t, recs[2].Green)
+}

@@ -100,7 +100,7 @@ var allowed = map[string][]string{
 	"cluster-tests/agentproto":        nil,
 	"cluster-tests/agent":             {"cluster-tests/agentproto"},
 	"cluster-tests/qemulab":           {"cluster-tests/agentproto", "pkg/api", "pkg/qualify"},
-	"cluster-tests/cmd/qemulab":       {"cluster-tests/qemulab"},
+	"cluster-tests/cmd/qemulab":       {"cluster-tests/qemulab", "pkg/qualify"},
 	"cluster-tests/cmd/qemu-boot":     {"cluster-tests/qemulab"},
 	"cluster-tests/vagrantlab":        {"cluster-tests/qemulab", "pkg/api"},
 	"cluster-tests/cmd/vagrant-smoke": {"cluster-tests/vagrantlab"},

@@ -6,6 +6,7 @@
 //
 //	go run ./cluster-tests/cmd/qemulab                 # the smoke scenario (CI)
 //	go run ./cluster-tests/cmd/qemulab --scenario full # every client, every move
+//	go run ./cluster-tests/cmd/qemulab --release trixie # the smoke with a Debian 13 guest
 package main
 
 import (
@@ -15,11 +16,13 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/aluad/aluad/cluster-tests/qemulab"
+	"github.com/aluad/aluad/pkg/qualify"
 )
 
 func main() {
@@ -40,14 +43,34 @@ func run() error {
 	root := flag.String("root", ".", "the aluad repository")
 	follow := flag.Duration("follow", 40*time.Second, "how long clients get to switch after each move")
 	timeout := flag.Duration("timeout", 30*time.Minute, "give up after this long")
+	release := flag.String("release", qemulab.DefaultRelease, "the client guests' Debian release: "+strings.Join(qemulab.Releases, ", "))
 	fabric := flag.String("fabric", "iscsi", "iscsi: aluad's own target on the host; tcmu: LIO + aluad --fabric tcmu in a storage guest")
+	var mo matrixFlags
+	flag.BoolVar(&mo.on, "matrix", false, "run the interoperability matrix instead of a scenario (docs/matrix.md)")
+	flag.StringVar(&mo.releases, "releases", strings.Join(qemulab.Releases, ","), "--matrix: the releases, comma-separated")
+	flag.StringVar(&mo.configs, "configs", "", "--matrix: the multipath configurations, comma-separated (default all: "+matrixConfigNames()+")")
+	flag.IntVar(&mo.runs, "runs", 3, "--matrix: runs of each row")
+	flag.IntVar(&mo.perRun, "per-run", 4, "--matrix: guests in one lab run")
+	flag.BoolVar(&mo.noWrong, "no-wrong", false, "--matrix: only the rows declared with the right host type")
+	flag.DurationVar(&mo.budget, "budget", 0, "--matrix: start no lab run after this long (0: none); the matrix is built from the runs that ran")
+	flag.StringVar(&mo.from, "matrix-from", "", "rebuild the matrix from the lab runs under this directory, run nothing")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", flag.Arg(0))
 	}
+	if mo.on || mo.from != "" {
+		return runMatrix(mo, *root, *out, *timeout)
+	}
 	sc, ok := qemulab.Scenarios[*scenario]
 	if !ok {
 		return fmt.Errorf("no scenario %q (have %s)", *scenario, strings.Join(names, ", "))
+	}
+	if err := qemulab.ValidRelease(*release); err != nil {
+		return fmt.Errorf("--release: %w", err)
+	}
+	sc.Clients = slices.Clone(sc.Clients)
+	for i := range sc.Clients {
+		sc.Clients[i].Release = *release
 	}
 	if *fabric != "iscsi" && *fabric != "tcmu" {
 		return fmt.Errorf("--fabric must be iscsi or tcmu, not %q", *fabric)
@@ -62,6 +85,9 @@ func run() error {
 		name := sc.Name
 		if *fabric == "tcmu" {
 			name += "-tcmu"
+		}
+		if *release != qemulab.DefaultRelease {
+			name += "-" + *release
 		}
 		*out = filepath.Join(*root, "results", "qemu-lab", name+"-"+time.Now().Format("20060102-150405"))
 	}
@@ -92,4 +118,100 @@ func run() error {
 	}
 	fmt.Printf("scenario %s passed in %v\n", sc.Name, time.Since(start).Round(time.Second))
 	return nil
+}
+
+type matrixFlags struct {
+	on                bool
+	releases, configs string
+	runs, perRun      int
+	noWrong           bool
+	budget            time.Duration
+	from              string
+}
+
+func matrixConfigNames() string {
+	var n []string
+	for _, c := range qemulab.MatrixConfigs {
+		n = append(n, c.Name)
+	}
+	return strings.Join(n, ",")
+}
+
+// runMatrix runs (or, with --matrix-from, rebuilds) the interoperability
+// matrix and prints it.
+func runMatrix(mo matrixFlags, root, out string, timeout time.Duration) error {
+	var rels []string
+	for _, r := range strings.Split(mo.releases, ",") {
+		if r = strings.TrimSpace(r); r == "" {
+			continue
+		}
+		if err := qemulab.ValidRelease(r); err != nil {
+			return fmt.Errorf("--releases: %w", err)
+		}
+		rels = append(rels, r)
+	}
+	if mo.from != "" {
+		m, err := qemulab.ReadMatrix(mo.from, nil)
+		if err != nil {
+			return err
+		}
+		if err := qemulab.WriteMatrix(mo.from, filepath.Join(root, "cluster-tests", "guest"), m); err != nil {
+			return err
+		}
+		fmt.Print(matrixText(m))
+		fmt.Printf("matrix: %s\n", filepath.Join(mo.from, "matrix.html"))
+		return nil
+	}
+	var cfgs []qemulab.MatrixConfig
+	if mo.configs != "" {
+		for _, n := range strings.Split(mo.configs, ",") {
+			c, err := qemulab.MatrixConfigByName(strings.TrimSpace(n))
+			if err != nil {
+				return fmt.Errorf("--configs: %w", err)
+			}
+			cfgs = append(cfgs, c)
+		}
+	}
+	if mo.runs < 1 || mo.perRun < 1 {
+		return fmt.Errorf("--runs and --per-run must be at least 1")
+	}
+	if _, err := os.Stat(filepath.Join(root, "cluster-tests", "build-image.sh")); err != nil {
+		return fmt.Errorf("--root %s is not the aluad repository: %v", root, err)
+	}
+	if out == "" {
+		out = filepath.Join(root, "results", "matrix-"+time.Now().Format("20060102-150405"))
+	}
+	if timeout == 30*time.Minute {
+		timeout = 24 * time.Hour // the scenario default is no bound for a matrix
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer cancel()
+	ctx, cancel2 := context.WithTimeout(ctx, timeout)
+	defer cancel2()
+	start := time.Now()
+	logf := func(f string, a ...any) {
+		fmt.Fprintf(os.Stderr, "[%6.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(f, a...))
+	}
+	m, err := qemulab.RunMatrix(ctx, qemulab.MatrixOptions{Root: root, Out: out, Releases: rels, Configs: cfgs, NoWrong: mo.noWrong,
+		Runs: mo.runs, PerRun: mo.perRun, Budget: mo.budget, Log: logf})
+	if err != nil {
+		return err
+	}
+	fmt.Print(matrixText(m))
+	fmt.Printf("matrix: %s (%v)\n", filepath.Join(out, "matrix.html"), time.Since(start).Round(time.Second))
+	return nil
+}
+
+func matrixText(m qualify.Matrix) string {
+	var b strings.Builder
+	qualify.WriteMatrixMarkdown(&b, m)
+	fmt.Fprintf(&b, "\nRecommended per release (the rows declared with the right type):\n")
+	for _, r := range qualify.Recommend(m) {
+		state := "every cell passed"
+		if !r.Green {
+			state = "none passed every cell; closest, failing " + strings.Join(r.Failing, "; ")
+		}
+		fmt.Fprintf(&b, "- %s: %s, declared %s (%s)\n", r.Release, r.Row.Config, r.Row.Type, state)
+	}
+	return b.String()
 }
