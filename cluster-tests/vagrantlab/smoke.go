@@ -134,11 +134,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	down := "" // the controller powered off: not asked (a call to it waits out its timeout)
 	owner := func(lun uint64) (string, error) {
 		var last error
-		for i := range ctrls { // b first: a is the one power-cycled
-			c := ctrls[len(ctrls)-1-i]
-			if c.Node == down {
-				continue
-			}
+		for _, c := range upFirstB(ctrls, down) {
 			ls, err := c.Client().LUNs()
 			if err != nil {
 				last = err
@@ -457,17 +453,25 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	return res, res.write(o.Out)
 }
 
+// upFirstB are the controllers to ask, but the one powered off (down),
+// b first: a is the one the smoke power-cycles.
+func upFirstB(ctrls []Controller, down string) []Controller {
+	var out []Controller
+	for i := range ctrls {
+		if c := ctrls[len(ctrls)-1-i]; c.Node != down {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 // unstableReport is the cause of the node-unstable report for node,
 // as the first controller (but down) that answers GET /v1/reports says
 // ("" if none); the error is the last controller's if none answered (in
 // cluster mode only the leader answers).
 func unstableReport(ctrls []Controller, down, node string) (string, error) {
 	var last error = fmt.Errorf("no controller to ask")
-	for i := range ctrls {
-		c := ctrls[len(ctrls)-1-i] // b first: a is the one power-cycled
-		if c.Node == down {
-			continue
-		}
+	for _, c := range upFirstB(ctrls, down) {
 		rs, err := c.Client().Reports()
 		if err != nil {
 			last = err

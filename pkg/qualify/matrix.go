@@ -2,7 +2,6 @@ package qualify
 
 import (
 	"encoding/json"
-	"encoding/xml"
 	"fmt"
 	"html"
 	"io"
@@ -449,16 +448,7 @@ func WriteMatrixJUnit(w io.Writer, m Matrix) error {
 		out.Errors++
 		out.Suites = append(out.Suites, s)
 	}
-	if _, err := io.WriteString(w, xml.Header); err != nil {
-		return err
-	}
-	enc := xml.NewEncoder(w)
-	enc.Indent("", "  ")
-	if err := enc.Encode(out); err != nil {
-		return err
-	}
-	_, err := io.WriteString(w, "\n")
-	return err
+	return encodeJUnit(w, out)
 }
 
 // WriteMatrixHTML writes the matrix as one HTML page: a row per host

@@ -213,6 +213,11 @@ func WriteJUnit(w io.Writer, rep *Report) error {
 	out.Failures += arr.Failures
 	out.Errors += arr.Errors
 	out.Suites = append(out.Suites, arr)
+	return encodeJUnit(w, out)
+}
+
+// encodeJUnit writes the XML header and the suites, indented.
+func encodeJUnit(w io.Writer, out junitSuites) error {
 	if _, err := io.WriteString(w, xml.Header); err != nil {
 		return err
 	}
