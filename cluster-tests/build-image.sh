@@ -22,10 +22,11 @@ variant=${1:-client}
 release=${2:-${ALUAD_LAB_RELEASE:-bookworm}}
 here=$(cd "$(dirname "$0")" && pwd)
 
+kernel=linux-image-amd64
 case $variant in
-client)  pkgs="linux-image-amd64,open-iscsi,multipath-tools,sg3-utils,fio,kmod,iproute2,procps,udev" ;;
-storage) pkgs="linux-image-amd64,open-iscsi,multipath-tools,sg3-utils,fio,kmod,iproute2,procps,udev,targetcli-fb,python3-rtslib-fb,dbus" ;;
-vagrant) pkgs="linux-image-amd64,initramfs-tools,systemd-sysv,dbus,openssh-server,sudo,rsync,open-iscsi,multipath-tools,sg3-utils,fio,kmod,iproute2,procps,udev,nfs-common,nfs-kernel-server,nftables,ca-certificates,less" ;;
+client)  pkgs="open-iscsi,multipath-tools,sg3-utils,fio,kmod,iproute2,procps,udev" ;;
+storage) pkgs="open-iscsi,multipath-tools,sg3-utils,fio,kmod,iproute2,procps,udev,targetcli-fb,python3-rtslib-fb,dbus" ;;
+vagrant) pkgs="initramfs-tools,systemd-sysv,dbus,openssh-server,sudo,rsync,open-iscsi,multipath-tools,sg3-utils,fio,kmod,iproute2,procps,udev,nfs-common,nfs-kernel-server,nftables,ca-certificates,less" ;;
 *) echo "build-image.sh: unknown variant \"$variant\" (client, storage or vagrant)" >&2; exit 2 ;;
 esac
 case $release in
@@ -34,7 +35,7 @@ bullseye|bookworm|trixie|sid) ;;
 esac
 
 # The cache key covers everything that shapes the image (comments aside).
-key=$( (echo "$pkgs $release"; grep -v '^[[:space:]]*#' "$0") | sha256sum | cut -c1-12)
+key=$( (echo "$kernel $pkgs $release"; grep -v '^[[:space:]]*#' "$0") | sha256sum | cut -c1-12)
 cache=${ALUAD_LAB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/aluad-lab}
 out=$cache/$variant-$release-$key
 if [ -s "$out/root.img" ] && [ -s "$out/vmlinuz" ]; then
@@ -45,6 +46,8 @@ fi
 need() { command -v "$1" >/dev/null 2>&1 || { echo "build-image.sh: $1 not found (scripts/deps.sh qemu installs it)" >&2; exit 1; }; }
 need debootstrap
 need mkfs.ext4
+need xz     # trixie's and later kernels' modules
+need zstd
 [ "$(id -u)" = 0 ] || { echo "build-image.sh: debootstrap needs root" >&2; exit 1; }
 
 # The mirror apt already uses: never a host name written here.
@@ -59,21 +62,33 @@ fi
 mkdir -p "$cache"
 work=$(mktemp -d "$cache/build.XXXXXX")
 root=$work/root
-# A debootstrap that failed may leave its /proc mounted: never descend.
-trap 'umount "$root/proc" "$root/sys" 2>/dev/null; rm -rf --one-file-system "$work"' EXIT
+# A debootstrap that failed may leave its /proc or /sys mounted: unmount
+# what is, and never descend into another file system.
+cleanup() {
+	for m in proc sys; do
+		if mountpoint -q "$root/$m" 2>/dev/null; then umount "$root/$m" || true; fi
+	done
+	rm -rf --one-file-system "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 echo "build-image.sh: debootstrap $release ($variant) ..." >&2
 start=$(date +%s)
 # The kernel comes after, by apt: debootstrap takes the first of a
 # dependency's alternatives, and from forky on that gives linux-image
 # dracut while sg3-utils-udev takes initramfs-tools, which conflict.
-debootstrap --variant=minbase --include="${pkgs/linux-image-amd64,/}" "$release" "$root" "$mirror" >"$work/debootstrap.log" 2>&1 || {
+# (apt in the chroot reads the mirror debootstrap used: an http one.)
+debootstrap --variant=minbase --include="$pkgs" "$release" "$root" "$mirror" >"$work/debootstrap.log" 2>&1 || {
 	tail -30 "$work/debootstrap.log" >&2; exit 1; }
 mount -t proc proc "$root/proc"
-cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
-chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends linux-image-amd64 \
+made_resolv=0
+if [ ! -e "$root/etc/resolv.conf" ] && [ -e /etc/resolv.conf ]; then
+	cp /etc/resolv.conf "$root/etc/resolv.conf" && made_resolv=1
+fi
+chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$kernel" \
 	>>"$work/debootstrap.log" 2>&1 || { tail -30 "$work/debootstrap.log" >&2; exit 1; }
 umount "$root/proc"
-rm -f "$root/etc/resolv.conf"
+[ $made_resolv = 0 ] || rm -f "$root/etc/resolv.conf"
 
 kver=$(ls "$root/lib/modules" | sort -V | tail -1)
 cp "$root/boot/vmlinuz-$kver" "$work/vmlinuz"

@@ -19,7 +19,7 @@ add=1
 [ "${1:-}" = --no-add ] && add=0
 
 command -v qemu-img >/dev/null || { echo "build-box.sh: qemu-img not found (apt-get install qemu-utils)" >&2; exit 1; }
-img=$("$here/../build-image.sh" vagrant)
+img=$("$here/../build-image.sh" vagrant bookworm)   # the box is Debian 12 whatever ALUAD_LAB_RELEASE says
 key=$(basename "$img" | sed 's/^vagrant-//')
 cache=$(dirname "$img")
 # The box's name covers the image and the box's own Vagrantfile.
