@@ -51,8 +51,16 @@ if [ -n "$portal" ]; then
 fi
 udevadm settle --timeout=60 || true
 if [ "$(basename "$conf")" = multipath-pure.conf ]; then
-	# The admin's part where find_multipaths is strict (a no-op where it
-	# is not): each path's WWID added, then the maps made.
+	# The admin's part where find_multipaths is strict: each path's WWID
+	# added to /etc/multipath/wwids, then the maps made. The scan after
+	# the logins may still be adding disks: wait until their count holds
+	# for 3 s (30 s at most).
+	last=-1 same=0 i=0
+	while [ $same -lt 3 ] && [ $i -lt 30 ]; do
+		n=$(ls -d /sys/block/sd* 2>/dev/null | wc -l)
+		if [ "$n" = "$last" ]; then same=$((same + 1)); else same=0; last=$n; fi
+		sleep 1; i=$((i + 1))
+	done
 	for d in /sys/block/sd*; do
 		[ -e "$d" ] && multipath -a "/dev/$(basename "$d")" >/dev/null 2>&1 || true
 	done

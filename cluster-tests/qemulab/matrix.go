@@ -26,28 +26,37 @@ type MatrixConfig struct {
 	Name        string `json:"name"`
 	Conf        string `json:"multipath_conf"` // cluster-tests/guest/<Conf>
 	NoMultipath bool   `json:"no_multipath"`
-	// Right is the host type to declare for it; Wrong a plausible
-	// mistake, the second row.
+	// Right is the host type to declare for it ("": none is; the
+	// configuration is the thing to change) and Wrong a plausible
+	// mistake, the second row. With no right type both rows are
+	// declarations, and neither is recommended.
 	Right string `json:"right_type"`
 	Wrong string `json:"wrong_type"`
 	Desc  string `json:"desc"`
 }
 
 // MatrixConfigs are the configurations a matrix runs, in its row order.
+// The right types are the array's advice as measured so far
+// (docs/qualify.md, docs/ownership.md): linux-dmmp for dm-multipath
+// (at its defaults it leaves a path only when it fails; with failback
+// immediate it follows a STANDBY hand-off at once, an ANO change only at
+// its priority check); legacy for a host without multipath (its LUNs
+// stay where its one path is); none for multibus, which spreads I/O
+// over both nodes whatever the array says.
 var MatrixConfigs = []MatrixConfig{
 	{Name: "defaults", Conf: "multipath-pure.conf", Right: "linux-dmmp", Wrong: "linux",
 		Desc: "multipath-tools at its pure defaults (no section); the admin's multipath -a on each path"},
-	{Name: "alua-immediate", Conf: "multipath-alua.conf", Right: "linux", Wrong: "linux-dmmp",
+	{Name: "alua-immediate", Conf: "multipath-alua.conf", Right: "linux-dmmp", Wrong: "linux",
 		Desc: "prio alua, group_by_prio, failback immediate, queue_if_no_path"},
 	{Name: "followover", Conf: "multipath-followover.conf", Right: "linux-dmmp", Wrong: "linux",
 		Desc: "prio alua, group_by_prio, failback followover, no_path_retry 30, queue-length"},
-	{Name: "multibus-rr", Conf: "multipath-multibus-rr.conf", Right: "linux", Wrong: "linux-dmmp",
+	{Name: "multibus-rr", Conf: "multipath-multibus-rr.conf", Wrong: "linux",
 		Desc: "multibus, round-robin"},
-	{Name: "multibus-ql", Conf: "multipath-multibus-ql.conf", Right: "linux", Wrong: "linux-dmmp",
+	{Name: "multibus-ql", Conf: "multipath-multibus-ql.conf", Wrong: "linux",
 		Desc: "multibus, queue-length"},
-	{Name: "multibus-st", Conf: "multipath-multibus-st.conf", Right: "linux", Wrong: "linux-dmmp",
+	{Name: "multibus-st", Conf: "multipath-multibus-st.conf", Wrong: "linux",
 		Desc: "multibus, service-time"},
-	{Name: "no-multipath", Conf: "multipath-none.conf", NoMultipath: true, Right: "linux", Wrong: "linux-dmmp",
+	{Name: "no-multipath", Conf: "multipath-none.conf", NoMultipath: true, Right: "legacy", Wrong: "linux-dmmp",
 		Desc: "no multipath (multipathd not running), scsi_dh_alua attached at scan: one path per LUN"},
 }
 
@@ -99,8 +108,10 @@ func matrixPlan(releases []string, configs []MatrixConfig, wrong bool, runs, per
 		for _, rel := range releases {
 			var rows []qualify.MatrixRow
 			for _, c := range configs {
-				rows = append(rows, qualify.MatrixRow{Release: rel, Config: c.Name, Type: c.Right, Right: true})
-				if wrong {
+				if c.Right != "" {
+					rows = append(rows, qualify.MatrixRow{Release: rel, Config: c.Name, Type: c.Right, Right: true})
+				}
+				if wrong || c.Right == "" {
 					rows = append(rows, qualify.MatrixRow{Release: rel, Config: c.Name, Type: c.Wrong})
 				}
 			}
@@ -152,6 +163,20 @@ func RunMatrix(ctx context.Context, o MatrixOptions) (qualify.Matrix, error) {
 			return qualify.Matrix{}, err
 		}
 	}
+	if hasDup(o.Releases) {
+		return qualify.Matrix{}, fmt.Errorf("a release is named twice: %v", o.Releases)
+	}
+	var names []string
+	for _, c := range o.Configs {
+		names = append(names, c.Name)
+	}
+	if hasDup(names) {
+		return qualify.Matrix{}, fmt.Errorf("a configuration is named twice: %v", names)
+	}
+	// An earlier matrix's run-NN would be read as this one's.
+	if old, _ := filepath.Glob(filepath.Join(o.Out, "run-*")); len(old) > 0 {
+		return qualify.Matrix{}, fmt.Errorf("%s holds an earlier matrix's lab runs: give a new --out (or --matrix-from %s to rebuild it)", o.Out, o.Out)
+	}
 	if _, err := qualify.LoadBuiltin(o.Schedule); err != nil {
 		return qualify.Matrix{}, err
 	}
@@ -159,13 +184,13 @@ func RunMatrix(ctx context.Context, o MatrixOptions) (qualify.Matrix, error) {
 	start := time.Now()
 	for i, mr := range plan {
 		if o.Budget > 0 && time.Since(start) > o.Budget {
-			o.Log("matrix: budget %v spent after %d of %d lab runs", o.Budget, i, len(plan))
+			o.Log("matrix: budget %v spent after %d of %d lab runs; not run: %d", o.Budget, i, len(plan), len(plan)-i)
 			break
 		}
 		if ctx.Err() != nil {
 			break
 		}
-		dir := filepath.Join(o.Out, fmt.Sprintf("run-%02d", i+1))
+		dir := filepath.Join(o.Out, fmt.Sprintf("run-%03d", i+1))
 		var rows []string
 		for _, h := range mr.Hosts {
 			rows = append(rows, h.Host+"="+h.Row.Config+"/"+h.Row.Type)
@@ -176,6 +201,12 @@ func RunMatrix(ctx context.Context, o MatrixOptions) (qualify.Matrix, error) {
 			return qualify.Matrix{}, err
 		}
 		sc := Scenario{Name: fmt.Sprintf("matrix-%s-%d", mr.Release, i+1), Clients: specs, Qualify: o.Schedule}
+		// A run killed before it ends is read as one that did not finish.
+		started := mr
+		started.Error = "the lab run did not finish"
+		if err := writeJSON(filepath.Join(dir, matrixRunFile), started); err != nil {
+			return qualify.Matrix{}, err
+		}
 		t := time.Now()
 		res, err := Run(ctx, Options{Scenario: sc, Root: o.Root, Out: dir, Log: o.Log})
 		if err != nil {
@@ -200,7 +231,7 @@ func RunMatrix(ctx context.Context, o MatrixOptions) (qualify.Matrix, error) {
 	if err != nil {
 		return m, err
 	}
-	return m, WriteMatrix(o.Out, filepath.Join(o.Root, "cluster-tests", "guest"), m)
+	return m, WriteMatrix(o.Out, filepath.Join(o.Root, "cluster-tests", "guest"), m, o.Runs)
 }
 
 // ReadMatrix builds the matrix from the lab runs under dir (run-*/, each
@@ -227,6 +258,13 @@ func ReadMatrix(dir string, releases []string) (qualify.Matrix, error) {
 			if err := json.Unmarshal(b, &rep); err != nil {
 				return qualify.Matrix{}, fmt.Errorf("%s: %w", d, err)
 			}
+			for _, h := range mr.Hosts {
+				for _, rh := range rep.Hosts {
+					if rh.Name == h.Host && rh.Type != h.Row.Type {
+						return qualify.Matrix{}, fmt.Errorf("%s: host %s was declared %s, but its record says %s: a report of another matrix?", d, h.Host, rh.Type, h.Row.Type)
+					}
+				}
+			}
 			run.Report = &rep
 			if mr.Error != "" && rep.Error == "" {
 				rep.Error = mr.Error
@@ -246,15 +284,15 @@ func ReadMatrix(dir string, releases []string) (qualify.Matrix, error) {
 }
 
 // WriteMatrix writes matrix.html, matrix.json, matrix.md (with the
-// recommendation per release: its configuration file from guestDir,
-// cluster-tests/guest) and junit.xml.
-func WriteMatrix(dir, guestDir string, m qualify.Matrix) error {
+// recommendation per release, counting cells of runs runs or more: its
+// configuration file from guestDir, cluster-tests/guest) and junit.xml.
+func WriteMatrix(dir, guestDir string, m qualify.Matrix, runs int) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	var md strings.Builder
 	qualify.WriteMatrixMarkdown(&md, m)
-	WriteRecommendations(&md, guestDir, qualify.Recommend(m))
+	WriteRecommendations(&md, guestDir, qualify.Recommend(m, runs))
 	if err := os.WriteFile(filepath.Join(dir, "matrix.md"), []byte(md.String()), 0o644); err != nil {
 		return err
 	}
@@ -290,16 +328,27 @@ func writeJSON(path string, v any) error {
 }
 
 // WriteRecommendations writes, per release, the configuration to use
-// and the host type to declare, with its multipath.conf (comments
-// dropped), or why no configuration passed every cell.
+// and the host type to declare, with the device section of its
+// multipath.conf (the array's part of a host's file; the defaults section
+// is the lab's), or why no configuration passed every cell.
 func WriteRecommendations(w io.Writer, guestDir string, recs []qualify.Recommendation) {
 	for _, r := range recs {
 		fmt.Fprintf(w, "\n### %s\n\n", r.Release)
-		if r.Green {
+		switch {
+		case r.Unmeasured:
+			fmt.Fprintf(w, "Not measured enough: no configuration declared with its right type has every cell measured in the runs asked for.\n")
+			if r.Instead != nil {
+				fmt.Fprintf(w, "\n%s declared `%s`, the type thought wrong, passed every cell.\n", r.Instead.Config, r.Instead.Type)
+			}
+			continue
+		case r.Green:
 			fmt.Fprintf(w, "Use %s, declared `%s`: every cell passed in every run.\n", r.Row.Config, r.Row.Type)
-		} else {
-			fmt.Fprintf(w, "No configuration passed every cell. The closest: %s, declared `%s`; it failed %s.\n",
+		default:
+			fmt.Fprintf(w, "No configuration passed every cell. The closest: %s, declared `%s`; it did not pass %s.\n",
 				r.Row.Config, r.Row.Type, strings.Join(r.Failing, "; "))
+		}
+		if r.Instead != nil {
+			fmt.Fprintf(w, "\n%s declared `%s`, the type thought wrong, passed every cell: the host type advice is off for it.\n", r.Instead.Config, r.Instead.Type)
 		}
 		c, err := MatrixConfigByName(r.Row.Config)
 		if err != nil {
@@ -310,16 +359,51 @@ func WriteRecommendations(w io.Writer, guestDir string, recs []qualify.Recommend
 			fmt.Fprintf(w, "\n(%s: %v)\n", c.Conf, err)
 			continue
 		}
-		var keep []string
-		for _, l := range strings.Split(string(b), "\n") {
-			if !strings.HasPrefix(strings.TrimSpace(l), "#") {
-				keep = append(keep, l)
-			}
+		dev := deviceSection(string(b))
+		switch {
+		case c.NoMultipath:
+			dev = "# no multipath: multipathd not running"
+		case dev == "":
+			dev = "# no device section: multipath-tools' built-in defaults"
 		}
-		conf := strings.TrimSpace(strings.Join(keep, "\n"))
-		if conf == "" {
-			conf = "# (none: multipath-tools' own defaults)"
+		fmt.Fprintf(w, "\n/etc/multipath.conf (%s):\n\n```\n%s\n```\n", c.Desc, dev)
+		if c.Conf == "multipath-pure.conf" {
+			fmt.Fprintf(w, "\nWhere find_multipaths is strict (the default here), add each new LUN's WWID: `multipath -a /dev/sdX`.\n")
 		}
-		fmt.Fprintf(w, "\n/etc/multipath.conf (%s):\n\n```\n%s\n```\n", c.Desc, conf)
 	}
+}
+
+// deviceSection is the devices { ... } section of a multipath.conf,
+// comments dropped ("" if none).
+func deviceSection(conf string) string {
+	var out []string
+	depth, in := 0, false
+	for _, l := range strings.Split(conf, "\n") {
+		t := strings.TrimSpace(l)
+		if strings.HasPrefix(t, "#") {
+			continue
+		}
+		if depth == 0 && strings.HasPrefix(t, "devices") {
+			in = true
+		}
+		if in {
+			out = append(out, l)
+		}
+		depth += strings.Count(t, "{") - strings.Count(t, "}")
+		if in && depth == 0 && strings.Contains(t, "}") {
+			in = false
+		}
+	}
+	return strings.TrimSpace(strings.Join(out, "\n"))
+}
+
+func hasDup(xs []string) bool {
+	seen := map[string]bool{}
+	for _, x := range xs {
+		if seen[x] {
+			return true
+		}
+		seen[x] = true
+	}
+	return false
 }

@@ -1,8 +1,10 @@
 package qemulab
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,6 +30,7 @@ func TestMatrixPlan(t *testing.T) {
 	require.Len(t, plan[0].Hosts, 4)
 	require.Len(t, plan[1].Hosts, 2)
 	assert.Equal(t, qualify.MatrixRow{Release: "bullseye", Config: "defaults", Type: "linux-dmmp", Right: true}, plan[0].Hosts[0].Row)
+	assert.Equal(t, qualify.MatrixRow{Release: "bullseye", Config: "alua-immediate", Type: "linux-dmmp", Right: true}, plan[0].Hosts[2].Row)
 	assert.Equal(t, qualify.MatrixRow{Release: "bullseye", Config: "defaults", Type: "linux"}, plan[0].Hosts[1].Row)
 	assert.Equal(t, "m2", plan[0].Hosts[1].Host)
 	assert.Equal(t, "m1", plan[1].Hosts[0].Host, "host names restart in each lab run")
@@ -40,11 +43,22 @@ func TestMatrixPlan(t *testing.T) {
 	// Without the wrong types: 3 rows, one run a release and repetition.
 	assert.Len(t, matrixPlan([]string{"trixie"}, cfgs, false, 3, 4), 3)
 
+	// A configuration no host type fixes (multibus) has no right row, and
+	// its declared row is there even without the wrong types.
+	mb, err := MatrixConfigByName("multibus-rr")
+	require.NoError(t, err)
+	p := matrixPlan([]string{"sid"}, []MatrixConfig{mb}, false, 1, 4)
+	require.Len(t, p, 1)
+	require.Len(t, p[0].Hosts, 1)
+	assert.False(t, p[0].Hosts[0].Row.Right)
+
 	// Every configuration's file exists, and its types are host types.
+	types := map[string]bool{"": true, "linux": true, "linux-dmmp": true, "legacy": true}
 	for _, c := range MatrixConfigs {
 		_, err := os.Stat(filepath.Join("..", "guest", c.Conf))
 		assert.NoError(t, err, c.Name)
 		assert.NotEqual(t, c.Right, c.Wrong, c.Name)
+		assert.True(t, types[c.Right] && types[c.Wrong] && c.Wrong != "", c.Name)
 	}
 	_, err = MatrixConfigByName("multibus-xx")
 	assert.ErrorContains(t, err, "no configuration")
@@ -73,7 +87,7 @@ func TestReadMatrix(t *testing.T) {
 	assert.Equal(t, "pass", c.Verdict)
 	assert.Equal(t, []string{"run 4: guest m1 did not boot"}, m.Errors)
 
-	require.NoError(t, WriteMatrix(dir, filepath.Join("..", "guest"), m))
+	require.NoError(t, WriteMatrix(dir, filepath.Join("..", "guest"), m, 3))
 	md, err := os.ReadFile(filepath.Join(dir, "matrix.md"))
 	require.NoError(t, err)
 	assert.Contains(t, string(md), "### sid\n\nUse alua-immediate, declared `linux`: every cell passed in every run.")
@@ -85,4 +99,28 @@ func TestReadMatrix(t *testing.T) {
 	}
 	_, err = ReadMatrix(t.TempDir(), nil)
 	assert.ErrorContains(t, err, "no lab run")
+
+	// A matrix is never written over an earlier one's runs.
+	_, err = RunMatrix(context.Background(), MatrixOptions{Out: dir, Releases: []string{"sid"}})
+	assert.ErrorContains(t, err, "earlier matrix")
+	_, err = RunMatrix(context.Background(), MatrixOptions{Out: t.TempDir(), Releases: []string{"sid", "sid"}})
+	assert.ErrorContains(t, err, "named twice")
+
+	// A report whose host was declared otherwise than its record says
+	// belongs to another matrix.
+	d := filepath.Join(dir, "run-05")
+	require.NoError(t, writeJSON(filepath.Join(d, "qualify", "results.json"), qualify.Report{Hosts: []qualify.HostReport{{Name: "m1", Type: "linux-dmmp"}}}))
+	require.NoError(t, writeJSON(filepath.Join(d, matrixRunFile), matrixRun{Release: "sid", Rep: 5, Hosts: hosts}))
+	_, err = ReadMatrix(dir, nil)
+	assert.ErrorContains(t, err, "another matrix")
+}
+
+func TestDeviceSection(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "guest", "multipath-alua.conf"))
+	require.NoError(t, err)
+	dev := deviceSection(string(b))
+	assert.True(t, strings.HasPrefix(dev, "devices {"), dev)
+	assert.True(t, strings.HasSuffix(dev, "}"), dev)
+	assert.NotContains(t, dev, "find_multipaths", "the lab's defaults section is not the array's stanza")
+	assert.Empty(t, deviceSection("# only comments\n"))
 }

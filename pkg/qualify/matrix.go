@@ -29,6 +29,8 @@ type MatrixRow struct {
 	Right bool `json:"right"`
 }
 
+func (r MatrixRow) key() string { return r.Release + "/" + r.Config + "/" + r.Type }
+
 // MatrixHost ties a host of one run's report to its row.
 type MatrixHost struct {
 	Host string
@@ -39,7 +41,7 @@ type MatrixHost struct {
 type MatrixRun struct {
 	Report *Report
 	Hosts  []MatrixHost
-	// Dir is where the run's own report lives (linked from the HTML).
+	// Dir is where the run's own results and report live.
 	Dir string
 }
 
@@ -81,10 +83,14 @@ type Cell struct {
 	Follow Spread `json:"follow_ms"`
 	Never  int    `json:"never"`
 	Stall  Spread `json:"stall_ms"`
-	// Verdict: pass (every run), fail (every run), mixed (some of each),
-	// n/a (no run had the event for this host).
-	Verdict string   `json:"verdict"`
-	Advice  []string `json:"advice,omitempty"`
+	// Verdict: pass (every run), fail (every run), mixed (some of each,
+	// or passes beside runs that did not exercise it), not exercised (the
+	// event moved none of the host's LUNs in any run), n/a (no run had
+	// the event for this host). Passed of Measured runs passed.
+	Verdict  string   `json:"verdict"`
+	Passed   int      `json:"passed"`
+	Measured int      `json:"measured"`
+	Advice   []string `json:"advice,omitempty"`
 }
 
 // MatrixRowResult is a row with its cells, in the matrix's column order.
@@ -110,6 +116,11 @@ func Column(st Step) string {
 	case EvMove:
 		return "planned move"
 	case EvRebalance:
+		// The array's own balance; the operator's skew before it and the
+		// restore after are set-up.
+		if st.Cause != "balance" {
+			return ""
+		}
 		return "rebalance"
 	case EvPort:
 		return "port loss"
@@ -140,6 +151,8 @@ func BuildMatrix(runs []MatrixRun, releases []string) Matrix {
 	}
 	cells := map[key]*Cell{}
 	rows := map[MatrixRow]bool{}
+	stacks := map[string]string{}
+	moved := map[key]map[int]bool{} // row and column -> the runs in which a LUN of the host moved
 	for i, run := range runs {
 		rep := run.Report
 		if rep == nil {
@@ -161,6 +174,10 @@ func BuildMatrix(runs []MatrixRun, releases []string) Matrix {
 			}
 		}
 		for _, h := range run.Hosts {
+			if h.Row.Stack != "" {
+				stacks[h.Row.key()] = h.Row.Stack
+			}
+			h.Row.Stack = "" // part of what the row is, not of which row it is
 			rows[h.Row] = true
 			per := map[string]*CellRun{}
 			var order []string
@@ -180,6 +197,13 @@ func BuildMatrix(runs []MatrixRun, releases []string) Matrix {
 					order = append(order, col)
 				}
 				cr.StallMs = max(cr.StallMs, res.StallMs)
+				if res.FollowMs != nil {
+					k := key{h.Row, col}
+					if moved[k] == nil {
+						moved[k] = map[int]bool{}
+					}
+					moved[k][i+1] = true
+				}
 				if f := res.FollowMs; f != nil {
 					switch {
 					case cr.FollowMs == nil || *f < 0:
@@ -244,10 +268,21 @@ func BuildMatrix(runs []MatrixRun, releases []string) Matrix {
 	})
 	for _, r := range keys {
 		rr := MatrixRowResult{Row: r}
+		rr.Row.Stack = stacks[r.key()]
 		for _, col := range m.Columns {
 			c := cells[key{r, col}]
 			if c == nil {
 				c = &Cell{Column: col}
+			}
+			// An event that should move the host's LUNs but moved none of
+			// them in a run (the array withheld a failback, saw nothing to
+			// balance) did not exercise the host: not a pass.
+			if col != "port loss" {
+				for j := range c.Runs {
+					if c.Runs[j].Verdict == "pass" && !moved[key{r, col}][c.Runs[j].Run] {
+						c.Runs[j].Verdict = "not exercised"
+					}
+				}
 			}
 			c.summarise()
 			rr.Cells = append(rr.Cells, *c)
@@ -261,13 +296,16 @@ func BuildMatrix(runs []MatrixRun, releases []string) Matrix {
 // verdict.
 func (c *Cell) summarise() {
 	var follows, stalls []float64
-	pass, fail := 0, 0
+	pass, fail, idle := 0, 0, 0
 	for _, r := range c.Runs {
 		switch r.Verdict {
 		case "pass":
 			pass++
 		case "fail":
 			fail++
+		case "not exercised":
+			idle++
+			continue
 		default:
 			continue
 		}
@@ -281,9 +319,14 @@ func (c *Cell) summarise() {
 		}
 	}
 	c.Follow, c.Stall = spread(follows), spread(stalls)
+	c.Passed, c.Measured = pass, pass+fail
 	switch {
+	case pass+fail == 0 && idle > 0:
+		c.Verdict = "not exercised"
 	case pass+fail == 0:
 		c.Verdict = "n/a"
+	case fail == 0 && idle > 0:
+		c.Verdict = "mixed"
 	case fail == 0:
 		c.Verdict = "pass"
 	case pass == 0:
@@ -308,36 +351,27 @@ func spread(xs []float64) Spread {
 	return Spread{Median: mid, Min: s[0], Max: s[len(s)-1], N: len(s)}
 }
 
-// Green says whether every cell of the row that had its event passed in
-// every run, and how many cells had one.
-func (r MatrixRowResult) Green() (bool, int) {
-	n := 0
+// Green says whether every cell of the row passed in at least runs runs
+// and failed in none (a cell not measured, or not exercised, is not
+// green), and how many cells passed.
+func (r MatrixRowResult) Green(runs int) (bool, int) {
+	n, green := 0, len(r.Cells) > 0
 	for _, c := range r.Cells {
-		switch c.Verdict {
-		case "pass":
+		if c.Verdict == "pass" && c.Passed >= runs {
 			n++
-		case "fail", "mixed":
-			return false, n
+		} else {
+			green = false
 		}
 	}
-	return n > 0, n
+	return green, n
 }
 
 // cellText is a cell as one line: its verdict, follow and stall.
 func (c Cell) cellText() string {
-	if c.Verdict == "n/a" {
-		return "n/a"
+	if c.Verdict == "n/a" || c.Verdict == "not exercised" {
+		return c.Verdict
 	}
-	s := c.Verdict
-	if c.Verdict == "mixed" {
-		pass := 0
-		for _, r := range c.Runs {
-			if r.Verdict == "pass" {
-				pass++
-			}
-		}
-		s = fmt.Sprintf("mixed %d/%d", pass, pass+c.failedRuns())
-	}
+	s := fmt.Sprintf("%s %d/%d", c.Verdict, c.Passed, len(c.Runs))
 	switch {
 	case c.Follow.N > 0 && c.Never > 0:
 		s += fmt.Sprintf(", follow %s (never in %d)", c.Follow, c.Never)
@@ -347,16 +381,6 @@ func (c Cell) cellText() string {
 		s += fmt.Sprintf(", follow never (%d of %d runs)", c.Never, c.Stall.N)
 	}
 	return s + ", stall " + c.Stall.String()
-}
-
-func (c Cell) failedRuns() int {
-	n := 0
-	for _, r := range c.Runs {
-		if r.Verdict == "fail" {
-			n++
-		}
-	}
-	return n
 }
 
 func (r MatrixRow) declared() string {
@@ -423,6 +447,9 @@ func WriteMatrixJUnit(w io.Writer, m Matrix) error {
 			case "n/a":
 				jc.Skipped = &junitMessage{Message: "no run had this event for the host"}
 				s.Skipped++
+			case "not exercised":
+				jc.Skipped = &junitMessage{Message: "the event moved none of the host's LUNs in any run"}
+				s.Skipped++
 			case "fail", "mixed":
 				var body []string
 				for _, run := range c.Runs {
@@ -483,7 +510,10 @@ th{background:#f4f4f4} td.pass{background:#e8f5e9} td.fail{background:#fdecea} t
 				}
 				runs = append(runs, fmt.Sprintf("run %d: %s, follow %s, stall %s", run.Run, run.Verdict, f, fmtMs(run.StallMs)))
 			}
-			cls := strings.ReplaceAll(c.Verdict, "/", "")
+			cls := c.Verdict
+			if cls == "n/a" || cls == "not exercised" {
+				cls = "na"
+			}
 			fmt.Fprintf(&b, `<td class="%s" title="%s">%s`, cls, e(strings.Join(runs, "\n")), e(c.cellText()))
 			for _, a := range c.Advice {
 				fmt.Fprintf(&b, `<div class="advice">%s</div>`, e(a))
@@ -502,47 +532,69 @@ th{background:#f4f4f4} td.pass{background:#e8f5e9} td.fail{background:#fdecea} t
 }
 
 // Recommendation is the configuration to use on one release: the row
-// declared with its right type that passed every cell with the least
-// stall, or, when none did, the one with the fewest failing cells.
+// declared with its right type that passed every cell in every run (at
+// least the runs asked for) with the least stall, or, when none did, the
+// fully measured one with the fewest failing cells.
 type Recommendation struct {
 	Release string    `json:"release"`
 	Row     MatrixRow `json:"row"`
-	Green   bool      `json:"green"` // every cell with its event passed in every run
+	Green   bool      `json:"green"`
 	// Failing lists the cells that did not pass (when not Green).
 	Failing []string `json:"failing,omitempty"`
 	// StallMs is the sum of the row's median stalls, the tie-breaker.
 	StallMs float64 `json:"stall_ms"`
+	// Unmeasured: no row declared right was measured in every cell for
+	// the runs asked; Row is then empty.
+	Unmeasured bool `json:"unmeasured,omitempty"`
+	// Instead: a row declared with the type thought wrong passed every
+	// cell while Row did not: the host type advice is off for it.
+	Instead *MatrixRow `json:"instead,omitempty"`
 }
 
 // Recommend picks a configuration per release from the matrix, in the
-// matrix's release order.
-func Recommend(m Matrix) []Recommendation {
+// matrix's release order; a cell counts only with runs runs or more.
+func Recommend(m Matrix, runs int) []Recommendation {
 	var out []Recommendation
-	best := map[string]int{}
+	idx := map[string]int{}
 	for _, r := range m.Rows {
+		if _, seen := idx[r.Row.Release]; !seen {
+			idx[r.Row.Release] = len(out)
+			out = append(out, Recommendation{Release: r.Row.Release, Unmeasured: true})
+		}
+		cur := &out[idx[r.Row.Release]]
+		green, _ := r.Green(runs)
 		if !r.Row.Right {
+			if green && cur.Instead == nil {
+				row := r.Row
+				cur.Instead = &row
+			}
 			continue
 		}
-		rec := Recommendation{Release: r.Row.Release, Row: r.Row}
-		rec.Green, _ = r.Green()
+		rec := Recommendation{Release: r.Row.Release, Row: r.Row, Green: green}
+		measured := len(r.Cells) > 0
 		for _, c := range r.Cells {
 			rec.StallMs += c.Stall.Median
-			if c.Verdict == "fail" || c.Verdict == "mixed" {
+			if (c.Verdict != "pass" && c.Verdict != "fail" && c.Verdict != "mixed") || len(c.Runs) < runs {
+				measured = false
+			}
+			if c.Verdict != "pass" {
 				rec.Failing = append(rec.Failing, c.Column+" ("+c.cellText()+")")
 			}
 		}
-		i, seen := best[rec.Release]
-		if !seen {
-			best[rec.Release] = len(out)
-			out = append(out, rec)
+		if !measured {
 			continue
 		}
-		cur := out[i]
-		better := rec.Green && !cur.Green ||
+		better := cur.Unmeasured || rec.Green && !cur.Green ||
 			rec.Green == cur.Green && (len(rec.Failing) < len(cur.Failing) ||
 				len(rec.Failing) == len(cur.Failing) && rec.StallMs < cur.StallMs)
 		if better {
-			out[i] = rec
+			rec.Instead = cur.Instead
+			*cur = rec
+		}
+	}
+	for i := range out {
+		if out[i].Green {
+			out[i].Instead = nil
 		}
 	}
 	return out

@@ -3,6 +3,7 @@ package qualify
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -17,7 +18,9 @@ func TestColumn(t *testing.T) {
 	}{
 		{Step{Event: "discovery", Name: "paths at the start"}, ""},
 		{Step{Event: EvMove, Name: "move LUN 0 to b", Cause: "manual"}, "planned move"},
+		{Step{Event: EvRebalance, Name: "skew: every LUN onto a", Cause: "manual"}, ""},
 		{Step{Event: EvRebalance, Name: "rebalance by the array", Cause: "balance"}, "rebalance"},
+		{Step{Event: EvRebalance, Name: "restore: every LUN to its preferred owner", Cause: "manual"}, ""},
 		{Step{Event: EvPort, Name: "port a0 down"}, "port loss"},
 		{Step{Event: EvFail, Name: "node a power-loss (failover)", Cause: "failover"}, "controller power loss"},
 		{Step{Event: EvFail, Name: "node b panic (failover)", Cause: "failover"}, "controller panic"},
@@ -30,8 +33,9 @@ func TestColumn(t *testing.T) {
 
 // sampleMatrix: three runs of two hosts. h1 (trixie, alua, right type)
 // follows everything; h2 (bullseye, defaults, wrong type) never follows
-// the second planned move in run 2 (a finding with advice) and is idle at
-// the failback.
+// the second planned move in run 2 (a finding with advice), and the
+// failback moves none of its LUNs (the array withheld it): judged pass
+// by qualify, not exercised in the matrix.
 func sampleMatrix() Matrix {
 	f := func(v float64) *float64 { return &v }
 	steps := []Step{
@@ -58,18 +62,21 @@ func sampleMatrix() Matrix {
 			{Host: "h2", Step: 1, FollowMs: f(follow1), StallMs: stall, Verdict: "pass"},
 			{Host: "h2", Step: 2, FollowMs: h2second, StallMs: stall, Verdict: verdict2},
 			{Host: "h2", Step: 3, FollowMs: f(8000), StallMs: 8000, Verdict: "pass"},
-			{Host: "h2", Step: 4, StallMs: 50, Verdict: "n/a"},
+			{Host: "h2", Step: 4, StallMs: 50, Verdict: "pass"},
 		}
 		return r
 	}
 	hosts := []MatrixHost{
-		{Host: "h1", Row: MatrixRow{Release: "trixie", Config: "alua", Type: "linux", Right: true}},
+		{Host: "h1", Row: MatrixRow{Release: "trixie", Config: "alua", Type: "linux", Right: true, Stack: "Debian 13.8"}},
 		{Host: "h2", Row: MatrixRow{Release: "bullseye", Config: "defaults", Type: "linux", Right: false}},
 	}
+	// The stack is known in one run only: the same row all the same.
+	noStack := slices.Clone(hosts)
+	noStack[0].Row.Stack = ""
 	return BuildMatrix([]MatrixRun{
-		{Report: run(1000, 2000, 400, false), Hosts: hosts},
+		{Report: run(1000, 2000, 400, false), Hosts: noStack},
 		{Report: run(3000, 1500, 800, true), Hosts: hosts},
-		{Report: run(2000, 2500, 600, false), Hosts: hosts},
+		{Report: run(2000, 2500, 600, false), Hosts: noStack},
 	}, []string{"bullseye", "bookworm", "trixie", "sid"})
 }
 
@@ -92,9 +99,12 @@ func TestBuildMatrix(t *testing.T) {
 	assert.Equal(t, Spread{Median: 600, Min: 400, Max: 800, N: 3}, mv.Stall)
 	assert.Equal(t, "pass", mv.Verdict)
 	assert.Len(t, mv.Runs, 3)
-	green, n := h1.Green()
+	green, n := h1.Green(3)
 	assert.True(t, green)
 	assert.Equal(t, 3, n)
+	assert.Equal(t, "Debian 13.8", h1.Row.Stack)
+	green, _ = h1.Green(4)
+	assert.False(t, green, "three runs are not the four asked for")
 
 	// h2: one run never followed: mixed, the advice kept once, the never
 	// counted apart from the follows that happened.
@@ -104,10 +114,10 @@ func TestBuildMatrix(t *testing.T) {
 	assert.Equal(t, 2, mv2.Follow.N)
 	assert.Equal(t, []string{"set failback immediate"}, mv2.Advice)
 	assert.Contains(t, mv2.Runs[1].Failures[0], "move LUN 0 to a: follow: never")
-	// Idle at the failback: n/a, no figures.
-	assert.Equal(t, "n/a", h2.Cells[2].Verdict)
+	// The failback moved none of its LUNs: not exercised, no figures.
+	assert.Equal(t, "not exercised", h2.Cells[2].Verdict)
 	assert.Equal(t, 0, h2.Cells[2].Stall.N)
-	green, _ = h2.Green()
+	green, _ = h2.Green(3)
 	assert.False(t, green)
 }
 
@@ -128,8 +138,8 @@ func TestMatrixOutputs(t *testing.T) {
 	m := sampleMatrix()
 	var md bytes.Buffer
 	WriteMatrixMarkdown(&md, m)
-	assert.Contains(t, md.String(), "| bullseye | defaults | linux (wrong) | mixed 2/3, follow 2250 ms (2000 ms-2500 ms) (never in 1), stall 600 ms (400 ms-800 ms) | pass, follow 8000 ms, stall 8000 ms | n/a |")
-	assert.Contains(t, md.String(), "| trixie | alua | linux | pass, follow 2500 ms (2000 ms-3000 ms), stall 600 ms (400 ms-800 ms) |")
+	assert.Contains(t, md.String(), "| bullseye | defaults | linux (wrong) | mixed 2/3, follow 2250 ms (2000 ms-2500 ms) (never in 1), stall 600 ms (400 ms-800 ms) | pass 3/3, follow 8000 ms, stall 8000 ms | not exercised |")
+	assert.Contains(t, md.String(), "| trixie | alua | linux | pass 3/3, follow 2500 ms (2000 ms-3000 ms), stall 600 ms (400 ms-800 ms) |")
 	assert.Contains(t, md.String(), "- bullseye, defaults, linux (wrong), planned move: set failback immediate")
 
 	var js bytes.Buffer
@@ -153,32 +163,58 @@ func TestMatrixOutputs(t *testing.T) {
 }
 
 func TestRecommend(t *testing.T) {
-	cell := func(col, verdict string, stall float64) Cell {
-		return Cell{Column: col, Verdict: verdict, Stall: Spread{Median: stall, Min: stall, Max: stall, N: 3}}
+	// cell: a column with runs runs of that verdict (pass: all of them
+	// passed; fail and mixed: not).
+	cell := func(col, verdict string, stall float64, runs int) Cell {
+		c := Cell{Column: col, Verdict: verdict, Stall: Spread{Median: stall, Min: stall, Max: stall, N: runs}, Measured: runs}
+		for i := 0; i < runs; i++ {
+			c.Runs = append(c.Runs, CellRun{Run: i + 1, Verdict: verdict})
+		}
+		if verdict == "pass" {
+			c.Passed = runs
+		}
+		return c
 	}
 	row := func(rel, cfg, typ string, right bool, cells ...Cell) MatrixRowResult {
 		return MatrixRowResult{Row: MatrixRow{Release: rel, Config: cfg, Type: typ, Right: right}, Cells: cells}
 	}
 	m := Matrix{Columns: []string{"planned move", "failback"}, Rows: []MatrixRowResult{
-		// bookworm: two green rows, the one with less stall wins; the
-		// wrong-type row never counts, however good.
-		row("bookworm", "alua", "linux", true, cell("planned move", "pass", 800), cell("failback", "pass", 900)),
-		row("bookworm", "alua", "linux-dmmp", false, cell("planned move", "pass", 10), cell("failback", "pass", 10)),
-		row("bookworm", "defaults", "linux-dmmp", true, cell("planned move", "pass", 300), cell("failback", "pass", 400)),
-		// sid: nothing green; the fewest failing cells.
-		row("sid", "defaults", "linux-dmmp", true, cell("planned move", "fail", 300), cell("failback", "mixed", 400)),
-		row("sid", "followover", "linux-dmmp", true, cell("planned move", "fail", 900), cell("failback", "pass", 400)),
-		// trixie: an n/a row is not green.
-		row("trixie", "none", "linux", true, cell("planned move", "n/a", 0), cell("failback", "n/a", 0)),
+		// bookworm: two green rows, the one with less stall wins; a row
+		// measured in fewer runs than asked is not eligible however good;
+		// the wrong-type row never counts.
+		row("bookworm", "alua", "linux-dmmp", true, cell("planned move", "pass", 800, 3), cell("failback", "pass", 900, 3)),
+		row("bookworm", "alua", "linux", false, cell("planned move", "pass", 10, 3), cell("failback", "pass", 10, 3)),
+		row("bookworm", "defaults", "linux-dmmp", true, cell("planned move", "pass", 300, 3), cell("failback", "pass", 400, 3)),
+		row("bookworm", "multibus", "linux-dmmp", true, cell("planned move", "pass", 1, 1), cell("failback", "pass", 1, 1)),
+		// sid: nothing green; the fewest failing cells; an unmeasured row
+		// (every cell n/a: its guest never came up) is not "closest".
+		row("sid", "defaults", "linux-dmmp", true, cell("planned move", "fail", 300, 3), cell("failback", "mixed", 400, 3)),
+		row("sid", "followover", "linux-dmmp", true, cell("planned move", "fail", 900, 3), cell("failback", "pass", 400, 3)),
+		row("sid", "none", "legacy", true, cell("planned move", "n/a", 0, 0), cell("failback", "n/a", 0, 0)),
+		// trixie: the right-type row not exercised; the wrong-type row green.
+		row("trixie", "alua", "linux-dmmp", true, cell("planned move", "pass", 5, 3), cell("failback", "not exercised", 0, 3)),
+		row("trixie", "alua", "linux", false, cell("planned move", "pass", 5, 3), cell("failback", "pass", 5, 3)),
+		// bullseye: nothing measured.
+		row("bullseye", "none", "legacy", true, cell("planned move", "n/a", 0, 0), cell("failback", "n/a", 0, 0)),
 	}}
-	recs := Recommend(m)
-	require.Len(t, recs, 3)
+	recs := Recommend(m, 3)
+	require.Len(t, recs, 4)
 	assert.Equal(t, "defaults", recs[0].Row.Config)
 	assert.True(t, recs[0].Green)
 	assert.Equal(t, 700.0, recs[0].StallMs)
+	assert.Nil(t, recs[0].Instead)
+
 	assert.Equal(t, "followover", recs[1].Row.Config)
 	assert.False(t, recs[1].Green)
-	assert.Len(t, recs[1].Failing, 1)
-	assert.Contains(t, recs[1].Failing[0], "planned move (fail")
-	assert.False(t, recs[2].Green)
+	require.Len(t, recs[1].Failing, 1)
+	assert.Contains(t, recs[1].Failing[0], "planned move (fail 0/3")
+
+	// A cell not exercised is not measured: the right-type row is not
+	// eligible, and the wrong-type row that passed is named.
+	assert.True(t, recs[2].Unmeasured)
+	require.NotNil(t, recs[2].Instead)
+	assert.Equal(t, "linux", recs[2].Instead.Type)
+
+	assert.True(t, recs[3].Unmeasured)
+	assert.Empty(t, recs[3].Row.Config)
 }

@@ -53,7 +53,7 @@ func run() error {
 	flag.IntVar(&mo.perRun, "per-run", 4, "--matrix: guests in one lab run")
 	flag.BoolVar(&mo.noWrong, "no-wrong", false, "--matrix: only the rows declared with the right host type")
 	flag.DurationVar(&mo.budget, "budget", 0, "--matrix: start no lab run after this long (0: none); the matrix is built from the runs that ran")
-	flag.StringVar(&mo.from, "matrix-from", "", "rebuild the matrix from the lab runs under this directory, run nothing")
+	flag.StringVar(&mo.from, "matrix-from", "", "rebuild the matrix from the lab runs under this directory, run nothing (--runs: the runs a cell needs to count)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", flag.Arg(0))
@@ -151,14 +151,14 @@ func runMatrix(mo matrixFlags, root, out string, timeout time.Duration) error {
 		rels = append(rels, r)
 	}
 	if mo.from != "" {
-		m, err := qemulab.ReadMatrix(mo.from, nil)
+		m, err := qemulab.ReadMatrix(mo.from, rels)
 		if err != nil {
 			return err
 		}
-		if err := qemulab.WriteMatrix(mo.from, filepath.Join(root, "cluster-tests", "guest"), m); err != nil {
+		if err := qemulab.WriteMatrix(mo.from, filepath.Join(root, "cluster-tests", "guest"), m, mo.runs); err != nil {
 			return err
 		}
-		fmt.Print(matrixText(m))
+		fmt.Print(matrixText(m, mo.runs))
 		fmt.Printf("matrix: %s\n", filepath.Join(mo.from, "matrix.html"))
 		return nil
 	}
@@ -181,8 +181,10 @@ func runMatrix(mo matrixFlags, root, out string, timeout time.Duration) error {
 	if out == "" {
 		out = filepath.Join(root, "results", "matrix-"+time.Now().Format("20060102-150405"))
 	}
-	if timeout == 30*time.Minute {
-		timeout = 24 * time.Hour // the scenario default is no bound for a matrix
+	timeoutSet := false
+	flag.Visit(func(f *flag.Flag) { timeoutSet = timeoutSet || f.Name == "timeout" })
+	if !timeoutSet {
+		timeout = 24 * time.Hour // the scenario's default is no bound for a matrix
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()
@@ -197,21 +199,24 @@ func runMatrix(mo matrixFlags, root, out string, timeout time.Duration) error {
 	if err != nil {
 		return err
 	}
-	fmt.Print(matrixText(m))
+	fmt.Print(matrixText(m, mo.runs))
 	fmt.Printf("matrix: %s (%v)\n", filepath.Join(out, "matrix.html"), time.Since(start).Round(time.Second))
 	return nil
 }
 
-func matrixText(m qualify.Matrix) string {
+func matrixText(m qualify.Matrix, runs int) string {
 	var b strings.Builder
 	qualify.WriteMatrixMarkdown(&b, m)
-	fmt.Fprintf(&b, "\nRecommended per release (the rows declared with the right type):\n")
-	for _, r := range qualify.Recommend(m) {
-		state := "every cell passed"
-		if !r.Green {
-			state = "none passed every cell; closest, failing " + strings.Join(r.Failing, "; ")
+	fmt.Fprintf(&b, "\nRecommended per release (the rows declared with the right type, cells of %d runs or more):\n", runs)
+	for _, r := range qualify.Recommend(m, runs) {
+		switch {
+		case r.Unmeasured:
+			fmt.Fprintf(&b, "- %s: not measured enough\n", r.Release)
+		case r.Green:
+			fmt.Fprintf(&b, "- %s: %s, declared %s (every cell passed)\n", r.Release, r.Row.Config, r.Row.Type)
+		default:
+			fmt.Fprintf(&b, "- %s: none passed every cell; closest %s, declared %s, did not pass %s\n", r.Release, r.Row.Config, r.Row.Type, strings.Join(r.Failing, "; "))
 		}
-		fmt.Fprintf(&b, "- %s: %s, declared %s (%s)\n", r.Release, r.Row.Config, r.Row.Type, state)
 	}
 	return b.String()
 }
