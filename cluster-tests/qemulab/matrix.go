@@ -94,7 +94,10 @@ type matrixRun struct {
 	Release string               `json:"release"`
 	Rep     int                  `json:"rep"`
 	Hosts   []qualify.MatrixHost `json:"hosts"`
-	Error   string               `json:"error,omitempty"`
+	// Pace: how much slower than on a quiet machine the guests came up
+	// (the lab's own measure): a run far above 1 measured a starved host.
+	Pace  float64 `json:"pace,omitempty"`
+	Error string  `json:"error,omitempty"`
 }
 
 const matrixRunFile = "matrix-run.json"
@@ -214,6 +217,7 @@ func RunMatrix(ctx context.Context, o MatrixOptions) (qualify.Matrix, error) {
 			o.Log("matrix: lab run %d: %v", i+1, err)
 		}
 		if res != nil {
+			mr.Pace = res.Pace
 			for j := range mr.Hosts {
 				for _, c := range res.Clients {
 					if c.Spec.Name == mr.Hosts[j].Host {
@@ -225,7 +229,7 @@ func RunMatrix(ctx context.Context, o MatrixOptions) (qualify.Matrix, error) {
 		if err := writeJSON(filepath.Join(dir, matrixRunFile), mr); err != nil {
 			return qualify.Matrix{}, err
 		}
-		o.Log("matrix: lab run %d took %v", i+1, time.Since(t).Round(time.Second))
+		o.Log("matrix: lab run %d took %v (guests' pace %.2fx)", i+1, time.Since(t).Round(time.Second), mr.Pace)
 	}
 	m, err := ReadMatrix(o.Out, o.Releases)
 	if err != nil {
